@@ -1,0 +1,222 @@
+/*
+ * libshard: ID-based sharding over MySQL/MariaDB master pairs.
+ *
+ * This header is the whole public contract of the library.
+ *
+ * Conventions (see libshard(3)):
+ *  - Functions returning int give 0 on success or a negative SHARD_E* code.
+ *    The detail of the last failure on the calling thread (which input,
+ *    which server, the server's error number and text) is shard_errmsg().
+ *  - "T **out" parameters hand the caller an object it must free with the
+ *    matching free function; "const T *" results are borrowed.
+ *  - Every free function accepts NULL.
+ *  - The library never prints, exits or aborts; it logs only through the
+ *    callback given in shard_options.
+ *
+ * Copyright (c) 2026 the libshard authors. MIT licence, see COPYING.
+ */
+#ifndef LIBSHARD_H
+#define LIBSHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The one place the version lives; the Makefile reads it from here. */
+#define SHARD_VERSION_MAJOR 0
+#define SHARD_VERSION_MINOR 1
+#define SHARD_VERSION_PATCH 0
+#define SHARD_VERSION_STRING "0.1.0"
+/* 0xMMmmpp: compare with shard_version_num() at run time. */
+#define SHARD_VERSION_NUM \
+    ((SHARD_VERSION_MAJOR << 16) | (SHARD_VERSION_MINOR << 8) | SHARD_VERSION_PATCH)
+
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define SHARD_EXPORT __attribute__((visibility("default")))
+#else
+#define SHARD_EXPORT
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Errors. Codes are only ever appended; their values never change.    */
+/* ------------------------------------------------------------------ */
+
+#define SHARD_OK          0
+#define SHARD_EINVAL     -1  /* invalid argument or input */
+#define SHARD_ENOMEM     -2  /* out of memory */
+#define SHARD_EMAP       -3  /* the shard map is invalid */
+#define SHARD_EIO        -4  /* file or system I/O failed */
+#define SHARD_ENOTFOUND  -5  /* no such object, mapping row or key */
+#define SHARD_EEXISTS    -6  /* already exists (put-if-absent) */
+#define SHARD_ECONNECT   -7  /* cannot connect to a server */
+#define SHARD_ESERVER    -8  /* a server returned an error */
+#define SHARD_ETIMEOUT   -9  /* a network wait timed out */
+#define SHARD_EMOVED     -10 /* the shard moved; retried after a map reload */
+#define SHARD_ECONFLICT  -11 /* a concurrent change won (version compare failed) */
+#define SHARD_EBUSY      -12 /* busy: a lock is held or an operation runs */
+#define SHARD_ETOOBIG    -13 /* a value is larger than the server accepts */
+#define SHARD_ENOSHARD   -14 /* the shard is not mapped to any pair */
+#define SHARD_EVERIFY    -15 /* verification found mismatches */
+#define SHARD_EPRIV      -16 /* the server denied a privilege */
+#define SHARD_ETLS       -17 /* TLS setup or verification failed */
+#define SHARD_EPARTIAL   -18 /* some elements of a multi-element call failed */
+#define SHARD_EINTERNAL  -19 /* a bug in libshard: please report it */
+
+/* A static, never-NULL description of a SHARD_E* code. */
+SHARD_EXPORT const char *shard_strerror(int code);
+
+/*
+ * The detailed message of the last failed call made by the calling thread
+ * (thread-local, so threads sharing one context never race for it). Valid
+ * until the thread's next libshard call; "" when nothing failed yet. Never
+ * contains a password.
+ */
+SHARD_EXPORT const char *shard_errmsg(void);
+
+/* ------------------------------------------------------------------ */
+/* Version and global state                                            */
+/* ------------------------------------------------------------------ */
+
+/* The library's version string, e.g. "0.1.0" (static). */
+SHARD_EXPORT const char *shard_version(void);
+/* The library's SHARD_VERSION_NUM, to check against the header's. */
+SHARD_EXPORT unsigned shard_version_num(void);
+
+/*
+ * Initialise the client library once per process. Optional: the first
+ * context opened calls it. Call it from the main thread before starting
+ * threads if the application itself also uses libmysqlclient.
+ */
+SHARD_EXPORT int shard_global_init(void);
+/* Release what shard_global_init() set up; call last, once. */
+SHARD_EXPORT void shard_global_cleanup(void);
+
+/* Free memory that libshard allocated for the caller (strings, arrays). */
+SHARD_EXPORT void shard_free(void *ptr);
+
+/* ------------------------------------------------------------------ */
+/* IDs: 2 reserved bits (zero) | 16 bits shard | 10 bits type | 36 bits local */
+/* ------------------------------------------------------------------ */
+
+#define SHARD_MAX_SHARD 65535u
+#define SHARD_MAX_TYPE 1023u
+#define SHARD_MAX_LOCAL ((UINT64_C(1) << 36) - 1)
+#define SHARD_MAX_MOD_SHARDS 65536u
+
+/*
+ * Compose an ID. shard 0..65535, type 1..1023, local 1..2^36-1; anything
+ * else is SHARD_EINVAL and *id is left untouched.
+ */
+SHARD_EXPORT int shard_id_make(unsigned shard, unsigned type, uint64_t local,
+                               uint64_t *id);
+/* The parts of an ID. Meaningful only for a valid ID (shard_id_valid). */
+SHARD_EXPORT unsigned shard_id_shard(uint64_t id);
+SHARD_EXPORT unsigned shard_id_type(uint64_t id);
+SHARD_EXPORT uint64_t shard_id_local(uint64_t id);
+/* 1 when id is valid (reserved bits zero, type and local non-zero), else 0. */
+SHARD_EXPORT int shard_id_valid(uint64_t id);
+/*
+ * Parse a decimal ID from the NUL-terminated text (no sign, no spaces, no
+ * trailing characters) and check it is valid. SHARD_EINVAL otherwise.
+ */
+SHARD_EXPORT int shard_id_parse(const char *text, uint64_t *id);
+
+/*
+ * The mod shard of a key: MD5(key) read as an unsigned 128-bit big-endian
+ * integer, mod nshards (1..65536). key may hold any bytes; len may be 0
+ * (key may then be NULL).
+ */
+SHARD_EXPORT int shard_mod(const void *key, size_t len, uint32_t nshards,
+                           uint32_t *shard);
+
+/* ------------------------------------------------------------------ */
+/* The shard map (immutable once parsed; reference counted)            */
+/* ------------------------------------------------------------------ */
+
+typedef struct shard_map shard_map;
+
+/*
+ * Parse and validate a shard map from JSON text of len bytes. A map that
+ * breaks any rule is rejected whole: SHARD_EMAP, with shard_errmsg()
+ * naming the entry. On success *out is the caller's (shard_map_free).
+ */
+SHARD_EXPORT int shard_map_parse(shard_map **out, const char *json, size_t len);
+/* Read and parse a map file. SHARD_EIO when it cannot be read. */
+SHARD_EXPORT int shard_map_load(shard_map **out, const char *path);
+/* Drop the caller's reference; the map is freed with its last one. */
+SHARD_EXPORT void shard_map_free(shard_map *map);
+
+SHARD_EXPORT uint64_t shard_map_version(const shard_map *map);
+/* New objects go only to shards [0, open_shards). */
+SHARD_EXPORT unsigned shard_map_open_shards(const shard_map *map);
+/* Number of mod shards; 0 when the map has no mod_shards section. */
+SHARD_EXPORT uint32_t shard_map_mod_count(const shard_map *map);
+/* Number of pairs, and the name of pair i (borrowed from the map). */
+SHARD_EXPORT size_t shard_map_pair_count(const shard_map *map);
+SHARD_EXPORT const char *shard_map_pair_name(const shard_map *map, size_t i);
+
+/*
+ * The pair serving ID shard `shard` (binary search, O(log ranges)). *pair
+ * is borrowed from the map. SHARD_ENOSHARD when no range covers it.
+ */
+SHARD_EXPORT int shard_map_pair_of(const shard_map *map, unsigned shard,
+                                   const char **pair);
+/* The same for mod shard `modshard` (0 .. mod_count-1). */
+SHARD_EXPORT int shard_map_mod_pair_of(const shard_map *map, uint32_t modshard,
+                                       const char **pair);
+/* The master and standby addresses of a pair (borrowed; *standby may be
+ * NULL when the pair has none). SHARD_ENOTFOUND for an unknown pair. */
+SHARD_EXPORT int shard_map_pair_addrs(const shard_map *map, const char *pair,
+                                      const char **master,
+                                      const char **standby);
+/* The type number of an object name, e.g. "pins" -> 1. */
+SHARD_EXPORT int shard_map_type_of(const shard_map *map, const char *name,
+                                   unsigned *type);
+/* The object name of a type number (borrowed). */
+SHARD_EXPORT int shard_map_type_name(const shard_map *map, unsigned type,
+                                     const char **name);
+/* The database name of ID shard `shard` (e.g. "db03429") into buf. */
+SHARD_EXPORT int shard_map_database(const shard_map *map, unsigned shard,
+                                    char *buf, size_t size);
+/* The database name of mod shard `modshard` into buf. */
+SHARD_EXPORT int shard_map_mod_database(const shard_map *map, uint32_t modshard,
+                                        char *buf, size_t size);
+/*
+ * The map as canonical JSON text (NUL-terminated), caller frees with
+ * shard_free(). Parsing it gives an equal map.
+ */
+SHARD_EXPORT int shard_map_to_json(const shard_map *map, char **json);
+/* A one-line human summary of the map, caller frees with shard_free(). */
+SHARD_EXPORT int shard_map_summary(const shard_map *map, char **text);
+
+/* ------------------------------------------------------------------ */
+/* Map stores: where the map lives (a file, or a MySQL table)          */
+/* ------------------------------------------------------------------ */
+
+typedef struct shard_store shard_store;
+
+/*
+ * Open a map store. `location` is a file path, or "file:PATH". The store
+ * is not read until shard_store_load().
+ */
+SHARD_EXPORT int shard_store_open(shard_store **out, const char *location);
+SHARD_EXPORT void shard_store_free(shard_store *store);
+/* Read and validate the current map. *out is the caller's. */
+SHARD_EXPORT int shard_store_load(shard_store *store, shard_map **out);
+/*
+ * Publish `map` as the new current map, atomically (a reader sees the old
+ * map or the new one, never a mix), if and only if the store's current
+ * version is `expected_version` (0: the store is empty or absent) and the
+ * new map's version is greater. SHARD_ECONFLICT otherwise.
+ */
+SHARD_EXPORT int shard_store_publish(shard_store *store, const shard_map *map,
+                                     uint64_t expected_version);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LIBSHARD_H */

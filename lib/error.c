@@ -1,0 +1,78 @@
+/* Error codes, their descriptions, and the per-thread detailed message. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define ERRMSG_SIZE 1024
+
+static _Thread_local char errmsg[ERRMSG_SIZE];
+
+static const char *const descriptions[] = {
+    [0] = "success",
+    [1] = "invalid argument",
+    [2] = "out of memory",
+    [3] = "invalid shard map",
+    [4] = "I/O error",
+    [5] = "not found",
+    [6] = "already exists",
+    [7] = "cannot connect to server",
+    [8] = "server error",
+    [9] = "timed out",
+    [10] = "shard moved",
+    [11] = "conflicting concurrent change",
+    [12] = "busy",
+    [13] = "value too large",
+    [14] = "shard not mapped",
+    [15] = "verification failed",
+    [16] = "permission denied by server",
+    [17] = "TLS error",
+    [18] = "partial failure",
+    [19] = "internal error",
+};
+
+const char *shard_strerror(int code)
+{
+    size_t i = code <= 0 ? (size_t)-(long)code : (size_t)-1;
+    if (i < sizeof descriptions / sizeof descriptions[0] && descriptions[i])
+        return descriptions[i];
+    return "unknown error code";
+}
+
+const char *shard_errmsg(void)
+{
+    return errmsg;
+}
+
+void shard_clear_error(void)
+{
+    errmsg[0] = '\0';
+}
+
+int shard_vfail(int code, const char *fmt, va_list ap)
+{
+    vsnprintf(errmsg, sizeof errmsg, fmt, ap);
+    return code;
+}
+
+int shard_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    shard_vfail(code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int shard_fail_prefix(int code, const char *fmt, ...)
+{
+    char prefix[256], old[ERRMSG_SIZE];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, errmsg, sizeof old);
+    snprintf(errmsg, sizeof errmsg, "%s%s", prefix, old);
+    return code;
+}

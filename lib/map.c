@@ -1,0 +1,860 @@
+/*
+ * The shard map: parse, validate, look up. A map that breaks any rule is
+ * rejected whole, with a message naming the offending entry.
+ */
+#include "map.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BAD(...) shard_fail(SHARD_EMAP, "shard map: " __VA_ARGS__)
+
+static const char *const top_keys[] = {
+    "version", "open_shards", "database_format", "credentials", "objects",
+    "mappings", "pairs", "id_shards", "mod_shards", NULL};
+static const char *const cred_keys[] = {"user", "password_env", "tls", NULL};
+static const char *const tls_keys[] = {"ca", "cert", "key", "verify", NULL};
+static const char *const pair_keys[] = {"master", "standby", NULL};
+static const char *const range_keys[] = {"range", "pair", NULL};
+static const char *const mapping_keys[] = {"reverse", NULL};
+static const char *const mod_keys[] = {"count", "database_format", "tables",
+                                       "ranges", NULL};
+
+static int check_keys(json_t *obj, const char *const *allowed, const char *where)
+{
+    const char *key;
+    json_t *v;
+
+    json_object_foreach(obj, key, v) {
+        bool ok = false;
+        for (size_t i = 0; allowed[i] && !ok; i++)
+            ok = strcmp(key, allowed[i]) == 0;
+        if (!ok) {
+            if (strcmp(key, "password") == 0)
+                return BAD("%s.password: passwords never sit in the map; "
+                           "name an environment variable in password_env",
+                           where);
+            return BAD("%s: unknown key \"%.64s\"", where, key);
+        }
+    }
+    return SHARD_OK;
+}
+
+static int get_uint(json_t *obj, const char *key, const char *where,
+                    unsigned long long min, unsigned long long max,
+                    unsigned long long *out)
+{
+    json_t *v = json_object_get(obj, key);
+    json_int_t n;
+
+    if (!v)
+        return BAD("%s.%s: missing", where, key);
+    if (!json_is_integer(v))
+        return BAD("%s.%s: must be an integer", where, key);
+    n = json_integer_value(v);
+    if (n < 0 || (unsigned long long)n < min || (unsigned long long)n > max)
+        return BAD("%s.%s: %lld out of range (%llu..%llu)", where, key,
+                   (long long)n, min, max);
+    *out = (unsigned long long)n;
+    return SHARD_OK;
+}
+
+/* An optional string member: *out is NULL when absent. */
+static int get_str(json_t *obj, const char *key, const char *where, bool required,
+                   const char **out)
+{
+    json_t *v = json_object_get(obj, key);
+
+    *out = NULL;
+    if (!v) {
+        if (required)
+            return BAD("%s.%s: missing", where, key);
+        return SHARD_OK;
+    }
+    if (!json_is_string(v))
+        return BAD("%s.%s: must be a string", where, key);
+    if (json_string_length(v) != strlen(json_string_value(v)))
+        return BAD("%s.%s: contains a NUL byte", where, key);
+    *out = json_string_value(v);
+    return SHARD_OK;
+}
+
+static int parse_dbfmt(const char *s, const char *where, shard_dbfmt *f)
+{
+    const char *pct = strchr(s, '%');
+    const char *p;
+    size_t plen;
+
+    memset(f, 0, sizeof *f);
+    if (!pct)
+        return BAD("%s: \"%.64s\" has no %%d conversion", where, s);
+    plen = (size_t)(pct - s);
+    if (plen == 0 || plen >= sizeof f->prefix || !(s[0] >= 'a' && s[0] <= 'z'))
+        return BAD("%s: \"%.64s\" must start with a letter a-z before %%", where, s);
+    for (size_t i = 0; i < plen; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+            return BAD("%s: \"%.64s\" may only hold a-z, 0-9, _ and one %%d", where, s);
+    memcpy(f->prefix, s, plen);
+    p = pct + 1;
+    if (*p == '0') {
+        f->zero = true;
+        p++;
+    }
+    while (*p >= '0' && *p <= '9') {
+        f->width = f->width * 10 + (*p++ - '0');
+        if (f->width > 20)
+            return BAD("%s: \"%.64s\" has a field width over 20", where, s);
+    }
+    if (*p++ != 'd')
+        return BAD("%s: \"%.64s\" must use exactly one %%d conversion (e.g. db%%05d)",
+                   where, s);
+    if (strlen(p) >= sizeof f->suffix)
+        return BAD("%s: \"%.64s\" is too long", where, s);
+    for (const char *q = p; *q; q++)
+        if (!((*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '_'))
+            return BAD("%s: \"%.64s\" may only hold a-z, 0-9, _ and one %%d", where, s);
+    strcpy(f->suffix, p);
+    if (plen + strlen(p) + (f->width > 5 ? (size_t)f->width : 5) > 64)
+        return BAD("%s: \"%.64s\" makes names longer than 64 characters", where, s);
+    return SHARD_OK;
+}
+
+void shard_dbfmt_name(const shard_dbfmt *f, unsigned n, char *buf)
+{
+    snprintf(buf, SHARD_DBNAME_MAX, f->zero ? "%s%0*u%s" : "%s%*u%s", f->prefix,
+             f->width, n, f->suffix);
+}
+
+static bool same_dbfmt(const shard_dbfmt *a, const shard_dbfmt *b)
+{
+    char x[SHARD_DBNAME_MAX], y[SHARD_DBNAME_MAX];
+    /* Two formats collide when they name any shard alike; checking the
+     * prefix/suffix pair and a sample covers every way that can happen. */
+    if (strcmp(a->prefix, b->prefix) != 0 || strcmp(a->suffix, b->suffix) != 0)
+        return false;
+    for (unsigned n = 0; n < 100000; n = n * 10 + 7) {
+        shard_dbfmt_name(a, n, x);
+        shard_dbfmt_name(b, n, y);
+        if (strcmp(x, y) == 0)
+            return true;
+    }
+    return false;
+}
+
+static int parse_endpoint(const char *s, const char *where, shard_endpoint *ep)
+{
+    const char *colon;
+    char *end;
+    unsigned long port;
+    size_t hlen;
+
+    memset(ep, 0, sizeof *ep);
+    if (strlen(s) >= sizeof ep->text)
+        return BAD("%s: address is too long", where);
+    strcpy(ep->text, s);
+    if (strncmp(s, "unix:", 5) == 0) {
+        const char *path = s + 5;
+        if (path[0] != '/')
+            return BAD("%s: \"%.200s\": a unix socket path must be absolute "
+                       "(unix:/path)", where, s);
+        if (strlen(path) >= sizeof ep->socket)
+            return BAD("%s: \"%.200s\": socket path longer than %zu bytes", where, s,
+                       sizeof ep->socket - 1);
+        strcpy(ep->socket, path);
+        return SHARD_OK;
+    }
+    if (s[0] == '[') { /* [IPv6]:port */
+        const char *close = strchr(s, ']');
+        if (!close || close[1] != ':')
+            return BAD("%s: \"%.200s\" is not host:port, [ipv6]:port or unix:/path",
+                       where, s);
+        hlen = (size_t)(close - s - 1);
+        if (hlen == 0 || hlen >= sizeof ep->host)
+            return BAD("%s: \"%.200s\": bad IPv6 address", where, s);
+        for (size_t i = 1; i <= hlen; i++)
+            if (!strchr("0123456789abcdefABCDEF:.", s[i]))
+                return BAD("%s: \"%.200s\": bad IPv6 address", where, s);
+        memcpy(ep->host, s + 1, hlen);
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon || colon == s)
+            return BAD("%s: \"%.200s\" is not host:port, [ipv6]:port or unix:/path",
+                       where, s);
+        hlen = (size_t)(colon - s);
+        if (hlen >= sizeof ep->host)
+            return BAD("%s: \"%.200s\": host name too long", where, s);
+        for (size_t i = 0; i < hlen; i++) {
+            char c = s[i];
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                  (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_'))
+                return BAD("%s: \"%.200s\": bad character in host name", where, s);
+        }
+        memcpy(ep->host, s, hlen);
+    }
+    if (!(colon[1] >= '0' && colon[1] <= '9'))
+        return BAD("%s: \"%.200s\": port must be a number 1..65535", where, s);
+    errno = 0;
+    port = strtoul(colon + 1, &end, 10);
+    if (errno || *end || port < 1 || port > 65535)
+        return BAD("%s: \"%.200s\": port must be a number 1..65535", where, s);
+    ep->port = (unsigned)port;
+    return SHARD_OK;
+}
+
+static int parse_credentials(shard_map *m, json_t *c)
+{
+    json_t *tls;
+    const char *env;
+    int rc;
+
+    if (!c)
+        return BAD("credentials: missing");
+    if (!json_is_object(c))
+        return BAD("credentials: must be an object");
+    if ((rc = check_keys(c, cred_keys, "credentials")) ||
+        (rc = get_str(c, "user", "credentials", true, &m->user)) ||
+        (rc = get_str(c, "password_env", "credentials", false, &env)))
+        return rc;
+    if (m->user[0] == '\0' || strlen(m->user) > 80)
+        return BAD("credentials.user: must be 1..80 characters");
+    if (env) {
+        bool ok = env[0] && !(env[0] >= '0' && env[0] <= '9');
+        for (const char *p = env; *p && ok; p++)
+            ok = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+                 (*p >= '0' && *p <= '9') || *p == '_';
+        if (!ok)
+            return BAD("credentials.password_env: \"%.64s\" is not an environment "
+                       "variable name", env);
+    }
+    m->password_env = env;
+    tls = json_object_get(c, "tls");
+    if (!tls)
+        return SHARD_OK;
+    if (!json_is_object(tls))
+        return BAD("credentials.tls: must be an object");
+    if ((rc = check_keys(tls, tls_keys, "credentials.tls")) ||
+        (rc = get_str(tls, "ca", "credentials.tls", false, &m->tls.ca)) ||
+        (rc = get_str(tls, "cert", "credentials.tls", false, &m->tls.cert)) ||
+        (rc = get_str(tls, "key", "credentials.tls", false, &m->tls.key)))
+        return rc;
+    m->tls.enabled = true;
+    m->tls.verify = true;
+    if (json_object_get(tls, "verify")) {
+        if (!json_is_boolean(json_object_get(tls, "verify")))
+            return BAD("credentials.tls.verify: must be true or false");
+        m->tls.verify = json_is_true(json_object_get(tls, "verify"));
+    }
+    if (!m->tls.cert != !m->tls.key)
+        return BAD("credentials.tls: cert and key go together");
+    if (m->tls.verify && !m->tls.ca)
+        return BAD("credentials.tls: verify needs a ca (or set \"verify\": false)");
+    return SHARD_OK;
+}
+
+/* Table names share one namespace per shard database. */
+static int check_table_name(shard_map *m, const char *name, const char *where)
+{
+    if (!shard_ident_valid(name))
+        return BAD("%s: \"%.64s\" is not a valid name ([a-z][a-z0-9_]*, at most 64)",
+                   where, name);
+    for (size_t i = 0; i < m->nobjects; i++)
+        if (strcmp(m->objects[i].name, name) == 0)
+            return BAD("%s: \"%s\" is already the name of an object type", where, name);
+    for (size_t i = 0; i < m->nmappings; i++)
+        if (strcmp(m->mappings[i].name, name) == 0 ||
+            (m->mappings[i].reverse && strcmp(m->mappings[i].reverse, name) == 0))
+            return BAD("%s: \"%s\" is already the name of a mapping", where, name);
+    return SHARD_OK;
+}
+
+static int parse_objects(shard_map *m, json_t *o)
+{
+    const char *name;
+    json_t *v;
+    char where[100];
+    int rc;
+
+    if (!o)
+        return BAD("objects: missing");
+    if (!json_is_object(o))
+        return BAD("objects: must be an object of name: type number");
+    m->objects = shard_calloc(json_object_size(o), sizeof *m->objects);
+    if (!m->objects)
+        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+    json_object_foreach(o, name, v) {
+        json_int_t t;
+        snprintf(where, sizeof where, "objects.%.64s", name);
+        if ((rc = check_table_name(m, name, where)))
+            return rc;
+        if (!json_is_integer(v))
+            return BAD("%s: type must be an integer", where);
+        t = json_integer_value(v);
+        if (t < 1 || t > SHARD_MAX_TYPE)
+            return BAD("%s: type %lld out of range (1..1023)", where, (long long)t);
+        if (m->type_names[t])
+            return BAD("%s: type %lld is already used by \"%s\"", where, (long long)t,
+                       m->type_names[t]);
+        m->type_names[t] = name;
+        m->objects[m->nobjects].name = name;
+        m->objects[m->nobjects++].type = (unsigned)t;
+    }
+    return SHARD_OK;
+}
+
+static int parse_mappings(shard_map *m, json_t *o)
+{
+    const char *name;
+    json_t *v;
+    char where[100];
+    int rc;
+
+    if (!o)
+        return SHARD_OK;
+    if (!json_is_object(o))
+        return BAD("mappings: must be an object of name: {\"reverse\": name}");
+    m->mappings = shard_calloc(json_object_size(o), sizeof *m->mappings);
+    if (!m->mappings)
+        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+    json_object_foreach(o, name, v) {
+        const char *rev;
+        snprintf(where, sizeof where, "mappings.%.64s", name);
+        if ((rc = check_table_name(m, name, where)))
+            return rc;
+        if (!json_is_object(v))
+            return BAD("%s: must be an object", where);
+        if ((rc = check_keys(v, mapping_keys, where)) ||
+            (rc = get_str(v, "reverse", where, false, &rev)))
+            return rc;
+        if (rev) {
+            snprintf(where, sizeof where, "mappings.%.64s.reverse", name);
+            if (strcmp(rev, name) == 0)
+                return BAD("%s: a mapping cannot be its own reverse", where);
+            if ((rc = check_table_name(m, rev, where)))
+                return rc;
+            if (json_object_get(o, rev))
+                return BAD("%s: \"%s\" is already the name of a mapping", where, rev);
+        }
+        m->mappings[m->nmappings].name = name;
+        m->mappings[m->nmappings++].reverse = rev;
+    }
+    return SHARD_OK;
+}
+
+static bool pair_name_valid(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+static int parse_pairs(shard_map *m, json_t *o)
+{
+    const char *name;
+    json_t *v;
+    char where[100];
+    int rc;
+
+    if (!o)
+        return BAD("pairs: missing");
+    if (!json_is_object(o) || json_object_size(o) == 0)
+        return BAD("pairs: must be a non-empty object of name: {master, standby}");
+    m->pairs = shard_calloc(json_object_size(o), sizeof *m->pairs);
+    if (!m->pairs)
+        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+    json_object_foreach(o, name, v) {
+        shard_pairdef *p = &m->pairs[m->npairs];
+        const char *master, *standby;
+        snprintf(where, sizeof where, "pairs.%.64s", name);
+        if (!pair_name_valid(name))
+            return BAD("%s: pair names hold 1..64 of A-Z a-z 0-9 _ - .", where);
+        if (!json_is_object(v))
+            return BAD("%s: must be an object with master and standby", where);
+        if ((rc = check_keys(v, pair_keys, where)) ||
+            (rc = get_str(v, "master", where, true, &master)) ||
+            (rc = get_str(v, "standby", where, false, &standby)))
+            return rc;
+        snprintf(where, sizeof where, "pairs.%.64s.master", name);
+        if ((rc = parse_endpoint(master, where, &p->master)))
+            return rc;
+        if (standby) {
+            snprintf(where, sizeof where, "pairs.%.64s.standby", name);
+            if ((rc = parse_endpoint(standby, where, &p->standby)))
+                return rc;
+            if (strcmp(master, standby) == 0)
+                return BAD("%s: same address as the master", where);
+            p->has_standby = true;
+        }
+        p->name = name;
+        m->npairs++;
+    }
+    return SHARD_OK;
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+    const shard_rangedef *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/*
+ * A list of {"range": [lo, hi], "pair": name}: each range within
+ * [0, limit-1], sorted, no overlap, no gap, starting at 0.
+ */
+static int parse_ranges(shard_map *m, json_t *a, const char *where, unsigned limit,
+                        shard_rangedef **out, size_t *nout)
+{
+    shard_rangedef *r;
+    size_t n, i;
+    json_t *e;
+    char w[120];
+    int rc;
+
+    if (!a)
+        return BAD("%s: missing", where);
+    if (!json_is_array(a) || json_array_size(a) == 0)
+        return BAD("%s: must be a non-empty array of {\"range\": [first, last], "
+                   "\"pair\": name}", where);
+    n = json_array_size(a);
+    r = *out = shard_calloc(n, sizeof *r);
+    if (!r)
+        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+    json_array_foreach(a, i, e) {
+        json_t *rg;
+        const char *pair;
+        json_int_t lo, hi;
+        long pi;
+        snprintf(w, sizeof w, "%s[%zu]", where, i);
+        if (!json_is_object(e))
+            return BAD("%s: must be an object {\"range\": [first, last], \"pair\": name}", w);
+        if ((rc = check_keys(e, range_keys, w)) ||
+            (rc = get_str(e, "pair", w, true, &pair)))
+            return rc;
+        rg = json_object_get(e, "range");
+        if (!rg)
+            return BAD("%s.range: missing", w);
+        if (!json_is_array(rg) || json_array_size(rg) != 2 ||
+            !json_is_integer(json_array_get(rg, 0)) ||
+            !json_is_integer(json_array_get(rg, 1)))
+            return BAD("%s.range: must be [first, last], two integers", w);
+        lo = json_integer_value(json_array_get(rg, 0));
+        hi = json_integer_value(json_array_get(rg, 1));
+        if (lo < 0 || hi < 0 || lo >= (json_int_t)limit || hi >= (json_int_t)limit)
+            return BAD("%s.range: [%lld, %lld] outside 0..%u", w, (long long)lo,
+                       (long long)hi, limit - 1);
+        if (lo > hi)
+            return BAD("%s.range: [%lld, %lld] is reversed (first > last)", w,
+                       (long long)lo, (long long)hi);
+        pi = shard_map_find_pair(m, pair);
+        if (pi < 0)
+            return BAD("%s.pair: unknown pair \"%.64s\"", w, pair);
+        r[i].lo = (unsigned)lo;
+        r[i].hi = (unsigned)hi;
+        r[i].pair = (size_t)pi;
+    }
+    *nout = n;
+    qsort(r, n, sizeof *r, cmp_range);
+    if (r[0].lo != 0)
+        return BAD("%s: shards 0..%u are not covered by any range", where, r[0].lo - 1);
+    for (i = 1; i < n; i++) {
+        if (r[i].lo <= r[i - 1].hi)
+            return BAD("%s: range [%u, %u] overlaps range [%u, %u]", where, r[i].lo,
+                       r[i].hi, r[i - 1].lo, r[i - 1].hi);
+        if (r[i].lo != r[i - 1].hi + 1)
+            return BAD("%s: shards %u..%u are not covered (gap between [%u, %u] and "
+                       "[%u, %u])", where, r[i - 1].hi + 1, r[i].lo - 1, r[i - 1].lo,
+                       r[i - 1].hi, r[i].lo, r[i].hi);
+    }
+    return SHARD_OK;
+}
+
+static int parse_mod(shard_map *m, json_t *o)
+{
+    unsigned long long count;
+    const char *fmt;
+    json_t *tables, *t;
+    size_t i;
+    int rc;
+
+    if (!o)
+        return SHARD_OK;
+    if (!json_is_object(o))
+        return BAD("mod_shards: must be an object");
+    if ((rc = check_keys(o, mod_keys, "mod_shards")) ||
+        (rc = get_uint(o, "count", "mod_shards", 1, SHARD_MAX_MOD_SHARDS, &count)) ||
+        (rc = get_str(o, "database_format", "mod_shards", false, &fmt)) ||
+        (rc = parse_dbfmt(fmt ? fmt : "modshard%05d", "mod_shards.database_format",
+                          &m->mod_dbfmt)))
+        return rc;
+    if (same_dbfmt(&m->mod_dbfmt, &m->dbfmt))
+        return BAD("mod_shards.database_format: names the same databases as "
+                   "database_format");
+    m->mod_count = (uint32_t)count;
+    tables = json_object_get(o, "tables");
+    if (!tables)
+        return BAD("mod_shards.tables: missing");
+    if (!json_is_array(tables))
+        return BAD("mod_shards.tables: must be an array of table names");
+    m->mod_tables = shard_calloc(json_array_size(tables), sizeof *m->mod_tables);
+    if (!m->mod_tables)
+        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+    json_array_foreach(tables, i, t) {
+        const char *name = json_string_value(t);
+        if (!name || !shard_ident_valid(name))
+            return BAD("mod_shards.tables[%zu]: not a valid name ([a-z][a-z0-9_]*, "
+                       "at most 64)", i);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(m->mod_tables[j], name) == 0)
+                return BAD("mod_shards.tables[%zu]: \"%s\" is listed twice", i, name);
+        m->mod_tables[m->nmod_tables++] = name;
+    }
+    if ((rc = parse_ranges(m, json_object_get(o, "ranges"), "mod_shards.ranges",
+                           m->mod_count, &m->mod_ranges, &m->nmod_ranges)))
+        return rc;
+    if (m->mod_ranges[m->nmod_ranges - 1].hi != m->mod_count - 1)
+        return BAD("mod_shards.ranges: mod shards %u..%u are not covered",
+                   m->mod_ranges[m->nmod_ranges - 1].hi + 1, m->mod_count - 1);
+    return SHARD_OK;
+}
+
+static void map_destroy(shard_map *m)
+{
+    free(m->objects);
+    free(m->mappings);
+    free(m->pairs);
+    free(m->ranges);
+    free(m->mod_tables);
+    free(m->mod_ranges);
+    json_decref(m->doc);
+    free(m);
+}
+
+static int build(shard_map *m)
+{
+    json_t *d = m->doc;
+    unsigned long long v;
+    const char *fmt;
+    int rc;
+
+    if (!json_is_object(d))
+        return BAD("the document must be a JSON object");
+    if ((rc = check_keys(d, top_keys, "top level")))
+        return rc;
+    if ((rc = get_uint(d, "version", "top level", 1, INT64_MAX, &v)))
+        return rc;
+    m->version = v;
+    if ((rc = get_uint(d, "open_shards", "top level", 1, SHARD_MAX_SHARD + 1, &v)))
+        return rc;
+    m->open_shards = (unsigned)v;
+    if ((rc = get_str(d, "database_format", "top level", false, &fmt)) ||
+        (rc = parse_dbfmt(fmt ? fmt : "db%05d", "database_format", &m->dbfmt)) ||
+        (rc = parse_credentials(m, json_object_get(d, "credentials"))) ||
+        (rc = parse_objects(m, json_object_get(d, "objects"))) ||
+        (rc = parse_mappings(m, json_object_get(d, "mappings"))) ||
+        (rc = parse_pairs(m, json_object_get(d, "pairs"))) ||
+        (rc = parse_ranges(m, json_object_get(d, "id_shards"), "id_shards",
+                           SHARD_MAX_SHARD + 1, &m->ranges, &m->nranges)))
+        return rc;
+    if (m->ranges[m->nranges - 1].hi + 1 < m->open_shards)
+        return BAD("id_shards: open shards %u..%u are not covered by any range",
+                   m->ranges[m->nranges - 1].hi + 1, m->open_shards - 1);
+    return parse_mod(m, json_object_get(d, "mod_shards"));
+}
+
+int shard_map_parse(shard_map **out, const char *json, size_t len)
+{
+    json_error_t jerr;
+    shard_map *m;
+    int rc;
+
+    if (!out || (!json && len))
+        return shard_fail(SHARD_EINVAL, "shard_map_parse: NULL argument");
+    m = shard_calloc(1, sizeof *m);
+    if (!m)
+        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+    atomic_init(&m->refs, 1);
+    m->doc = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!m->doc) {
+        free(m);
+        if (json_error_code(&jerr) == json_error_out_of_memory)
+            return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+        return BAD("invalid JSON at line %d, column %d: %s", jerr.line, jerr.column,
+                   jerr.text);
+    }
+    if ((rc = build(m))) {
+        map_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return SHARD_OK;
+}
+
+int shard_map_load(shard_map **out, const char *path)
+{
+    FILE *f;
+    char *buf = NULL;
+    size_t len = 0, cap = 0, n;
+    int rc;
+
+    if (!out || !path)
+        return shard_fail(SHARD_EINVAL, "shard_map_load: NULL argument");
+    f = fopen(path, "rb");
+    if (!f)
+        return shard_fail(SHARD_EIO, "shard map %s: %s", path, strerror(errno));
+    do {
+        if (len == cap) {
+            char *nb = cap > (64u << 20) ? NULL : shard_realloc(buf, cap = cap ? cap * 2 : 8192);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return shard_fail(cap > (64u << 20) ? SHARD_EMAP : SHARD_ENOMEM,
+                                  "shard map %s: too large or out of memory", path);
+            }
+            buf = nb;
+        }
+        n = fread(buf + len, 1, cap - len, f);
+        len += n;
+    } while (n > 0);
+    if (ferror(f)) {
+        free(buf);
+        fclose(f);
+        return shard_fail(SHARD_EIO, "shard map %s: read error", path);
+    }
+    fclose(f);
+    rc = shard_map_parse(out, buf, len);
+    free(buf);
+    if (rc)
+        shard_fail_prefix(rc, "%s: ", path);
+    return rc;
+}
+
+shard_map *shard_map_ref(shard_map *map)
+{
+    if (map)
+        atomic_fetch_add(&map->refs, 1);
+    return map;
+}
+
+void shard_map_free(shard_map *map)
+{
+    if (map && atomic_fetch_sub(&map->refs, 1) == 1)
+        map_destroy(map);
+}
+
+uint64_t shard_map_version(const shard_map *map)
+{
+    return map ? map->version : 0;
+}
+
+unsigned shard_map_open_shards(const shard_map *map)
+{
+    return map ? map->open_shards : 0;
+}
+
+uint32_t shard_map_mod_count(const shard_map *map)
+{
+    return map ? map->mod_count : 0;
+}
+
+size_t shard_map_pair_count(const shard_map *map)
+{
+    return map ? map->npairs : 0;
+}
+
+const char *shard_map_pair_name(const shard_map *map, size_t i)
+{
+    return map && i < map->npairs ? map->pairs[i].name : NULL;
+}
+
+long shard_map_find_pair(const shard_map *map, const char *name)
+{
+    for (size_t i = 0; i < map->npairs; i++)
+        if (strcmp(map->pairs[i].name, name) == 0)
+            return (long)i;
+    return -1;
+}
+
+static long range_lookup(const shard_rangedef *r, size_t n, unsigned x)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (x < r[mid].lo)
+            hi = mid;
+        else if (x > r[mid].hi)
+            lo = mid + 1;
+        else
+            return (long)r[mid].pair;
+    }
+    return -1;
+}
+
+long shard_map_pair_index(const shard_map *map, unsigned shard)
+{
+    return range_lookup(map->ranges, map->nranges, shard);
+}
+
+long shard_map_mod_pair_index(const shard_map *map, uint32_t modshard)
+{
+    return range_lookup(map->mod_ranges, map->nmod_ranges, modshard);
+}
+
+int shard_map_pair_of(const shard_map *map, unsigned shard, const char **pair)
+{
+    long i;
+    if (!map || !pair)
+        return shard_fail(SHARD_EINVAL, "shard_map_pair_of: NULL argument");
+    i = shard_map_pair_index(map, shard);
+    if (i < 0)
+        return shard_fail(SHARD_ENOSHARD, "shard %u is not in any id_shards range "
+                          "of map version %llu", shard, (unsigned long long)map->version);
+    *pair = map->pairs[i].name;
+    return SHARD_OK;
+}
+
+int shard_map_mod_pair_of(const shard_map *map, uint32_t modshard, const char **pair)
+{
+    long i;
+    if (!map || !pair)
+        return shard_fail(SHARD_EINVAL, "shard_map_mod_pair_of: NULL argument");
+    if (modshard >= map->mod_count)
+        return shard_fail(SHARD_ENOSHARD, "mod shard %u is not below the mod shard "
+                          "count %u", modshard, map->mod_count);
+    i = shard_map_mod_pair_index(map, modshard);
+    *pair = map->pairs[i].name;
+    return SHARD_OK;
+}
+
+int shard_map_pair_addrs(const shard_map *map, const char *pair, const char **master,
+                         const char **standby)
+{
+    long i;
+    if (!map || !pair)
+        return shard_fail(SHARD_EINVAL, "shard_map_pair_addrs: NULL argument");
+    i = shard_map_find_pair(map, pair);
+    if (i < 0)
+        return shard_fail(SHARD_ENOTFOUND, "no pair named \"%.64s\" in the map", pair);
+    if (master)
+        *master = map->pairs[i].master.text;
+    if (standby)
+        *standby = map->pairs[i].has_standby ? map->pairs[i].standby.text : NULL;
+    return SHARD_OK;
+}
+
+int shard_map_type_of(const shard_map *map, const char *name, unsigned *type)
+{
+    if (!map || !name || !type)
+        return shard_fail(SHARD_EINVAL, "shard_map_type_of: NULL argument");
+    for (size_t i = 0; i < map->nobjects; i++)
+        if (strcmp(map->objects[i].name, name) == 0) {
+            *type = map->objects[i].type;
+            return SHARD_OK;
+        }
+    return shard_fail(SHARD_ENOTFOUND, "no object type named \"%.64s\" in the map", name);
+}
+
+int shard_map_type_name(const shard_map *map, unsigned type, const char **name)
+{
+    if (!map || !name)
+        return shard_fail(SHARD_EINVAL, "shard_map_type_name: NULL argument");
+    if (type < 1 || type > SHARD_MAX_TYPE || !map->type_names[type])
+        return shard_fail(SHARD_ENOTFOUND, "type %u is not registered in the map", type);
+    *name = map->type_names[type];
+    return SHARD_OK;
+}
+
+const shard_mapdef *shard_map_find_mapping(const shard_map *map, const char *name)
+{
+    for (size_t i = 0; i < map->nmappings; i++)
+        if (strcmp(map->mappings[i].name, name) == 0)
+            return &map->mappings[i];
+    return NULL;
+}
+
+bool shard_map_has_mod_table(const shard_map *map, const char *name)
+{
+    for (size_t i = 0; i < map->nmod_tables; i++)
+        if (strcmp(map->mod_tables[i], name) == 0)
+            return true;
+    return false;
+}
+
+static int copy_name(const char *name, char *buf, size_t size)
+{
+    if (!buf || strlen(name) >= size)
+        return shard_fail(SHARD_EINVAL, "buffer too small for database name %s", name);
+    strcpy(buf, name);
+    return SHARD_OK;
+}
+
+int shard_map_database(const shard_map *map, unsigned shard, char *buf, size_t size)
+{
+    char name[SHARD_DBNAME_MAX];
+    if (!map)
+        return shard_fail(SHARD_EINVAL, "shard_map_database: NULL map");
+    if (shard > SHARD_MAX_SHARD)
+        return shard_fail(SHARD_EINVAL, "shard %u out of range (0..65535)", shard);
+    shard_dbfmt_name(&map->dbfmt, shard, name);
+    return copy_name(name, buf, size);
+}
+
+int shard_map_mod_database(const shard_map *map, uint32_t modshard, char *buf,
+                           size_t size)
+{
+    char name[SHARD_DBNAME_MAX];
+    if (!map)
+        return shard_fail(SHARD_EINVAL, "shard_map_mod_database: NULL map");
+    if (modshard >= map->mod_count)
+        return shard_fail(SHARD_ENOSHARD, "mod shard %u is not below the mod shard "
+                          "count %u", modshard, map->mod_count);
+    shard_dbfmt_name(&map->mod_dbfmt, modshard, name);
+    return copy_name(name, buf, size);
+}
+
+int shard_map_to_json(const shard_map *map, char **json)
+{
+    char *s, *copy;
+    if (!map || !json)
+        return shard_fail(SHARD_EINVAL, "shard_map_to_json: NULL argument");
+    s = json_dumps(map->doc, JSON_INDENT(2) | JSON_SORT_KEYS);
+    copy = s ? shard_strdup(s) : NULL;
+    free(s);
+    if (!copy)
+        return shard_fail(SHARD_ENOMEM, "out of memory writing the shard map");
+    *json = copy;
+    return SHARD_OK;
+}
+
+int shard_map_summary(const shard_map *map, char **text)
+{
+    char buf[512];
+    size_t nrev = 0;
+    int n;
+
+    if (!map || !text)
+        return shard_fail(SHARD_EINVAL, "shard_map_summary: NULL argument");
+    for (size_t i = 0; i < map->nmappings; i++)
+        nrev += map->mappings[i].reverse != NULL;
+    n = snprintf(buf, sizeof buf,
+                 "map version %llu: %u open shards, ID shards 0..%u in %zu ranges on "
+                 "%zu pairs, %zu object types, %zu mappings (%zu with reverse), ",
+                 (unsigned long long)map->version, map->open_shards,
+                 map->ranges[map->nranges - 1].hi, map->nranges, map->npairs,
+                 map->nobjects, map->nmappings, nrev);
+    if (map->mod_count)
+        snprintf(buf + n, sizeof buf - (size_t)n, "%u mod shards with %zu tables",
+                 map->mod_count, map->nmod_tables);
+    else
+        snprintf(buf + n, sizeof buf - (size_t)n, "no mod shards");
+    *text = shard_strdup(buf);
+    return *text ? SHARD_OK : shard_fail(SHARD_ENOMEM, "out of memory");
+}

@@ -1,0 +1,89 @@
+/* The parsed shard map, shared by the files of lib/. Immutable once built. */
+#ifndef LIBSHARD_MAP_H
+#define LIBSHARD_MAP_H
+
+#include "internal.h"
+
+#include <jansson.h>
+#include <stdatomic.h>
+
+#define SHARD_DBNAME_MAX 65 /* MySQL's 64 characters plus NUL */
+
+typedef struct shard_endpoint {
+    char text[300];  /* as written in the map */
+    char host[256];  /* empty for a unix socket */
+    unsigned port;
+    char socket[108];
+} shard_endpoint;
+
+typedef struct shard_pairdef {
+    const char *name; /* borrowed from the JSON document */
+    shard_endpoint master;
+    shard_endpoint standby;
+    bool has_standby;
+} shard_pairdef;
+
+typedef struct shard_rangedef {
+    unsigned lo, hi; /* inclusive */
+    size_t pair;     /* index into pairs */
+} shard_rangedef;
+
+typedef struct shard_objdef {
+    const char *name;
+    unsigned type;
+} shard_objdef;
+
+typedef struct shard_mapdef {
+    const char *name;
+    const char *reverse; /* NULL when none */
+} shard_mapdef;
+
+typedef struct shard_dbfmt {
+    char prefix[SHARD_DBNAME_MAX];
+    char suffix[SHARD_DBNAME_MAX];
+    int width;
+    bool zero;
+} shard_dbfmt;
+
+typedef struct shard_tlsdef {
+    bool enabled;
+    bool verify;
+    const char *ca, *cert, *key; /* NULL when not set */
+} shard_tlsdef;
+
+struct shard_map {
+    atomic_int refs;
+    json_t *doc; /* owns every borrowed string below */
+    uint64_t version;
+    unsigned open_shards;
+    shard_dbfmt dbfmt;
+    const char *user;
+    const char *password_env; /* NULL: no password */
+    shard_tlsdef tls;
+    shard_objdef *objects;
+    size_t nobjects;
+    const char *type_names[SHARD_MAX_TYPE + 1];
+    shard_mapdef *mappings;
+    size_t nmappings;
+    shard_pairdef *pairs;
+    size_t npairs;
+    shard_rangedef *ranges; /* sorted by lo */
+    size_t nranges;
+    uint32_t mod_count;
+    shard_dbfmt mod_dbfmt;
+    const char **mod_tables;
+    size_t nmod_tables;
+    shard_rangedef *mod_ranges;
+    size_t nmod_ranges;
+};
+
+shard_map *shard_map_ref(shard_map *map);
+/* Index of the pair serving a shard, or -1. */
+long shard_map_pair_index(const shard_map *map, unsigned shard);
+long shard_map_mod_pair_index(const shard_map *map, uint32_t modshard);
+long shard_map_find_pair(const shard_map *map, const char *name);
+const shard_mapdef *shard_map_find_mapping(const shard_map *map, const char *name);
+bool shard_map_has_mod_table(const shard_map *map, const char *name);
+void shard_dbfmt_name(const shard_dbfmt *f, unsigned n, char *buf);
+
+#endif

@@ -1,0 +1,26 @@
+/* mod_shard(key, N) = MD5(key) as an unsigned 128-bit big-endian integer, mod N. */
+#include "internal.h"
+
+#include <openssl/evp.h>
+
+int shard_mod(const void *key, size_t len, uint32_t nshards, uint32_t *shard)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    uint32_t r = 0;
+
+    if (!shard)
+        return shard_fail(SHARD_EINVAL, "shard_mod: shard output is NULL");
+    if (nshards < 1 || nshards > SHARD_MAX_MOD_SHARDS)
+        return shard_fail(SHARD_EINVAL, "mod shard count %u out of range (1..65536)",
+                          nshards);
+    if (!key && len > 0)
+        return shard_fail(SHARD_EINVAL, "shard_mod: key is NULL but length is %zu", len);
+    if (!EVP_Digest(len ? key : "", len, md, &mdlen, EVP_md5(), NULL) || mdlen != 16)
+        return shard_fail(SHARD_EINTERNAL, "MD5 digest failed in OpenSSL");
+    /* Horner's rule over the big-endian bytes; r < 65536 keeps r*256+255 in 32 bits. */
+    for (unsigned i = 0; i < mdlen; i++)
+        r = (r * 256u + md[i]) % nshards;
+    *shard = r;
+    return SHARD_OK;
+}

@@ -1,0 +1,193 @@
+/*
+ * Map stores. The file store publishes by writing a temporary file in the
+ * same directory and renaming it over the map, so a reader sees the old map
+ * or the new one, never a mix; a lock file serialises publishers so the
+ * version compare-and-swap is honest.
+ */
+#include "map.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct shard_store {
+    char *path;
+};
+
+int shard_store_open(shard_store **out, const char *location)
+{
+    shard_store *s;
+    const char *path = location;
+
+    if (!out || !location)
+        return shard_fail(SHARD_EINVAL, "shard_store_open: NULL argument");
+    if (strncmp(location, "file:", 5) == 0)
+        path = location + 5;
+    else if (strstr(location, "://"))
+        return shard_fail(SHARD_EINVAL, "map store \"%.200s\": unknown scheme "
+                          "(use a path or file:PATH)", location);
+    if (!*path)
+        return shard_fail(SHARD_EINVAL, "map store: empty path");
+    s = shard_calloc(1, sizeof *s);
+    if (!s || !(s->path = shard_strdup(path))) {
+        free(s);
+        return shard_fail(SHARD_ENOMEM, "out of memory opening the map store");
+    }
+    *out = s;
+    return SHARD_OK;
+}
+
+void shard_store_free(shard_store *store)
+{
+    if (!store)
+        return;
+    free(store->path);
+    free(store);
+}
+
+int shard_store_load(shard_store *store, shard_map **out)
+{
+    if (!store || !out)
+        return shard_fail(SHARD_EINVAL, "shard_store_load: NULL argument");
+    return shard_map_load(out, store->path);
+}
+
+static int write_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, buf, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int sync_dir(const char *path)
+{
+    char *copy = shard_strdup(path);
+    int fd, rc = 0;
+
+    if (!copy)
+        return -1;
+    fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        rc = fsync(fd);
+        close(fd);
+    }
+    free(copy);
+    return rc;
+}
+
+/* Current version in the file, 0 when there is no file. */
+static int current_version(const char *path, uint64_t *version)
+{
+    shard_map *cur = NULL;
+    int rc;
+
+    if (access(path, F_OK) != 0 && errno == ENOENT) {
+        *version = 0;
+        return SHARD_OK;
+    }
+    rc = shard_map_load(&cur, path);
+    if (rc)
+        return shard_fail_prefix(rc, "the stored map cannot be read, refusing to "
+                                 "replace it: ");
+    *version = cur->version;
+    shard_map_free(cur);
+    return SHARD_OK;
+}
+
+static int replace_file(const char *path, const char *text)
+{
+    size_t plen = strlen(path);
+    char *tmp = shard_malloc(plen + 16);
+    int fd, err;
+
+    if (!tmp)
+        return shard_fail(SHARD_ENOMEM, "out of memory publishing the map");
+    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
+    fd = mkstemp(tmp);
+    if (fd < 0) {
+        err = errno;
+        free(tmp);
+        return shard_fail(SHARD_EIO, "map store %s: cannot create temporary file: %s",
+                          path, strerror(err));
+    }
+    if (write_all(fd, text, strlen(text)) || write_all(fd, "\n", 1) || fsync(fd) ||
+        fchmod(fd, 0644)) {
+        err = errno;
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        return shard_fail(SHARD_EIO, "map store %s: cannot write: %s", path,
+                          strerror(err));
+    }
+    close(fd);
+    if (rename(tmp, path) != 0) {
+        err = errno;
+        unlink(tmp);
+        free(tmp);
+        return shard_fail(SHARD_EIO, "map store %s: cannot rename into place: %s", path,
+                          strerror(err));
+    }
+    free(tmp);
+    if (sync_dir(path) != 0)
+        return shard_fail(SHARD_EIO, "map store %s: cannot sync directory: %s", path,
+                          strerror(errno));
+    return SHARD_OK;
+}
+
+int shard_store_publish(shard_store *store, const shard_map *map,
+                        uint64_t expected_version)
+{
+    char *lockpath = NULL, *text = NULL;
+    uint64_t cur = 0;
+    int lockfd = -1, rc;
+
+    if (!store || !map)
+        return shard_fail(SHARD_EINVAL, "shard_store_publish: NULL argument");
+    if (map->version <= expected_version)
+        return shard_fail(SHARD_EINVAL, "map version %llu must be greater than the "
+                          "version it replaces (%llu)",
+                          (unsigned long long)map->version,
+                          (unsigned long long)expected_version);
+    if ((rc = shard_map_to_json(map, &text)))
+        return rc;
+    lockpath = shard_malloc(strlen(store->path) + 6);
+    if (!lockpath) {
+        rc = shard_fail(SHARD_ENOMEM, "out of memory publishing the map");
+        goto out;
+    }
+    sprintf(lockpath, "%s.lock", store->path);
+    lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lockfd < 0 || flock(lockfd, LOCK_EX) != 0) {
+        rc = shard_fail(SHARD_EIO, "map store %s: cannot lock %s: %s", store->path,
+                        lockpath, strerror(errno));
+        goto out;
+    }
+    if ((rc = current_version(store->path, &cur)))
+        goto out;
+    if (cur != expected_version) {
+        rc = shard_fail(SHARD_ECONFLICT, "map store %s: version is %llu, expected %llu "
+                        "(another change was published first)", store->path,
+                        (unsigned long long)cur, (unsigned long long)expected_version);
+        goto out;
+    }
+    rc = replace_file(store->path, text);
+out:
+    if (lockfd >= 0)
+        close(lockfd); /* releases the flock */
+    free(lockpath);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,20 @@
+#!/bin/sh
+# Make sure what libshard builds and tests with is installed. As root on
+# Debian it installs what is missing; otherwise it says what to install.
+set -u
+PKGS="build-essential pkg-config default-libmysqlclient-dev libjansson-dev libssl-dev check mariadb-server mariadb-client"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "deps: installing:$missing" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >&2 && apt-get install -y -q --no-install-recommends $missing >&2 && exit 0
+    echo "deps: apt-get failed installing:$missing" >&2
+    exit 1
+fi
+echo "deps: missing packages:$missing" >&2
+echo "deps: install them with: sudo apt-get install$missing" >&2
+exit 1
