@@ -585,7 +585,9 @@ int shard_map_parse(shard_map **out, const char *json, size_t len)
     m->doc = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES, &jerr);
     if (!m->doc) {
         free(m);
-        if (json_error_code(&jerr) == json_error_out_of_memory)
+        /* jansson reports a failed allocation either by code or, early in
+         * parsing, as an error with no text at all. */
+        if (json_error_code(&jerr) == json_error_out_of_memory || !jerr.text[0])
             return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
         return BAD("invalid JSON at line %d, column %d: %s", jerr.line, jerr.column,
                    jerr.text);
