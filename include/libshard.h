@@ -215,6 +215,231 @@ SHARD_EXPORT int shard_store_load(shard_store *store, shard_map **out);
 SHARD_EXPORT int shard_store_publish(shard_store *store, const shard_map *map,
                                      uint64_t expected_version);
 
+/* ------------------------------------------------------------------ */
+/* Contexts: one per process, shared by all its threads                */
+/* ------------------------------------------------------------------ */
+
+typedef struct shard_ctx shard_ctx;
+
+#define SHARD_LOG_ERROR 0
+#define SHARD_LOG_WARN 1
+#define SHARD_LOG_INFO 2
+#define SHARD_LOG_DEBUG 3
+
+/* Called from any thread; message is valid only during the call. */
+typedef void (*shard_log_fn)(int level, const char *message, void *payload);
+
+#define SHARD_OPTIONS_VERSION 1
+
+typedef struct shard_options {
+    unsigned version;             /* SHARD_OPTIONS_VERSION */
+    unsigned connect_timeout_ms;  /* per connection attempt (default 3000) */
+    unsigned read_timeout_ms;     /* per network read (default 10000) */
+    unsigned write_timeout_ms;    /* per network write (default 10000) */
+    unsigned pool_size;           /* max connections per server (default 16) */
+    unsigned retry_budget_ms;     /* time for retrying transient errors (default 5000) */
+    unsigned retry_max;           /* attempts per operation, at most (default 6) */
+    unsigned refresh_interval_ms; /* periodic map reload, jittered +-25%; 0 = off
+                                     (default 30000) */
+    int log_level;                /* messages up to this level are logged */
+    shard_log_fn log;             /* NULL: no logging */
+    void *log_payload;
+} shard_options;
+
+#define SHARD_OPTIONS_INIT \
+    { SHARD_OPTIONS_VERSION, 3000, 10000, 10000, 16, 5000, 6, 30000, SHARD_LOG_WARN, NULL, NULL }
+
+/*
+ * Open a context on the map store at `location` (see shard_store_open):
+ * the map is loaded and validated now; servers are connected lazily. opts
+ * may be NULL for the defaults. The password is read from the environment
+ * variable the map's credentials name. *out is the caller's (shard_ctx_free).
+ */
+SHARD_EXPORT int shard_ctx_open(shard_ctx **out, const char *location,
+                                const shard_options *opts);
+/* Close every connection, stop the refresh thread, free. */
+SHARD_EXPORT void shard_ctx_free(shard_ctx *ctx);
+/*
+ * Read the map store now and switch to its map if its version is newer.
+ * In-flight operations finish on the snapshot they started with.
+ */
+SHARD_EXPORT int shard_ctx_reload(shard_ctx *ctx);
+/* A reference to the current map snapshot; caller frees (shard_map_free). */
+SHARD_EXPORT int shard_ctx_map(shard_ctx *ctx, shard_map **out);
+
+/* Progress of a long operation; called from any thread, serialised. */
+typedef void (*shard_progress_fn)(const char *what, uint64_t done, uint64_t total,
+                                  void *payload);
+
+/*
+ * Create every shard database and table that the map needs on every
+ * pair's master, idempotently, pairs in parallel. progress may be NULL.
+ */
+SHARD_EXPORT int shard_schema_apply(shard_ctx *ctx, shard_progress_fn progress,
+                                    void *payload);
+
+/* ------------------------------------------------------------------ */
+/* Objects: JSON documents named by IDs                                */
+/* ------------------------------------------------------------------ */
+
+/* shard argument of shard_object_create: any open shard, chosen at random. */
+#define SHARD_ANY 0xFFFFFFFFu
+
+/*
+ * Create an object of `type` from JSON text (an object, UTF-8) on `shard`
+ * (or SHARD_ANY; for "near ID x" pass shard_id_shard(x)). *id gets the new
+ * ID. Anything but a JSON object is SHARD_EINVAL, and nothing is written.
+ */
+SHARD_EXPORT int shard_object_create(shard_ctx *ctx, unsigned type, unsigned shard,
+                                     const char *json, size_t len, uint64_t *id);
+/*
+ * The object's JSON text (NUL-terminated, *len without the NUL): the
+ * caller frees *json with shard_free(). SHARD_ENOTFOUND when there is no
+ * such object or it was soft-deleted.
+ */
+SHARD_EXPORT int shard_object_get(shard_ctx *ctx, uint64_t id, char **json,
+                                  size_t *len);
+/*
+ * Apply an RFC 7386 merge patch (a JSON object) in one transaction
+ * (SELECT ... FOR UPDATE, patch, write). When result is not NULL it gets
+ * the new JSON text, the caller frees it with shard_free().
+ */
+SHARD_EXPORT int shard_object_patch(shard_ctx *ctx, uint64_t id, const char *patch,
+                                    size_t len, char **result, size_t *result_len);
+
+#define SHARD_DELETE_HARD 1 /* remove the row instead of "active": false */
+
+/* Soft-delete (default) or hard-delete (SHARD_DELETE_HARD) an object. */
+SHARD_EXPORT int shard_object_delete(shard_ctx *ctx, uint64_t id, int flags);
+
+/* One element of a multi-element result. */
+typedef struct shard_item {
+    int status;  /* 0, SHARD_ENOTFOUND, or the error for this element */
+    char *data;  /* NUL-terminated; NULL unless status is 0 */
+    size_t len;
+} shard_item;
+
+/*
+ * Get n objects: one statement per server covering all of its shards,
+ * servers queried concurrently. (*items)[i] answers ids[i]; free the
+ * array with shard_items_free(*items, n). Returns 0 when every element is
+ * found or not found, SHARD_EPARTIAL when some element failed otherwise
+ * (its status says why; the others are still answered).
+ */
+SHARD_EXPORT int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n,
+                                   shard_item **items);
+SHARD_EXPORT void shard_items_free(shard_item *items, size_t n);
+
+/* ------------------------------------------------------------------ */
+/* Mappings: (from, to, sequence) rows on the shard of `from`          */
+/* ------------------------------------------------------------------ */
+
+/* seq argument: use the current time in microseconds. */
+#define SHARD_SEQ_NOW INT64_MIN
+/* before argument of shard_mapping_list: no cursor. */
+#define SHARD_SEQ_NONE INT64_MAX
+
+typedef struct shard_edge {
+    uint64_t to;
+    int64_t seq;
+} shard_edge;
+
+/*
+ * Add (or re-sequence) the row (from, to, seq) of mapping `name`; when the
+ * map declares a reverse mapping, (to, from, seq) is written to it too, on
+ * the shard of `to`.
+ */
+SHARD_EXPORT int shard_mapping_add(shard_ctx *ctx, const char *name, uint64_t from,
+                                   uint64_t to, int64_t seq);
+/* Remove the row (and its reverse). SHARD_ENOTFOUND when absent. */
+SHARD_EXPORT int shard_mapping_remove(shard_ctx *ctx, const char *name,
+                                      uint64_t from, uint64_t to);
+/*
+ * The newest rows of `from` (highest sequence first, ties by higher `to`
+ * first), only sequences strictly below `before` (SHARD_SEQ_NONE: all), at
+ * most `limit`. *edges (caller frees with shard_free()) holds *n rows.
+ */
+SHARD_EXPORT int shard_mapping_list(shard_ctx *ctx, const char *name, uint64_t from,
+                                    int64_t before, size_t limit, shard_edge **edges,
+                                    size_t *n);
+SHARD_EXPORT int shard_mapping_count(shard_ctx *ctx, const char *name, uint64_t from,
+                                     uint64_t *count);
+
+/* ------------------------------------------------------------------ */
+/* Key-value tables in the mod-shard space (keys and values are bytes)  */
+/* ------------------------------------------------------------------ */
+
+#define SHARD_KEY_MAX 1024 /* bytes */
+
+SHARD_EXPORT int shard_kv_put(shard_ctx *ctx, const char *table, const void *key,
+                              size_t klen, const void *value, size_t vlen);
+/* Put only if the key is absent: SHARD_EEXISTS otherwise (claiming a name). */
+SHARD_EXPORT int shard_kv_put_new(shard_ctx *ctx, const char *table, const void *key,
+                                  size_t klen, const void *value, size_t vlen);
+/* *value (NUL-terminated for convenience) is the caller's: shard_free(). */
+SHARD_EXPORT int shard_kv_get(shard_ctx *ctx, const char *table, const void *key,
+                              size_t klen, char **value, size_t *vlen);
+/* SHARD_ENOTFOUND when absent. */
+SHARD_EXPORT int shard_kv_delete(shard_ctx *ctx, const char *table, const void *key,
+                                 size_t klen);
+
+/* ------------------------------------------------------------------ */
+/* Transactions bound to one shard                                     */
+/* ------------------------------------------------------------------ */
+
+typedef struct shard_txn shard_txn;
+
+/*
+ * Begin a transaction on `shard`. The transaction holds one connection
+ * and is used by one thread at a time. It ends with shard_txn_commit() or
+ * shard_txn_rollback(), which both free it. On SHARD_EMOVED or a lost
+ * connection the transaction was rolled back: begin it again.
+ */
+SHARD_EXPORT int shard_txn_begin(shard_ctx *ctx, unsigned shard, shard_txn **out);
+SHARD_EXPORT int shard_txn_object_create(shard_txn *txn, unsigned type,
+                                         const char *json, size_t len, uint64_t *id);
+/* The object's current JSON, locked until the end of the transaction. */
+SHARD_EXPORT int shard_txn_object_get(shard_txn *txn, uint64_t id, char **json,
+                                      size_t *len);
+/* Replace the object's JSON (an object). */
+SHARD_EXPORT int shard_txn_object_put(shard_txn *txn, uint64_t id, const char *json,
+                                      size_t len);
+/* Add a mapping row; `from` (and, with a reverse, `to`) on the txn's shard. */
+SHARD_EXPORT int shard_txn_mapping_add(shard_txn *txn, const char *name,
+                                       uint64_t from, uint64_t to, int64_t seq);
+SHARD_EXPORT int shard_txn_commit(shard_txn *txn);
+SHARD_EXPORT void shard_txn_rollback(shard_txn *txn);
+
+/* ------------------------------------------------------------------ */
+/* Scatter: the only calls that touch every shard                      */
+/* ------------------------------------------------------------------ */
+
+/* Return non-zero to stop the scan (shard_scatter_scan returns it). */
+typedef int (*shard_scan_fn)(uint64_t id, const char *json, size_t len, void *payload);
+
+/* Every live object of `type`, shard by shard, in primary-key order. */
+SHARD_EXPORT int shard_scatter_scan(shard_ctx *ctx, unsigned type, shard_scan_fn fn,
+                                    void *payload);
+/* The number of live objects of `type` across every shard. */
+SHARD_EXPORT int shard_scatter_count(shard_ctx *ctx, unsigned type, uint64_t *count);
+
+/* ------------------------------------------------------------------ */
+/* jansson conveniences (declared when <jansson.h> is included first)   */
+/* ------------------------------------------------------------------ */
+
+#ifdef JANSSON_H
+SHARD_EXPORT int shard_object_create_json(shard_ctx *ctx, unsigned type,
+                                          unsigned shard, const json_t *obj,
+                                          uint64_t *id);
+/* *out is a new reference: json_decref() it. */
+SHARD_EXPORT int shard_object_get_json(shard_ctx *ctx, uint64_t id, json_t **out);
+/* Change obj in place; return 0 to write it, non-zero to abort (returned). */
+typedef int (*shard_update_fn)(json_t *obj, void *payload);
+/* Read-modify-write in one transaction (SELECT ... FOR UPDATE). */
+SHARD_EXPORT int shard_object_update(shard_ctx *ctx, uint64_t id, shard_update_fn fn,
+                                     void *payload);
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -66,13 +66,19 @@ int shard_fail(int code, const char *fmt, ...)
 
 int shard_fail_prefix(int code, const char *fmt, ...)
 {
-    char prefix[256], old[ERRMSG_SIZE];
+    char prefix[256];
+    size_t plen, olen;
     va_list ap;
 
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    memcpy(old, errmsg, sizeof old);
-    snprintf(errmsg, sizeof errmsg, "%s%s", prefix, old);
+    plen = strlen(prefix);
+    olen = strnlen(errmsg, sizeof errmsg - 1);
+    if (plen + olen >= sizeof errmsg)
+        olen = sizeof errmsg - 1 - plen; /* keep the prefix, cut the tail */
+    memmove(errmsg + plen, errmsg, olen);
+    memcpy(errmsg, prefix, plen);
+    errmsg[plen + olen] = '\0';
     return code;
 }

@@ -2,6 +2,7 @@
 #ifndef LIBSHARD_INTERNAL_H
 #define LIBSHARD_INTERNAL_H
 
+#include <jansson.h> /* first, so libshard.h declares its jansson calls */
 #include "libshard.h"
 
 #include <stdarg.h>

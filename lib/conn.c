@@ -1,0 +1,299 @@
+/*
+ * Connections: one bounded pool per server, shared by every thread; one
+ * connection serves every shard database on its server (qualified names).
+ */
+#include "ctx.h"
+
+#include <errno.h>
+#include <errmsg.h>
+#include <mysqld_error.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A pooled connection idle longer than this is pinged before use, so that a
+ * restarted server is noticed before a statement is sent, not after. */
+#define IDLE_PING_SECONDS 1.0
+
+/* Map a server or client error number to a libshard code. */
+static int code_of(unsigned e)
+{
+    switch (e) {
+    case CR_CONNECTION_ERROR:
+    case CR_CONN_HOST_ERROR:
+    case CR_SERVER_GONE_ERROR:
+    case CR_SERVER_LOST:
+    case CR_SERVER_LOST_EXTENDED:
+    case CR_UNKNOWN_HOST:
+    case ER_SERVER_SHUTDOWN:
+    case ER_CONNECTION_KILLED:
+    case ER_CON_COUNT_ERROR:
+    case ER_TOO_MANY_USER_CONNECTIONS:
+    case ER_OPTION_PREVENTS_STATEMENT: /* read-only server, e.g. a fenced old master */
+        return SHARD_ECONNECT;
+    case ER_LOCK_WAIT_TIMEOUT:
+    case ER_LOCK_DEADLOCK:
+        return SHARD_EBUSY;
+    case ER_DUP_ENTRY:
+        return SHARD_EEXISTS;
+    case ER_DBACCESS_DENIED_ERROR:
+    case ER_ACCESS_DENIED_ERROR:
+    case ER_TABLEACCESS_DENIED_ERROR:
+    case ER_COLUMNACCESS_DENIED_ERROR:
+    case ER_SPECIFIC_ACCESS_DENIED_ERROR:
+    case ER_PROCACCESS_DENIED_ERROR:
+        return SHARD_EPRIV;
+    case CR_SSL_CONNECTION_ERROR:
+        return SHARD_ETLS;
+    case ER_NET_PACKET_TOO_LARGE:
+        return SHARD_ETOOBIG;
+    default:
+        return SHARD_ESERVER;
+    }
+}
+
+/* Fail with the connection's error; a slow loss is a timeout. */
+static int conn_fail(MYSQL *my, const char *label, double started, unsigned timeout_ms,
+                     unsigned *errno_out)
+{
+    unsigned e = mysql_errno(my);
+    int code = code_of(e);
+    double took = now_seconds() - started;
+
+    if (errno_out)
+        *errno_out = e;
+    if (code == SHARD_ECONNECT && timeout_ms && took * 1000.0 >= timeout_ms * 0.9) {
+        return shard_fail(SHARD_ETIMEOUT, "%s: no answer within %u ms (error %u: %s)",
+                          label, timeout_ms, e, mysql_error(my));
+    }
+    return shard_fail(code, "%s: error %u (%s): %s", label, e, mysql_sqlstate(my),
+                      mysql_error(my));
+}
+
+static unsigned to_seconds(unsigned ms)
+{
+    return ms ? (ms + 999) / 1000 : 0;
+}
+
+static int set_tls(MYSQL *my, const shard_tlsdef *tls)
+{
+    my_bool yes = 1, verify = tls->verify;
+
+    if (!tls->enabled)
+        return 0;
+    if ((tls->key && mysql_optionsv(my, MYSQL_OPT_SSL_KEY, tls->key)) ||
+        (tls->cert && mysql_optionsv(my, MYSQL_OPT_SSL_CERT, tls->cert)) ||
+        (tls->ca && mysql_optionsv(my, MYSQL_OPT_SSL_CA, tls->ca)) ||
+        mysql_optionsv(my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify) ||
+        mysql_optionsv(my, MYSQL_OPT_SSL_ENFORCE, &yes))
+        return -1;
+    return 0;
+}
+
+static int read_max_packet(shard_conn *c)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    if (mysql_real_query(c->my, "SELECT @@max_allowed_packet", 27) ||
+        !(res = mysql_store_result(c->my)))
+        return conn_fail(c->my, c->srv->label, now_seconds(), 0, &c->last_errno);
+    row = mysql_fetch_row(res);
+    c->max_packet = row && row[0] ? strtoul(row[0], NULL, 10) : 1048576;
+    mysql_free_result(res);
+    return 0;
+}
+
+static int conn_open(shard_ctx *ctx, shard_server *srv, shard_conn **out)
+{
+    unsigned ct = to_seconds(ctx->opts.connect_timeout_ms);
+    unsigned rt = to_seconds(ctx->opts.read_timeout_ms);
+    unsigned wt = to_seconds(ctx->opts.write_timeout_ms);
+    unsigned long client_max = 1024UL * 1024 * 1024;
+    my_bool no = 0;
+    shard_map *map = ctx_map(ctx);
+    const shard_endpoint *ep = &srv->ep;
+    shard_conn *c;
+    double t0;
+    int rc;
+
+    c = shard_calloc(1, sizeof *c);
+    if (!c || !(c->my = mysql_init(NULL))) {
+        free(c);
+        shard_map_free(map);
+        return shard_fail(SHARD_ENOMEM, "%s: out of memory for a connection", srv->label);
+    }
+    c->srv = srv;
+    c->read_timeout_ms = ctx->opts.read_timeout_ms;
+    mysql_optionsv(c->my, MYSQL_OPT_CONNECT_TIMEOUT, &ct);
+    mysql_optionsv(c->my, MYSQL_OPT_READ_TIMEOUT, &rt);
+    mysql_optionsv(c->my, MYSQL_OPT_WRITE_TIMEOUT, &wt);
+    mysql_optionsv(c->my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    mysql_optionsv(c->my, MYSQL_OPT_MAX_ALLOWED_PACKET, &client_max);
+    mysql_optionsv(c->my, MYSQL_OPT_RECONNECT, &no);
+    mysql_optionsv(c->my, MYSQL_INIT_COMMAND,
+                   "SET SESSION sql_mode='STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,"
+                   "NO_AUTO_VALUE_ON_ZERO'");
+    if (set_tls(c->my, &map->tls)) {
+        rc = shard_fail(SHARD_ETLS, "%s: cannot set TLS options", srv->label);
+        goto fail;
+    }
+    t0 = now_seconds();
+    if (!mysql_real_connect(c->my, ep->socket[0] ? NULL : ep->host, map->user,
+                            ctx->password, NULL, ep->port,
+                            ep->socket[0] ? ep->socket : NULL, 0)) {
+        rc = conn_fail(c->my, srv->label, t0, ctx->opts.connect_timeout_ms, &c->last_errno);
+        shard_fail_prefix(rc, "cannot connect: ");
+        goto fail;
+    }
+    if ((rc = read_max_packet(c)))
+        goto fail;
+    shard_map_free(map);
+    *out = c;
+    return 0;
+fail:
+    shard_map_free(map);
+    mysql_close(c->my);
+    free(c);
+    return rc;
+}
+
+static void conn_close(shard_conn *c)
+{
+    mysql_close(c->my);
+    free(c);
+}
+
+static void timed_deadline(struct timespec *ts, unsigned ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+int conn_get(shard_ctx *ctx, shard_server *srv, shard_conn **out)
+{
+    unsigned wait_ms = ctx->opts.connect_timeout_ms + ctx->opts.read_timeout_ms;
+    struct timespec deadline;
+    shard_conn *c;
+    int rc;
+
+    timed_deadline(&deadline, wait_ms);
+    pthread_mutex_lock(&srv->lock);
+    for (;;) {
+        if ((c = srv->idle) != NULL) {
+            srv->idle = c->next;
+            pthread_mutex_unlock(&srv->lock);
+            c->next = NULL;
+            if (now_seconds() - c->idle_since < IDLE_PING_SECONDS || mysql_ping(c->my) == 0) {
+                *out = c;
+                return 0;
+            }
+            /* Stale (server restarted or connection killed): replace it. */
+            conn_close(c);
+            pthread_mutex_lock(&srv->lock);
+            srv->total--;
+            continue;
+        }
+        if (srv->total < ctx->opts.pool_size) {
+            srv->total++;
+            pthread_mutex_unlock(&srv->lock);
+            rc = conn_open(ctx, srv, out);
+            if (rc) {
+                pthread_mutex_lock(&srv->lock);
+                srv->total--;
+                pthread_cond_signal(&srv->cond);
+                pthread_mutex_unlock(&srv->lock);
+            }
+            return rc;
+        }
+        if (pthread_cond_timedwait(&srv->cond, &srv->lock, &deadline) == ETIMEDOUT) {
+            pthread_mutex_unlock(&srv->lock);
+            return shard_fail(SHARD_ETIMEOUT, "%s: all %u pooled connections stayed busy "
+                              "for %u ms", srv->label, ctx->opts.pool_size, wait_ms);
+        }
+    }
+}
+
+void conn_put(shard_conn *c, bool healthy)
+{
+    shard_server *srv;
+
+    if (!c)
+        return;
+    srv = c->srv;
+    if (!healthy) {
+        conn_close(c);
+        pthread_mutex_lock(&srv->lock);
+        srv->total--;
+    } else {
+        c->idle_since = now_seconds();
+        pthread_mutex_lock(&srv->lock);
+        c->next = srv->idle;
+        srv->idle = c;
+    }
+    pthread_cond_signal(&srv->cond);
+    pthread_mutex_unlock(&srv->lock);
+}
+
+void server_close_all(shard_server *srv)
+{
+    shard_conn *c, *next;
+
+    pthread_mutex_lock(&srv->lock);
+    for (c = srv->idle; c; c = next) {
+        next = c->next;
+        conn_close(c);
+        srv->total--;
+    }
+    srv->idle = NULL;
+    pthread_mutex_unlock(&srv->lock);
+}
+
+int conn_fits(shard_conn *c, size_t len)
+{
+    /* The server counts the command byte and some framing as well. */
+    if (len + 1024 > c->max_packet)
+        return shard_fail(SHARD_ETOOBIG, "%s: statement of %zu bytes exceeds the "
+                          "server's max_allowed_packet (%lu bytes)", c->srv->label, len,
+                          c->max_packet);
+    return 0;
+}
+
+static int query_n(shard_conn *c, const char *sql, size_t len)
+{
+    double t0 = now_seconds();
+    int rc;
+
+    if ((rc = conn_fits(c, len)))
+        return rc;
+    if (mysql_real_query(c->my, sql, (unsigned long)len) == 0)
+        return 0;
+    return conn_fail(c->my, c->srv->label, t0, c->read_timeout_ms, &c->last_errno);
+}
+
+int conn_query(shard_conn *c, const sqlbuf *sql)
+{
+    int rc = sql_check(sql);
+    return rc ? rc : query_n(c, sql->s, sql->len);
+}
+
+int conn_query_str(shard_conn *c, const char *sql)
+{
+    return query_n(c, sql, strlen(sql));
+}
+
+int conn_select(shard_conn *c, const sqlbuf *sql, MYSQL_RES **res)
+{
+    int rc = conn_query(c, sql);
+    if (rc)
+        return rc;
+    *res = mysql_store_result(c->my);
+    if (!*res)
+        return conn_fail(c->my, c->srv->label, now_seconds(), 0, &c->last_errno);
+    return 0;
+}

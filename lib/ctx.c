@@ -1,0 +1,361 @@
+/*
+ * The context: the current map snapshot (swapped whole on reload, so a
+ * reload never disturbs operations in flight), the server pools, the
+ * jittered periodic refresh, and routed execution with bounded retries.
+ */
+#include "ctx.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Per-thread PRNG for jitter and random shard choice (splitmix64). */
+static uint64_t rnd(void)
+{
+    static _Thread_local uint64_t state;
+    uint64_t z;
+
+    if (!state) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        state = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^
+                ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)&state;
+    }
+    z = (state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+uint64_t ctx_random(void)
+{
+    return rnd();
+}
+
+void ctx_log(shard_ctx *ctx, int level, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+
+    if (!ctx->opts.log || level > ctx->opts.log_level)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ctx->opts.log(level, msg, ctx->opts.log_payload);
+}
+
+shard_map *ctx_map(shard_ctx *ctx)
+{
+    shard_map *m;
+    pthread_mutex_lock(&ctx->map_lock);
+    m = shard_map_ref(ctx->map);
+    pthread_mutex_unlock(&ctx->map_lock);
+    return m;
+}
+
+int shard_ctx_map(shard_ctx *ctx, shard_map **out)
+{
+    if (!ctx || !out)
+        return shard_fail(SHARD_EINVAL, "shard_ctx_map: NULL argument");
+    *out = ctx_map(ctx);
+    return 0;
+}
+
+/* The password named by the map, copied out of the environment. */
+static int read_password(const shard_map *map, char **out)
+{
+    const char *v;
+
+    *out = NULL;
+    if (!map->password_env)
+        return 0;
+    v = getenv(map->password_env);
+    if (!v)
+        return shard_fail(SHARD_EINVAL, "credentials.password_env names %s, which is not "
+                          "set in the environment", map->password_env);
+    *out = shard_strdup(v);
+    return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
+}
+
+static void wipe_free(char *s)
+{
+    if (s) {
+        volatile char *p = s;
+        while (*p)
+            *p++ = 0;
+        free(s);
+    }
+}
+
+shard_server *ctx_server(shard_ctx *ctx, const shard_map *map, size_t pair)
+{
+    const shard_pairdef *p = &map->pairs[pair];
+    shard_server *s;
+
+    pthread_mutex_lock(&ctx->servers_lock);
+    for (s = ctx->servers; s; s = s->next)
+        if (strcmp(s->ep.text, p->master.text) == 0)
+            break;
+    if (!s && (s = shard_calloc(1, sizeof *s))) {
+        s->ep = p->master;
+        snprintf(s->label, sizeof s->label, "server %s", p->master.text);
+        pthread_mutex_init(&s->lock, NULL);
+        pthread_cond_init(&s->cond, NULL);
+        s->next = ctx->servers;
+        ctx->servers = s;
+    }
+    pthread_mutex_unlock(&ctx->servers_lock);
+    return s;
+}
+
+static int swap_map(shard_ctx *ctx, shard_map *fresh)
+{
+    char *password = NULL;
+    shard_map *old;
+    int rc;
+
+    if ((rc = read_password(fresh, &password))) {
+        shard_map_free(fresh);
+        return rc;
+    }
+    pthread_mutex_lock(&ctx->map_lock);
+    if (ctx->map && fresh->version <= ctx->map->version) {
+        pthread_mutex_unlock(&ctx->map_lock);
+        shard_map_free(fresh);
+        wipe_free(password);
+        return 0;
+    }
+    old = ctx->map;
+    ctx->map = fresh;
+    /* The old password stays valid for connections being opened now. */
+    {
+        char *oldpw = ctx->password;
+        ctx->password = password;
+        password = oldpw;
+    }
+    pthread_mutex_unlock(&ctx->map_lock);
+    if (old)
+        ctx_log(ctx, SHARD_LOG_INFO, "shard map version %llu replaces version %llu",
+                (unsigned long long)fresh->version, (unsigned long long)old->version);
+    shard_map_free(old);
+    wipe_free(password);
+    return 0;
+}
+
+int shard_ctx_reload(shard_ctx *ctx)
+{
+    shard_map *fresh = NULL;
+    int rc;
+
+    if (!ctx)
+        return shard_fail(SHARD_EINVAL, "shard_ctx_reload: NULL context");
+    if ((rc = shard_store_load(ctx->store, &fresh))) {
+        ctx_log(ctx, SHARD_LOG_WARN, "map reload failed, keeping version %llu: %s",
+                (unsigned long long)ctx->map->version, shard_errmsg());
+        return rc;
+    }
+    return swap_map(ctx, fresh);
+}
+
+static void *refresh_main(void *arg)
+{
+    shard_ctx *ctx = arg;
+    unsigned base = ctx->opts.refresh_interval_ms;
+
+    pthread_mutex_lock(&ctx->stop_lock);
+    while (!ctx->stopping) {
+        /* +-25% jitter keeps a fleet of processes from reading in lockstep. */
+        unsigned ms = base - base / 4 + (unsigned)(rnd() % (base / 2 + 1));
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while (!ctx->stopping &&
+               pthread_cond_timedwait(&ctx->stop_cond, &ctx->stop_lock, &ts) != ETIMEDOUT)
+            ;
+        if (ctx->stopping)
+            break;
+        pthread_mutex_unlock(&ctx->stop_lock);
+        shard_ctx_reload(ctx);
+        pthread_mutex_lock(&ctx->stop_lock);
+    }
+    pthread_mutex_unlock(&ctx->stop_lock);
+    return NULL;
+}
+
+static int check_options(const shard_options *o)
+{
+    if (o->version < 1 || o->version > SHARD_OPTIONS_VERSION)
+        return shard_fail(SHARD_EINVAL, "shard_options.version %u is not supported "
+                          "(this library knows 1..%d)", o->version, SHARD_OPTIONS_VERSION);
+    if (o->pool_size < 1)
+        return shard_fail(SHARD_EINVAL, "shard_options.pool_size must be at least 1");
+    if (o->retry_max < 1)
+        return shard_fail(SHARD_EINVAL, "shard_options.retry_max must be at least 1");
+    if (o->connect_timeout_ms < 1 || o->read_timeout_ms < 1 || o->write_timeout_ms < 1)
+        return shard_fail(SHARD_EINVAL, "shard_options: timeouts must be at least 1 ms");
+    return 0;
+}
+
+int shard_ctx_open(shard_ctx **out, const char *location, const shard_options *opts)
+{
+    static const shard_options defaults = SHARD_OPTIONS_INIT;
+    shard_ctx *ctx;
+    shard_map *map = NULL;
+    int rc;
+
+    if (!out || !location)
+        return shard_fail(SHARD_EINVAL, "shard_ctx_open: NULL argument");
+    if (!opts)
+        opts = &defaults;
+    if ((rc = check_options(opts)) || (rc = shard_global_init()))
+        return rc;
+    ctx = shard_calloc(1, sizeof *ctx);
+    if (!ctx)
+        return shard_fail(SHARD_ENOMEM, "out of memory opening a context");
+    ctx->opts = *opts;
+    pthread_mutex_init(&ctx->map_lock, NULL);
+    pthread_mutex_init(&ctx->servers_lock, NULL);
+    pthread_mutex_init(&ctx->stop_lock, NULL);
+    pthread_cond_init(&ctx->stop_cond, NULL);
+    if ((rc = shard_store_open(&ctx->store, location)) ||
+        (rc = shard_store_load(ctx->store, &map)) || (rc = swap_map(ctx, map))) {
+        shard_ctx_free(ctx);
+        return rc;
+    }
+    if (opts->refresh_interval_ms) {
+        if (pthread_create(&ctx->refresher, NULL, refresh_main, ctx) != 0) {
+            shard_ctx_free(ctx);
+            return shard_fail(SHARD_EIO, "cannot start the map refresh thread");
+        }
+        ctx->refreshing = true;
+    }
+    *out = ctx;
+    return 0;
+}
+
+void shard_ctx_free(shard_ctx *ctx)
+{
+    shard_server *s, *next;
+
+    if (!ctx)
+        return;
+    if (ctx->refreshing) {
+        pthread_mutex_lock(&ctx->stop_lock);
+        ctx->stopping = true;
+        pthread_cond_signal(&ctx->stop_cond);
+        pthread_mutex_unlock(&ctx->stop_lock);
+        pthread_join(ctx->refresher, NULL);
+    }
+    for (s = ctx->servers; s; s = next) {
+        next = s->next;
+        server_close_all(s);
+        pthread_mutex_destroy(&s->lock);
+        pthread_cond_destroy(&s->cond);
+        free(s);
+    }
+    shard_map_free(ctx->map);
+    shard_store_free(ctx->store);
+    wipe_free(ctx->password);
+    pthread_mutex_destroy(&ctx->map_lock);
+    pthread_mutex_destroy(&ctx->servers_lock);
+    pthread_mutex_destroy(&ctx->stop_lock);
+    pthread_cond_destroy(&ctx->stop_cond);
+    free(ctx);
+}
+
+bool error_transient(int code)
+{
+    return code == SHARD_ECONNECT || code == SHARD_EBUSY || code == SHARD_EMOVED;
+}
+
+/* Whether the connection may go back to the pool after fn failed with code. */
+static bool conn_reusable(int code)
+{
+    return code != SHARD_ECONNECT && code != SHARD_ETIMEOUT && code != SHARD_ETLS &&
+           code != SHARD_ENOMEM && code != SHARD_EINTERNAL;
+}
+
+static void backoff(unsigned attempt, double deadline)
+{
+    double ms = 10.0 * (double)(1u << (attempt < 8 ? attempt : 8));
+    double left = (deadline - now_seconds()) * 1000.0;
+    struct timespec ts;
+
+    ms = ms / 2 + (double)(rnd() % 1000) / 1000.0 * ms / 2; /* jitter */
+    if (ms > left)
+        ms = left > 0 ? left : 0;
+    ts.tv_sec = (time_t)(ms / 1000);
+    ts.tv_nsec = (long)((ms - (double)ts.tv_sec * 1000) * 1e6);
+    nanosleep(&ts, NULL);
+}
+
+int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
+{
+    double deadline = now_seconds() + ctx->opts.retry_budget_ms / 1000.0;
+    unsigned attempt = 0;
+    int rc;
+
+    for (;;) {
+        shard_map *map = ctx_map(ctx);
+        long pi = (flags & EXEC_MOD) ? shard_map_mod_pair_index(map, shard)
+                                     : shard_map_pair_index(map, shard);
+        char db[SHARD_DBNAME_MAX];
+        shard_server *srv;
+        shard_conn *c = NULL;
+        bool ambiguous = false;
+
+        if (pi < 0) {
+            rc = shard_fail(SHARD_ENOSHARD, "%sshard %u is not in any range of map "
+                            "version %llu", (flags & EXEC_MOD) ? "mod " : "", shard,
+                            (unsigned long long)map->version);
+            shard_map_free(map);
+            return rc;
+        }
+        shard_dbfmt_name((flags & EXEC_MOD) ? &map->mod_dbfmt : &map->dbfmt, shard, db);
+        srv = ctx_server(ctx, map, (size_t)pi);
+        if (!srv) {
+            shard_map_free(map);
+            return shard_fail(SHARD_ENOMEM, "out of memory");
+        }
+        rc = conn_get(ctx, srv, &c);
+        if (rc == 0) {
+            exec_env env = {c, map, db, shard, false};
+            rc = fn(&env, arg);
+            ambiguous = env.ambiguous;
+            conn_put(c, rc == 0 || conn_reusable(rc));
+        }
+        if (rc == 0) {
+            shard_map_free(map);
+            return 0;
+        }
+        if (rc != SHARD_EINVAL && rc != SHARD_ENOTFOUND && rc != SHARD_EEXISTS)
+            shard_fail_prefix(rc, "pair %s, %s: ", map->pairs[pi].name, db);
+        shard_map_free(map);
+        if (!error_transient(rc))
+            return rc;
+        if (rc == SHARD_ECONNECT && ambiguous)
+            return shard_fail_prefix(rc, "the write may or may not have been applied: ");
+        if (++attempt >= ctx->opts.retry_max || now_seconds() >= deadline)
+            return shard_fail_prefix(rc, "gave up after %u attempts: ", attempt);
+        ctx_log(ctx, SHARD_LOG_DEBUG, "retrying after: %s", shard_errmsg());
+        if (rc == SHARD_EMOVED)
+            shard_ctx_reload(ctx);
+        backoff(attempt, deadline);
+    }
+}

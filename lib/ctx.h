@@ -1,0 +1,93 @@
+/* The context, its connection pools and the routed-execution core. */
+#ifndef LIBSHARD_CTX_H
+#define LIBSHARD_CTX_H
+
+#include "map.h"
+#include "sql.h"
+
+#include <mysql.h>
+#include <pthread.h>
+
+typedef struct shard_server shard_server;
+
+typedef struct shard_conn {
+    MYSQL *my;
+    shard_server *srv;
+    struct shard_conn *next;    /* in the idle list */
+    unsigned long max_packet;   /* the server's max_allowed_packet */
+    double idle_since;          /* monotonic seconds */
+    unsigned last_errno;        /* server/client error number of the last failure */
+    unsigned read_timeout_ms;
+} shard_conn;
+
+/* One pool per server address, shared by every thread of the context. */
+struct shard_server {
+    shard_endpoint ep;
+    char label[400]; /* "pair P master ADDR" for messages */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    shard_conn *idle;
+    unsigned total; /* connections open, idle or in use */
+    struct shard_server *next;
+};
+
+struct shard_ctx {
+    shard_options opts;
+    shard_store *store;
+    pthread_mutex_t map_lock;
+    shard_map *map;          /* current snapshot; swapped whole */
+    char *password;          /* from the environment; NULL: none */
+    pthread_mutex_t servers_lock;
+    shard_server *servers;   /* grows, never shrinks, while the context lives */
+    pthread_t refresher;
+    bool refreshing;
+    pthread_mutex_t stop_lock;
+    pthread_cond_t stop_cond;
+    bool stopping;
+};
+
+/* ctx.c */
+shard_map *ctx_map(shard_ctx *ctx);            /* a reference: shard_map_free it */
+void ctx_log(shard_ctx *ctx, int level, const char *fmt, ...) SHARD_PRINTF(3, 4);
+shard_server *ctx_server(shard_ctx *ctx, const shard_map *map, size_t pair);
+double now_seconds(void);
+uint64_t ctx_random(void);
+
+/* conn.c */
+int conn_get(shard_ctx *ctx, shard_server *srv, shard_conn **out);
+/* Back to the pool; a connection that failed is closed instead. */
+void conn_put(shard_conn *c, bool healthy);
+void server_close_all(shard_server *srv);
+/* Run one statement; on failure the message names the server and error. */
+int conn_query(shard_conn *c, const sqlbuf *sql);
+int conn_query_str(shard_conn *c, const char *sql);
+/* Run a statement and store its whole result (*res: mysql_free_result). */
+int conn_select(shard_conn *c, const sqlbuf *sql, MYSQL_RES **res);
+/* Fail with SHARD_ETOOBIG when the statement exceeds the server's packet limit. */
+int conn_fits(shard_conn *c, size_t len);
+
+/*
+ * Routed execution: run fn on a connection to the master of the pair
+ * serving `shard` (a mod shard with EXEC_MOD), with `db` its database.
+ * Transient failures are retried within the context's retry budget;
+ * SHARD_EMOVED reloads the map and retries.
+ */
+#define EXEC_MOD 1 /* shard is a mod shard */
+
+typedef struct exec_env {
+    shard_conn *conn;
+    const shard_map *map;
+    const char *db;
+    unsigned shard;
+    /* fn sets this before sending a write whose loss in flight would leave
+     * its outcome unknown (not idempotent, not inside an open transaction):
+     * such a failure is reported, never retried. */
+    bool ambiguous;
+} exec_env;
+
+typedef int (*exec_fn)(exec_env *env, void *arg);
+int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg);
+/* Whether an error may go away on retry, and how to treat the connection. */
+bool error_transient(int code);
+
+#endif

@@ -1,0 +1,283 @@
+/*
+ * Multi-get: IDs grouped by server, one statement per server covering all
+ * of its shards (UNION ALL of one IN-list per shard table), every server
+ * asked concurrently, answers put back in the input's order.
+ */
+#include "object.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MGET_BATCH 1000 /* IDs per statement: keeps statements far below any packet limit */
+#define MGET_MAX_ROUNDS 3 /* map reloads after a shard answered that it moved */
+
+typedef struct slot {
+    uint64_t id;
+    size_t idx;   /* position in the input */
+    long pair;    /* pair index in the map snapshot */
+} slot;
+
+typedef struct group {
+    shard_ctx *ctx;
+    const shard_map *map;
+    long pair;
+    slot *slots;  /* sorted by id */
+    size_t n;
+    shard_item *items;
+    int rc;
+    char errmsg[512];
+    pthread_t thread;
+    bool threaded;
+} group;
+
+static int cmp_slot(const void *a, const void *b)
+{
+    const slot *x = a, *y = b;
+    if (x->pair != y->pair)
+        return x->pair < y->pair ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int cmp_id_key(const void *key, const void *elem)
+{
+    uint64_t k = *(const uint64_t *)key, id = ((const slot *)elem)->id;
+    return k < id ? -1 : k > id;
+}
+
+/* One statement for slots[from..to): SELECT shard, type, local_id, data ... */
+static void build_batch(const group *g, size_t from, size_t to, sqlbuf *q)
+{
+    /* Slots are sorted by id, so equal (shard, type) runs are contiguous. */
+    size_t i = from;
+    bool first_part = true;
+
+    while (i < to) {
+        uint64_t id = g->slots[i].id;
+        unsigned shard = shard_id_shard(id), type = shard_id_type(id);
+        char db[SHARD_DBNAME_MAX];
+        uint64_t prev = 0;
+
+        shard_dbfmt_name(&g->map->dbfmt, shard, db);
+        sql_add(q, first_part ? "" : " UNION ALL ");
+        sql_addf(q, "SELECT %u, %u, local_id, data FROM ", shard, type);
+        sql_table(q, db, g->map->type_names[type]);
+        sql_add(q, " WHERE local_id IN (");
+        for (bool first = true; i < to && shard_id_shard(g->slots[i].id) == shard &&
+                                shard_id_type(g->slots[i].id) == type; i++) {
+            if (!first && g->slots[i].id == prev)
+                continue; /* duplicates in the input are asked once */
+            if (!first)
+                sql_add(q, ",");
+            sql_u64(q, shard_id_local(g->slots[i].id));
+            prev = g->slots[i].id;
+            first = false;
+        }
+        sql_add(q, ")");
+        first_part = false;
+    }
+}
+
+/* Fill every input position holding this id. */
+static int deliver(group *g, uint64_t id, const char *data, size_t len)
+{
+    slot *s = bsearch(&id, g->slots, g->n, sizeof *g->slots, cmp_id_key);
+    if (!s)
+        return 0;
+    while (s > g->slots && (s - 1)->id == id)
+        s--;
+    for (; s < g->slots + g->n && s->id == id; s++) {
+        shard_item *it = &g->items[s->idx];
+        if (object_deleted(data, len))
+            continue;
+        if (copy_out(data, len, &it->data, &it->len))
+            return SHARD_ENOMEM;
+        it->status = 0;
+    }
+    return 0;
+}
+
+static int run_batch(group *g, shard_conn *c, size_t from, size_t to)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    build_batch(g, from, to, &q);
+    rc = conn_select(c, &q, &res);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    while (rc == 0 && (row = mysql_fetch_row(res))) {
+        unsigned long *lens = mysql_fetch_lengths(res);
+        uint64_t id;
+        if (shard_id_make((unsigned)strtoul(row[0], NULL, 10),
+                          (unsigned)strtoul(row[1], NULL, 10),
+                          strtoull(row[2], NULL, 10), &id) == 0)
+            rc = deliver(g, id, row[3], lens[3]);
+    }
+    mysql_free_result(res);
+    return rc;
+}
+
+static int group_once(group *g)
+{
+    shard_server *srv = ctx_server(g->ctx, g->map, (size_t)g->pair);
+    shard_conn *c;
+    int rc;
+
+    if (!srv)
+        return shard_fail(SHARD_ENOMEM, "out of memory");
+    if ((rc = conn_get(g->ctx, srv, &c)))
+        return rc;
+    for (size_t from = 0; rc == 0 && from < g->n; from += MGET_BATCH)
+        rc = run_batch(g, c, from, from + MGET_BATCH < g->n ? from + MGET_BATCH : g->n);
+    conn_put(c, rc == 0 || rc == SHARD_ESERVER || rc == SHARD_EMOVED);
+    return rc;
+}
+
+/* Reads are idempotent: retry transient failures within the budget. */
+static void *group_run(void *arg)
+{
+    group *g = arg;
+    double deadline = now_seconds() + g->ctx->opts.retry_budget_ms / 1000.0;
+    unsigned attempt = 0;
+
+    for (;;) {
+        g->rc = group_once(g);
+        if (g->rc == 0 || g->rc == SHARD_EMOVED || !error_transient(g->rc) ||
+            ++attempt >= g->ctx->opts.retry_max || now_seconds() >= deadline)
+            break;
+        struct timespec ts = {0, 10000000L << (attempt < 5 ? attempt : 5)};
+        nanosleep(&ts, NULL);
+    }
+    if (g->rc) {
+        shard_fail_prefix(g->rc, "pair %s: ", g->map->pairs[g->pair].name);
+        snprintf(g->errmsg, sizeof g->errmsg, "%s", shard_errmsg());
+    }
+    return NULL;
+}
+
+/* Items still pending (status SHARD_EMOVED) are asked again; returns how many. */
+static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item *items,
+                      size_t *pending)
+{
+    shard_map *map = ctx_map(ctx);
+    slot *slots = shard_calloc(n, sizeof *slots);
+    group *groups = NULL;
+    size_t ns = 0, ng = 0;
+    char firsterr[512] = "";
+
+    if (!slots) {
+        shard_map_free(map);
+        return shard_fail(SHARD_ENOMEM, "out of memory for a %zu-ID multi-get", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *table = NULL;
+        long pi;
+        if (items[i].status != SHARD_EMOVED)
+            continue;
+        if (object_check_id(map, ids[i], &table)) {
+            items[i].status = SHARD_EINVAL;
+            continue;
+        }
+        pi = shard_map_pair_index(map, shard_id_shard(ids[i]));
+        if (pi < 0) {
+            items[i].status = SHARD_ENOSHARD;
+            continue;
+        }
+        items[i].status = SHARD_ENOTFOUND;
+        slots[ns++] = (slot){ids[i], i, pi};
+    }
+    qsort(slots, ns, sizeof *slots, cmp_slot);
+    groups = shard_calloc(map->npairs ? map->npairs : 1, sizeof *groups);
+    if (!groups) {
+        free(slots);
+        shard_map_free(map);
+        return shard_fail(SHARD_ENOMEM, "out of memory for a %zu-ID multi-get", n);
+    }
+    for (size_t i = 0; i < ns;) {
+        group *g = &groups[ng++];
+        size_t j = i;
+        while (j < ns && slots[j].pair == slots[i].pair)
+            j++;
+        *g = (group){.ctx = ctx, .map = map, .pair = slots[i].pair, .slots = slots + i,
+                     .n = j - i, .items = items};
+        i = j;
+    }
+    /* Every group but the first on its own thread; the first on this one. */
+    for (size_t i = 1; i < ng; i++)
+        groups[i].threaded = pthread_create(&groups[i].thread, NULL, group_run, &groups[i]) == 0;
+    for (size_t i = 0; i < ng; i++) {
+        if (i == 0 || !groups[i].threaded)
+            group_run(&groups[i]);
+        else
+            pthread_join(groups[i].thread, NULL);
+    }
+    *pending = 0;
+    for (size_t i = 0; i < ng; i++) {
+        group *g = &groups[i];
+        if (!g->rc)
+            continue;
+        if (!firsterr[0])
+            snprintf(firsterr, sizeof firsterr, "%s", g->errmsg);
+        for (size_t k = 0; k < g->n; k++) {
+            shard_item *it = &items[g->slots[k].idx];
+            free(it->data);
+            it->data = NULL;
+            it->len = 0;
+            it->status = g->rc;
+            *pending += g->rc == SHARD_EMOVED;
+        }
+    }
+    free(groups);
+    free(slots);
+    shard_map_free(map);
+    if (firsterr[0])
+        shard_fail(SHARD_EPARTIAL, "%s", firsterr);
+    return 0;
+}
+
+int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item **out)
+{
+    shard_item *items;
+    size_t pending = 0;
+    int rc = 0;
+
+    if (!ctx || !out || (!ids && n))
+        return shard_fail(SHARD_EINVAL, "shard_object_mget: NULL argument");
+    items = shard_calloc(n ? n : 1, sizeof *items);
+    if (!items)
+        return shard_fail(SHARD_ENOMEM, "out of memory for a %zu-ID multi-get", n);
+    for (size_t i = 0; i < n; i++)
+        items[i].status = SHARD_EMOVED; /* "still to ask" */
+    shard_clear_error();
+    for (int round = 0; round < MGET_MAX_ROUNDS; round++) {
+        if ((rc = mget_round(ctx, ids, n, items, &pending)) || !pending)
+            break;
+        shard_ctx_reload(ctx);
+    }
+    if (rc) {
+        shard_items_free(items, n);
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (items[i].status != 0 && items[i].status != SHARD_ENOTFOUND) {
+            if (!shard_errmsg()[0])
+                shard_fail(SHARD_EPARTIAL, "ID %llu: %s", (unsigned long long)ids[i],
+                           shard_strerror(items[i].status));
+            rc = SHARD_EPARTIAL;
+        }
+    *out = items;
+    return rc;
+}
+
+void shard_items_free(shard_item *items, size_t n)
+{
+    if (!items)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(items[i].data);
+    free(items);
+}

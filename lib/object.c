@@ -1,0 +1,459 @@
+/* Objects: create, get, read-modify-write, soft and hard delete. */
+#include "object.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int object_parse(const char *json, size_t len, json_t **out)
+{
+    json_error_t err;
+    json_t *v;
+
+    if (!json)
+        return shard_fail(SHARD_EINVAL, "object JSON is NULL");
+    v = json_loadb(json, len, OBJECT_JSON_FLAGS, &err);
+    if (!v)
+        return shard_fail(SHARD_EINVAL, "object JSON is invalid at line %d, column %d: %s",
+                          err.line, err.column, err.text);
+    if (!json_is_object(v)) {
+        json_decref(v);
+        return shard_fail(SHARD_EINVAL, "object JSON must be an object {...}, not %s",
+                          json_is_array(v) ? "an array" : "a scalar");
+    }
+    *out = v;
+    return 0;
+}
+
+bool object_deleted(const char *text, size_t len)
+{
+    json_t *v;
+    bool deleted;
+
+    /* Cheap test first: most objects never mention "active". */
+    if (!memmem(text, len, "\"active\"", 8))
+        return false;
+    v = json_loadb(text, len, JSON_ALLOW_NUL, NULL);
+    deleted = v && json_is_false(json_object_get(v, "active"));
+    json_decref(v);
+    return deleted;
+}
+
+int object_table(const shard_map *map, unsigned type, const char **table)
+{
+    if (type < 1 || type > SHARD_MAX_TYPE || !map->type_names[type])
+        return shard_fail(SHARD_EINVAL, "object type %u is not registered in map version "
+                          "%llu", type, (unsigned long long)map->version);
+    *table = map->type_names[type];
+    return 0;
+}
+
+int object_check_id(const shard_map *map, uint64_t id, const char **table)
+{
+    if (!shard_id_valid(id))
+        return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
+    return object_table(map, shard_id_type(id), table);
+}
+
+int object_dump(const json_t *obj, char **text, size_t *len)
+{
+    char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_malloc_t jmalloc;
+    json_free_t jfree;
+    int rc;
+
+    if (!s)
+        return shard_fail(SHARD_ENOMEM, "out of memory serialising an object");
+    /* Hand out libshard memory (free()), whatever allocator jansson uses. */
+    rc = copy_out(s, strlen(s), text, len);
+    json_get_alloc_funcs(&jmalloc, &jfree);
+    jfree(s);
+    return rc;
+}
+
+int copy_out(const char *data, size_t len, char **out, size_t *outlen)
+{
+    char *buf = shard_malloc(len + 1);
+    if (!buf)
+        return shard_fail(SHARD_ENOMEM, "out of memory for a %zu-byte result", len);
+    if (len)
+        memcpy(buf, data, len);
+    buf[len] = '\0';
+    *out = buf;
+    if (outlen)
+        *outlen = len;
+    return 0;
+}
+
+int object_insert(shard_conn *c, const char *db, const char *table, unsigned shard,
+                  unsigned type, const char *json, size_t len, uint64_t *id)
+{
+    sqlbuf q;
+    uint64_t local;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "INSERT INTO ");
+    sql_table(&q, db, table);
+    sql_add(&q, " (data) VALUES (");
+    sql_hex(&q, json, len);
+    sql_add(&q, ")");
+    rc = conn_query(c, &q);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    local = mysql_insert_id(c->my);
+    if (local < 1 || local > SHARD_MAX_LOCAL) {
+        /* The row cannot be named by an ID: take it back. */
+        sqlbuf d;
+        sql_init(&d);
+        sql_add(&d, "DELETE FROM ");
+        sql_table(&d, db, table);
+        sql_add(&d, " WHERE local_id = ");
+        sql_u64(&d, local);
+        conn_query(c, &d);
+        sql_free(&d);
+        return shard_fail(SHARD_ESERVER, "table %s.%s: local id %llu exceeds 36 bits; "
+                          "this shard is full for type %u", db, table,
+                          (unsigned long long)local, type);
+    }
+    return shard_id_make(shard, type, local, id);
+}
+
+int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
+                  bool for_update, char **json, size_t *len)
+{
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    unsigned long *lens;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "SELECT data FROM ");
+    sql_table(&q, db, table);
+    sql_add(&q, " WHERE local_id = ");
+    sql_u64(&q, shard_id_local(id));
+    if (for_update)
+        sql_add(&q, " FOR UPDATE");
+    rc = conn_select(c, &q, &res);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    row = mysql_fetch_row(res);
+    lens = mysql_fetch_lengths(res);
+    if (!row || !row[0] || object_deleted(row[0], lens[0]))
+        rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found",
+                        (unsigned long long)id);
+    else
+        rc = copy_out(row[0], lens[0], json, len);
+    mysql_free_result(res);
+    return rc;
+}
+
+int object_write(shard_conn *c, const char *db, const char *table, uint64_t id,
+                 const char *json, size_t len)
+{
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "UPDATE ");
+    sql_table(&q, db, table);
+    sql_add(&q, " SET data = ");
+    sql_hex(&q, json, len);
+    sql_add(&q, " WHERE local_id = ");
+    sql_u64(&q, shard_id_local(id));
+    rc = conn_query(c, &q);
+    sql_free(&q);
+    return rc;
+}
+
+/* ---- create --------------------------------------------------------------- */
+
+typedef struct create_args {
+    unsigned type;
+    const char *json;
+    size_t len;
+    uint64_t id;
+} create_args;
+
+static int create_fn(exec_env *env, void *arg)
+{
+    create_args *a = arg;
+    const char *table = NULL;
+    int rc = object_table(env->map, a->type, &table);
+    if (rc)
+        return rc;
+    env->ambiguous = true; /* a lost INSERT may have created the row */
+    return object_insert(env->conn, env->db, table, env->shard, a->type, a->json, a->len,
+                         &a->id);
+}
+
+int shard_object_create(shard_ctx *ctx, unsigned type, unsigned shard, const char *json,
+                        size_t len, uint64_t *id)
+{
+    create_args a = {type, json, len, 0};
+    json_t *v;
+    int rc;
+
+    if (!ctx || !id)
+        return shard_fail(SHARD_EINVAL, "shard_object_create: NULL argument");
+    if (type < 1 || type > SHARD_MAX_TYPE)
+        return shard_fail(SHARD_EINVAL, "type %u out of range (1..1023)", type);
+    if (shard != SHARD_ANY && shard > SHARD_MAX_SHARD)
+        return shard_fail(SHARD_EINVAL, "shard %u out of range (0..65535)", shard);
+    if ((rc = object_parse(json, len, &v)))
+        return rc;
+    json_decref(v);
+    if (shard == SHARD_ANY) {
+        shard_map *map = ctx_map(ctx);
+        shard = (unsigned)(ctx_random() % map->open_shards);
+        shard_map_free(map);
+    }
+    if ((rc = ctx_exec(ctx, shard, 0, create_fn, &a)))
+        return rc;
+    *id = a.id;
+    return 0;
+}
+
+/* ---- get ------------------------------------------------------------------ */
+
+typedef struct get_args {
+    uint64_t id;
+    char *json;
+    size_t len;
+} get_args;
+
+static int get_fn(exec_env *env, void *arg)
+{
+    get_args *a = arg;
+    const char *table = NULL;
+    int rc = object_check_id(env->map, a->id, &table);
+    if (rc)
+        return rc;
+    return object_select(env->conn, env->db, table, a->id, false, &a->json, &a->len);
+}
+
+int shard_object_get(shard_ctx *ctx, uint64_t id, char **json, size_t *len)
+{
+    get_args a = {id, NULL, 0};
+    int rc;
+
+    if (!ctx || !json)
+        return shard_fail(SHARD_EINVAL, "shard_object_get: NULL argument");
+    if (!shard_id_valid(id))
+        return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
+    if ((rc = ctx_exec(ctx, shard_id_shard(id), 0, get_fn, &a)))
+        return rc;
+    *json = a.json;
+    if (len)
+        *len = a.len;
+    return 0;
+}
+
+/* ---- read-modify-write ---------------------------------------------------- */
+
+/* Turns the current object into the new one; 0 to write, else abort. */
+typedef int (*transform_fn)(json_t **obj, void *arg);
+
+typedef struct rmw_args {
+    uint64_t id;
+    transform_fn transform;
+    void *arg;
+    char *result;
+    size_t result_len;
+} rmw_args;
+
+static int rmw_body(exec_env *env, rmw_args *a, const char *table)
+{
+    char *old = NULL, *text = NULL;
+    size_t oldlen, len;
+    json_t *obj = NULL;
+    int rc;
+
+    if ((rc = object_select(env->conn, env->db, table, a->id, true, &old, &oldlen)))
+        return rc;
+    obj = json_loadb(old, oldlen, JSON_ALLOW_NUL, NULL);
+    free(old);
+    if (!obj)
+        return shard_fail(SHARD_ESERVER, "object %llu holds invalid JSON",
+                          (unsigned long long)a->id);
+    if ((rc = a->transform(&obj, a->arg)))
+        goto out;
+    if (!json_is_object(obj)) {
+        rc = shard_fail(SHARD_EINVAL, "the update would make object %llu a non-object",
+                        (unsigned long long)a->id);
+        goto out;
+    }
+    if ((rc = object_dump(obj, &text, &len)) ||
+        (rc = object_write(env->conn, env->db, table, a->id, text, len)))
+        goto out;
+    env->ambiguous = true; /* a lost COMMIT may have committed */
+    if ((rc = conn_query_str(env->conn, "COMMIT")))
+        goto out;
+    env->ambiguous = false;
+    free(a->result);
+    a->result = text;
+    a->result_len = len;
+    text = NULL;
+out:
+    free(text);
+    json_decref(obj);
+    return rc;
+}
+
+static int rmw_fn(exec_env *env, void *arg)
+{
+    rmw_args *a = arg;
+    const char *table = NULL;
+    int rc = object_check_id(env->map, a->id, &table);
+
+    if (rc || (rc = conn_query_str(env->conn, "START TRANSACTION")))
+        return rc;
+    rc = rmw_body(env, a, table);
+    if (rc && rc != SHARD_ECONNECT && rc != SHARD_ETIMEOUT &&
+        conn_query_str(env->conn, "ROLLBACK") != 0)
+        rc = SHARD_ECONNECT; /* the connection is unusable: do not pool it */
+    return rc;
+}
+
+static int rmw(shard_ctx *ctx, uint64_t id, transform_fn t, void *arg, char **result,
+               size_t *result_len)
+{
+    rmw_args a = {id, t, arg, NULL, 0};
+    int rc;
+
+    if (!shard_id_valid(id))
+        return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
+    rc = ctx_exec(ctx, shard_id_shard(id), 0, rmw_fn, &a);
+    if (rc == 0 && result) {
+        rc = copy_out(a.result, a.result_len, result, result_len);
+    }
+    free(a.result);
+    return rc;
+}
+
+static int apply_patch(json_t **obj, void *arg)
+{
+    json_t *merged = merge_patch(*obj, arg);
+    if (!merged)
+        return shard_fail(SHARD_ENOMEM, "out of memory applying a merge patch");
+    json_decref(*obj);
+    *obj = merged;
+    return 0;
+}
+
+int shard_object_patch(shard_ctx *ctx, uint64_t id, const char *patch, size_t len,
+                       char **result, size_t *result_len)
+{
+    json_t *p;
+    int rc;
+
+    if (!ctx)
+        return shard_fail(SHARD_EINVAL, "shard_object_patch: NULL context");
+    if ((rc = object_parse(patch, len, &p)))
+        return shard_fail_prefix(rc, "merge patch: ");
+    rc = rmw(ctx, id, apply_patch, p, result, result_len);
+    json_decref(p);
+    return rc;
+}
+
+typedef struct update_args {
+    shard_update_fn fn;
+    void *payload;
+} update_args;
+
+static int call_update(json_t **obj, void *arg)
+{
+    update_args *u = arg;
+    int rc = u->fn(*obj, u->payload);
+    if (rc)
+        return shard_fail(rc, "the update callback aborted with %d", rc);
+    return 0;
+}
+
+int shard_object_update(shard_ctx *ctx, uint64_t id, shard_update_fn fn, void *payload)
+{
+    update_args u = {fn, payload};
+    if (!ctx || !fn)
+        return shard_fail(SHARD_EINVAL, "shard_object_update: NULL argument");
+    return rmw(ctx, id, call_update, &u, NULL, NULL);
+}
+
+/* ---- delete --------------------------------------------------------------- */
+
+static int soft_delete(json_t **obj, void *arg)
+{
+    (void)arg;
+    return json_object_set_new(*obj, "active", json_false())
+               ? shard_fail(SHARD_ENOMEM, "out of memory")
+               : 0;
+}
+
+static int hard_delete_fn(exec_env *env, void *arg)
+{
+    uint64_t id = *(uint64_t *)arg;
+    const char *table = NULL;
+    sqlbuf q;
+    int rc = object_check_id(env->map, id, &table);
+
+    if (rc)
+        return rc;
+    sql_init(&q);
+    sql_add(&q, "DELETE FROM ");
+    sql_table(&q, env->db, table);
+    sql_add(&q, " WHERE local_id = ");
+    sql_u64(&q, shard_id_local(id));
+    rc = conn_query(env->conn, &q);
+    sql_free(&q);
+    if (rc == 0 && mysql_affected_rows(env->conn->my) == 0)
+        rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
+    return rc;
+}
+
+int shard_object_delete(shard_ctx *ctx, uint64_t id, int flags)
+{
+    if (!ctx)
+        return shard_fail(SHARD_EINVAL, "shard_object_delete: NULL context");
+    if (flags & ~SHARD_DELETE_HARD)
+        return shard_fail(SHARD_EINVAL, "shard_object_delete: unknown flags 0x%x", flags);
+    if (!shard_id_valid(id))
+        return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
+    if (flags & SHARD_DELETE_HARD)
+        return ctx_exec(ctx, shard_id_shard(id), 0, hard_delete_fn, &id);
+    return rmw(ctx, id, soft_delete, NULL, NULL, NULL);
+}
+
+/* ---- jansson conveniences ------------------------------------------------- */
+
+int shard_object_create_json(shard_ctx *ctx, unsigned type, unsigned shard,
+                             const json_t *obj, uint64_t *id)
+{
+    char *text;
+    size_t len;
+    int rc;
+
+    if (!json_is_object(obj))
+        return shard_fail(SHARD_EINVAL, "shard_object_create_json: not a JSON object");
+    if ((rc = object_dump(obj, &text, &len)))
+        return rc;
+    rc = shard_object_create(ctx, type, shard, text, len, id);
+    free(text);
+    return rc;
+}
+
+int shard_object_get_json(shard_ctx *ctx, uint64_t id, json_t **out)
+{
+    char *text;
+    size_t len;
+    int rc;
+
+    if (!out)
+        return shard_fail(SHARD_EINVAL, "shard_object_get_json: NULL argument");
+    if ((rc = shard_object_get(ctx, id, &text, &len)))
+        return rc;
+    *out = json_loadb(text, len, JSON_ALLOW_NUL, NULL);
+    free(text);
+    return *out ? 0 : shard_fail(SHARD_ESERVER, "object %llu holds invalid JSON",
+                                 (unsigned long long)id);
+}

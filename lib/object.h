@@ -1,0 +1,34 @@
+/* Objects: shared by the single-object calls, multi-get, transactions and scans. */
+#ifndef LIBSHARD_OBJECT_H
+#define LIBSHARD_OBJECT_H
+
+#include "ctx.h"
+
+#include <jansson.h>
+
+/* Flags for parsing caller JSON: NUL in strings is data, duplicates are not. */
+#define OBJECT_JSON_FLAGS (JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL)
+
+json_t *merge_patch(json_t *target, json_t *patch);
+/* Parse text as a JSON object, or fail with SHARD_EINVAL naming the problem. */
+int object_parse(const char *json, size_t len, json_t **out);
+/* Whether stored object text is soft-deleted ("active": false). */
+bool object_deleted(const char *text, size_t len);
+/* The table of a type in this map, or SHARD_EINVAL naming the type. */
+int object_table(const shard_map *map, unsigned type, const char **table);
+/* Check an ID is valid and its type registered; the table name is returned. */
+int object_check_id(const shard_map *map, uint64_t id, const char **table);
+/* Serialise a JSON object compactly into a libshard-owned string. */
+int object_dump(const json_t *obj, char **text, size_t *len);
+/* Copy a result cell into a NUL-terminated caller-owned buffer. */
+int copy_out(const char *data, size_t len, char **out, size_t *outlen);
+
+/* The statements themselves, on a connection already routed to db. */
+int object_insert(shard_conn *c, const char *db, const char *table, unsigned shard,
+                  unsigned type, const char *json, size_t len, uint64_t *id);
+int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
+                  bool for_update, char **json, size_t *len);
+int object_write(shard_conn *c, const char *db, const char *table, uint64_t id,
+                 const char *json, size_t len);
+
+#endif

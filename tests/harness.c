@@ -1,0 +1,538 @@
+/*
+ * tests/harness.c: see harness.h.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "harness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define MAX_SLOTS 16
+
+struct harness {
+    char dir[PATH_MAX];
+    char map[PATH_MAX + 16];
+    int slot;
+};
+
+/* What the exit/signal cleanup needs, in static storage so that a signal
+ * handler can use it without malloc. */
+static struct {
+    volatile sig_atomic_t used;
+    pid_t owner;
+    char dir[PATH_MAX];
+} slots[MAX_SLOTS];
+
+static char g_script[PATH_MAX];
+static char g_bash[32];
+static int g_inited;
+static volatile sig_atomic_t g_in_cleanup;
+static volatile pid_t g_child; /* the script now running, if any */
+
+static const int fatal_sigs[] = {SIGINT,  SIGTERM, SIGHUP, SIGQUIT, SIGSEGV,
+                                 SIGBUS,  SIGABRT, SIGFPE, SIGILL};
+
+/* ------------------------------------------------------------ processes */
+
+/* Close every fd >= 3 (in a freshly forked child, before exec), so that the
+ * script and the servers it launches hold none of the test's descriptors. */
+static void close_from_3(long maxfd)
+{
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0)
+        return;
+#endif
+    for (long fd = 3; fd < maxfd; fd++)
+        close((int)fd);
+}
+
+static long max_fd(void)
+{
+    long m = sysconf(_SC_OPEN_MAX);
+    if (m < 0 || m > 65536)
+        m = 65536;
+    return m;
+}
+
+static int wait_status(pid_t pid)
+{
+    int st;
+    while (waitpid(pid, &st, 0) < 0) {
+        if (errno != EINTR)
+            return -1;
+    }
+    if (WIFEXITED(st))
+        return WEXITSTATUS(st);
+    if (WIFSIGNALED(st))
+        return 128 + WTERMSIG(st);
+    return -1;
+}
+
+/* `servers.sh stop DIR` using only async-signal-safe calls. */
+static int spawn_stop_sigsafe(const char *dir, long maxfd)
+{
+    char *argv[] = {g_bash, g_script, (char *)"stop", (char *)dir, NULL};
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        close_from_3(maxfd);
+        execve(g_bash, argv, environ);
+        _exit(127);
+    }
+    return wait_status(pid);
+}
+
+/* Run servers.sh with args (NULL-terminated), feeding input (may be NULL) on
+ * its stdin and collecting its stdout into *out (if out). Returns the exit
+ * status, 128+signal, or -1. */
+static int run_script(const char *const args[], const char *input, char **out)
+{
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = g_bash;
+    argv[n++] = g_script;
+    for (int i = 0; args[i] && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+
+    if (out)
+        *out = NULL;
+    int inp[2] = {-1, -1}, outp[2] = {-1, -1};
+    if ((input && pipe(inp) < 0) || pipe(outp) < 0) {
+        fprintf(stderr, "harness: pipe: %s\n", strerror(errno));
+        if (inp[0] >= 0) {
+            close(inp[0]);
+            close(inp[1]);
+        }
+        if (out)
+            *out = strdup("");
+        return -1;
+    }
+    long maxfd = max_fd();
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "harness: fork: %s\n", strerror(errno));
+        if (inp[0] >= 0) {
+            close(inp[0]);
+            close(inp[1]);
+        }
+        close(outp[0]);
+        close(outp[1]);
+        if (out)
+            *out = strdup("");
+        return -1;
+    }
+    if (pid == 0) {
+        int in_fd = input ? inp[0] : open("/dev/null", O_RDONLY);
+        if (in_fd < 0 || dup2(in_fd, 0) < 0 || dup2(outp[1], 1) < 0)
+            _exit(127);
+        close_from_3(maxfd);
+        /* default signal dispositions for the script */
+        signal(SIGPIPE, SIG_DFL);
+        execve(g_bash, (char *const *)argv, environ);
+        _exit(127);
+    }
+
+    g_child = pid;
+    if (input)
+        close(inp[0]);
+    close(outp[1]);
+
+    struct sigaction ign, old_pipe;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, &old_pipe);
+
+    size_t in_len = input ? strlen(input) : 0, in_off = 0;
+    int in_fd = input ? inp[1] : -1;
+    if (in_fd >= 0 && in_len == 0) {
+        close(in_fd);
+        in_fd = -1;
+    }
+    int out_fd = outp[0];
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+
+    while (in_fd >= 0 || out_fd >= 0) {
+        struct pollfd p[2];
+        int np = 0, ii = -1, oi = -1;
+        if (in_fd >= 0) {
+            p[np].fd = in_fd;
+            p[np].events = POLLOUT;
+            ii = np++;
+        }
+        if (out_fd >= 0) {
+            p[np].fd = out_fd;
+            p[np].events = POLLIN;
+            oi = np++;
+        }
+        if (poll(p, (nfds_t)np, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (ii >= 0 && p[ii].revents) {
+            ssize_t w = write(in_fd, input + in_off, in_len - in_off);
+            if (w > 0)
+                in_off += (size_t)w;
+            if (w < 0 && errno != EINTR && errno != EAGAIN)
+                in_off = in_len; /* EPIPE: the script stopped reading */
+            if (in_off >= in_len) {
+                close(in_fd);
+                in_fd = -1;
+            }
+        }
+        if (oi >= 0 && p[oi].revents) {
+            if (cap - len < 4096) {
+                size_t ncap = cap ? cap * 2 : 8192;
+                char *nb = realloc(buf, ncap);
+                if (!nb) {
+                    close(out_fd);
+                    out_fd = -1;
+                    continue;
+                }
+                buf = nb;
+                cap = ncap;
+            }
+            ssize_t r = read(out_fd, buf + len, cap - len - 1);
+            if (r > 0) {
+                len += (size_t)r;
+            } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+                close(out_fd);
+                out_fd = -1;
+            }
+        }
+    }
+    if (in_fd >= 0)
+        close(in_fd);
+    if (out_fd >= 0)
+        close(out_fd);
+    sigaction(SIGPIPE, &old_pipe, NULL);
+
+    int st = wait_status(pid);
+    g_child = 0;
+    if (out) {
+        if (!buf)
+            buf = strdup("");
+        else
+            buf[len] = '\0';
+        *out = buf;
+    } else {
+        free(buf);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------ cleanup */
+
+static void cleanup_mine(void)
+{
+    long maxfd = max_fd();
+    pid_t me = getpid();
+    pid_t child = g_child;
+    if (child > 0) {
+        /* a script still running (e.g. `start`) would race with `stop`:
+         * end it first (on TERM, `start` stops what it launched) */
+        int st;
+        kill(child, SIGTERM);
+        while (waitpid(child, &st, 0) < 0 && errno == EINTR)
+            ;
+        g_child = 0;
+    }
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        if (slots[i].used && slots[i].owner == me) {
+            slots[i].used = 0;
+            spawn_stop_sigsafe(slots[i].dir, maxfd);
+        }
+    }
+}
+
+static void at_exit_cleanup(void)
+{
+    if (g_in_cleanup)
+        return;
+    g_in_cleanup = 1;
+    cleanup_mine();
+    g_in_cleanup = 0;
+}
+
+static void on_fatal_signal(int sig)
+{
+    int saved = errno;
+    if (!g_in_cleanup) {
+        g_in_cleanup = 1;
+        cleanup_mine(); /* only the starting process's servers */
+    }
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    raise(sig); /* delivered with the default action when we return */
+    errno = saved;
+}
+
+static int init_once(void)
+{
+    if (g_inited)
+        return 0;
+    const char *tdir = getenv("LIBSHARD_TESTS_DIR");
+    if (!tdir || !*tdir)
+        tdir = "tests";
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/servers.sh", tdir) >= (int)sizeof path) {
+        fprintf(stderr, "harness: LIBSHARD_TESTS_DIR too long\n");
+        return -1;
+    }
+    if (!realpath(path, g_script)) {
+        fprintf(stderr,
+                "harness: cannot find %s (%s); set LIBSHARD_TESTS_DIR to the "
+                "folder holding servers.sh or run from the project root\n",
+                path, strerror(errno));
+        return -1;
+    }
+    if (access("/bin/bash", X_OK) == 0)
+        strcpy(g_bash, "/bin/bash");
+    else if (access("/usr/bin/bash", X_OK) == 0)
+        strcpy(g_bash, "/usr/bin/bash");
+    else {
+        fprintf(stderr, "harness: bash not found\n");
+        return -1;
+    }
+    if (atexit(at_exit_cleanup) != 0) {
+        fprintf(stderr, "harness: atexit failed\n");
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof fatal_sigs / sizeof fatal_sigs[0]; i++) {
+        struct sigaction old, sa;
+        if (sigaction(fatal_sigs[i], NULL, &old) != 0)
+            continue;
+        if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL) {
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = on_fatal_signal;
+            sigemptyset(&sa.sa_mask);
+            sigaction(fatal_sigs[i], &sa, NULL);
+        }
+    }
+    g_inited = 1;
+    return 0;
+}
+
+static int ensure_password(void)
+{
+    const char *pw = getenv("LIBSHARD_PASSWORD");
+    if (pw && *pw)
+        return 0;
+    unsigned char raw[16];
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, raw, sizeof raw) != (ssize_t)sizeof raw) {
+        fprintf(stderr, "harness: /dev/urandom: %s\n", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    char hex[2 * sizeof raw + 1];
+    for (size_t i = 0; i < sizeof raw; i++)
+        snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    if (setenv("LIBSHARD_PASSWORD", hex, 1) != 0) {
+        fprintf(stderr, "harness: setenv: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ API */
+
+harness *harness_start_ex(int npairs, int shards, int mod_shards)
+{
+    if (npairs < 1) {
+        fprintf(stderr, "harness: npairs must be >= 1\n");
+        return NULL;
+    }
+    if (init_once() != 0 || ensure_password() != 0)
+        return NULL;
+
+    int slot = -1;
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        if (!slots[i].used) {
+            slot = i;
+            break;
+        }
+    }
+    if (slot < 0) {
+        fprintf(stderr, "harness: too many harnesses at once (max %d)\n",
+                MAX_SLOTS);
+        return NULL;
+    }
+
+    harness *h = calloc(1, sizeof *h);
+    if (!h) {
+        fprintf(stderr, "harness: out of memory\n");
+        return NULL;
+    }
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    if (snprintf(h->dir, sizeof h->dir, "%s/libshard-XXXXXX", tmp) >=
+            (int)sizeof h->dir ||
+        !mkdtemp(h->dir)) {
+        fprintf(stderr, "harness: mkdtemp under %s: %s\n", tmp,
+                strerror(errno));
+        free(h);
+        return NULL;
+    }
+    snprintf(h->map, sizeof h->map, "%s/map.json", h->dir);
+
+    /* register before starting, so that a crash during start cleans up */
+    h->slot = slot;
+    slots[slot].owner = getpid();
+    memcpy(slots[slot].dir, h->dir, sizeof h->dir);
+    slots[slot].used = 1;
+
+    char np[16], ns[16], nm[16];
+    snprintf(np, sizeof np, "%d", npairs);
+    snprintf(ns, sizeof ns, "%d", shards);
+    snprintf(nm, sizeof nm, "%d", mod_shards);
+    const char *args[9];
+    int n = 0;
+    args[n++] = "start";
+    args[n++] = h->dir;
+    args[n++] = np;
+    if (shards > 0) {
+        args[n++] = "--shards";
+        args[n++] = ns;
+    }
+    if (mod_shards > 0) {
+        args[n++] = "--mod-shards";
+        args[n++] = nm;
+    }
+    args[n] = NULL;
+
+    char *out = NULL;
+    int st = run_script(args, NULL, &out);
+    free(out);
+    if (st != 0 || access(h->map, R_OK) != 0) {
+        fprintf(stderr, "harness: %s start %s %d failed (status %d)\n",
+                g_script, h->dir, npairs, st);
+        harness_stop(h);
+        return NULL;
+    }
+    return h;
+}
+
+harness *harness_start(int npairs)
+{
+    return harness_start_ex(npairs, 0, 0);
+}
+
+const char *harness_map_path(const harness *h)
+{
+    return h ? h->map : NULL;
+}
+
+const char *harness_dir(const harness *h)
+{
+    return h ? h->dir : NULL;
+}
+
+int harness_port(const harness *h, const char *server)
+{
+    if (!h || !server)
+        return -1;
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/servers", h->dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[2 * PATH_MAX + 128];
+    int port = -1;
+    while (fgets(line, sizeof line, f)) {
+        char name[64];
+        int p;
+        if (sscanf(line, "%63s %*s %*s %d", name, &p) == 2 &&
+            strcmp(name, server) == 0) {
+            port = p;
+            break;
+        }
+    }
+    fclose(f);
+    return port;
+}
+
+static int simple(harness *h, const char *cmd, const char *server)
+{
+    if (!h || !server)
+        return -1;
+    const char *args[] = {cmd, h->dir, server, NULL};
+    return run_script(args, NULL, NULL);
+}
+
+int harness_kill(harness *h, const char *server)
+{
+    return simple(h, "kill", server);
+}
+
+int harness_restart(harness *h, const char *server)
+{
+    return simple(h, "restart", server);
+}
+
+int harness_pause(harness *h, const char *server)
+{
+    return simple(h, "pause", server);
+}
+
+int harness_resume(harness *h, const char *server)
+{
+    return simple(h, "resume", server);
+}
+
+int harness_stop_server(harness *h, const char *server)
+{
+    return simple(h, "stop", server);
+}
+
+int harness_sql(harness *h, const char *server, const char *sql, char **out)
+{
+    if (!h || !server || !sql) {
+        if (out)
+            *out = strdup("");
+        return -1;
+    }
+    const char *args[] = {"sql", h->dir, server, "--skip-column-names", NULL};
+    return run_script(args, sql, out);
+}
+
+void harness_stop(harness *h)
+{
+    if (!h)
+        return;
+    if (h->slot >= 0 && h->slot < MAX_SLOTS)
+        slots[h->slot].used = 0;
+    const char *args[] = {"stop", h->dir, NULL};
+    int st = run_script(args, NULL, NULL);
+    if (st != 0)
+        fprintf(stderr, "harness: %s stop %s: status %d\n", g_script, h->dir,
+                st);
+    free(h);
+}
