@@ -104,19 +104,19 @@ static int parse_args(int argc, char **argv, args *a)
     return 0;
 }
 
-/* Parse an unsigned decimal number in [0, max]; -1 with a message if not. */
-static int parse_num(const char *what, const char *s, unsigned long long max,
-                     unsigned long long *out)
+/* Parse an unsigned decimal number in [min, max]; -1 with a message if not. */
+static int parse_num(const char *what, const char *s, unsigned long long min,
+                     unsigned long long max, unsigned long long *out)
 {
     char *end;
     if (!(*s >= '0' && *s <= '9'))
         return usage_error("%s '%s' is not a number", what, s), -1;
     errno = 0;
     *out = strtoull(s, &end, 10);
-    if (errno || *end)
+    if (*end)
         return usage_error("%s '%s' is not a number", what, s), -1;
-    if (*out > max)
-        return usage_error("%s %s is out of range (0..%llu)", what, s, max), -1;
+    if (errno == ERANGE || *out < min || *out > max)
+        return usage_error("%s %s is out of range (%llu..%llu)", what, s, min, max), -1;
     return 0;
 }
 
@@ -174,10 +174,9 @@ static int cmd_id_encode(const args *a)
 
     if (a->npos != 5)
         return usage_error("id encode needs SHARD TYPE LOCAL");
-    /* Range errors come from shard_id_make, with the library's wording. */
-    if (parse_num("shard", a->pos[2], UINT32_MAX, &shard) ||
-        parse_num("type", a->pos[3], UINT32_MAX, &type) ||
-        parse_num("local id", a->pos[4], UINT64_MAX, &local))
+    if (parse_num("shard", a->pos[2], 0, SHARD_MAX_SHARD, &shard) ||
+        parse_num("type", a->pos[3], 1, SHARD_MAX_TYPE, &type) ||
+        parse_num("local id", a->pos[4], 1, SHARD_MAX_LOCAL, &local))
         return EXIT_USAGE;
     if ((rc = shard_id_make((unsigned)shard, (unsigned)type, local, &id)))
         return lib_error(rc);
@@ -218,10 +217,8 @@ static int cmd_modshard(const args *a)
     if (a->npos < 2)
         return usage_error("modshard needs at least one KEY");
     if (a->shards) {
-        if (parse_num("--shards", a->shards, SHARD_MAX_MOD_SHARDS, &n))
+        if (parse_num("--shards", a->shards, 1, SHARD_MAX_MOD_SHARDS, &n))
             return EXIT_USAGE;
-        if (n < 1)
-            return usage_error("--shards 0 is out of range (1..65536)");
     } else if (a->map) {
         shard_map *map = NULL;
         if ((rc = load_map(a, &map)))
@@ -305,8 +302,10 @@ static int dispatch(const args *a)
         if (!c->word2 || (w2 && strcmp(c->word2, w2) == 0))
             return c->run(a);
     }
+    if (known_first && !w2)
+        return usage_error("%s needs a subcommand", w1);
     if (known_first)
-        return usage_error("unknown %s command '%s'", w1, w2 ? w2 : "");
+        return usage_error("unknown %s command '%s'", w1, w2);
     return usage_error("unknown command '%s'", w1);
 }
 

@@ -33,9 +33,10 @@ static const char *const descriptions[] = {
 
 const char *shard_strerror(int code)
 {
-    size_t i = code <= 0 ? (size_t)-(long)code : (size_t)-1;
-    if (i < sizeof descriptions / sizeof descriptions[0] && descriptions[i])
-        return descriptions[i];
+    const int n = (int)(sizeof descriptions / sizeof descriptions[0]);
+    /* Compare before negating: -INT_MIN overflows. */
+    if (code <= 0 && code > -n && descriptions[-code])
+        return descriptions[-code];
     return "unknown error code";
 }
 

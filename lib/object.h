@@ -31,4 +31,9 @@ int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
 int object_write(shard_conn *c, const char *db, const char *table, uint64_t id,
                  const char *json, size_t len);
 
+/* mapping.c: shared with transactions. */
+void mapping_upsert_sql(sqlbuf *q, const char *db, const char *table, uint64_t from,
+                        uint64_t to, int64_t seq);
+int64_t mapping_now(void);
+
 #endif

@@ -1,0 +1,256 @@
+/* Mappings: (from, to, sequence) rows on the shard of `from`, newest first. */
+#include "object.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The table a mapping name reads from: a forward or a reverse mapping. */
+static int mapping_table(const shard_map *map, const char *name, bool write,
+                         const shard_mapdef **def)
+{
+    for (size_t i = 0; i < map->nmappings; i++) {
+        const shard_mapdef *m = &map->mappings[i];
+        if (strcmp(m->name, name) == 0) {
+            *def = m;
+            return 0;
+        }
+        if (m->reverse && strcmp(m->reverse, name) == 0) {
+            if (write)
+                return shard_fail(SHARD_EINVAL, "mapping \"%.64s\" is the reverse of \"%s\": "
+                                  "write to \"%s\" and both rows are kept", name, m->name,
+                                  m->name);
+            *def = m;
+            return 0;
+        }
+    }
+    return shard_fail(SHARD_EINVAL, "no mapping named \"%.64s\" in map version %llu", name,
+                      (unsigned long long)map->version);
+}
+
+static int check_ids(uint64_t from, uint64_t to)
+{
+    if (!shard_id_valid(from))
+        return shard_fail(SHARD_EINVAL, "invalid from ID %llu", (unsigned long long)from);
+    if (!shard_id_valid(to))
+        return shard_fail(SHARD_EINVAL, "invalid to ID %llu", (unsigned long long)to);
+    return 0;
+}
+
+int64_t mapping_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+typedef struct row_args {
+    const char *name; /* the table written: forward or reverse */
+    uint64_t from, to;
+    int64_t seq;
+    bool remove;
+    uint64_t affected;
+} row_args;
+
+void mapping_upsert_sql(sqlbuf *q, const char *db, const char *table, uint64_t from,
+                        uint64_t to, int64_t seq)
+{
+    sql_add(q, "INSERT INTO ");
+    sql_table(q, db, table);
+    sql_add(q, " (from_id, to_id, sequence) VALUES (");
+    sql_u64(q, from);
+    sql_add(q, ", ");
+    sql_u64(q, to);
+    sql_add(q, ", ");
+    sql_i64(q, seq);
+    sql_add(q, ") ON DUPLICATE KEY UPDATE sequence = VALUES(sequence)");
+}
+
+static int row_fn(exec_env *env, void *arg)
+{
+    row_args *a = arg;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    if (a->remove) {
+        sql_add(&q, "DELETE FROM ");
+        sql_table(&q, env->db, a->name);
+        sql_add(&q, " WHERE from_id = ");
+        sql_u64(&q, a->from);
+        sql_add(&q, " AND to_id = ");
+        sql_u64(&q, a->to);
+    } else {
+        mapping_upsert_sql(&q, env->db, a->name, a->from, a->to, a->seq);
+    }
+    rc = conn_query(env->conn, &q); /* both statements are idempotent */
+    sql_free(&q);
+    if (rc == 0)
+        a->affected = mysql_affected_rows(env->conn->my);
+    return rc;
+}
+
+static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t to,
+                      int64_t seq, bool remove)
+{
+    char reverse[SHARD_DBNAME_MAX] = "";
+    const char *rev = NULL;
+    row_args a = {name, from, to, seq, remove, 0};
+    int rc;
+
+    if (!ctx || !name)
+        return shard_fail(SHARD_EINVAL, "mapping: NULL argument");
+    if ((rc = check_ids(from, to)))
+        return rc;
+    {
+        shard_map *map = ctx_map(ctx);
+        const shard_mapdef *def = NULL;
+        rc = mapping_table(map, name, true, &def);
+        if (rc == 0 && def->reverse)
+            snprintf(reverse, sizeof reverse, "%s", def->reverse);
+        shard_map_free(map);
+        if (rc)
+            return rc;
+        rev = reverse[0] ? reverse : NULL;
+    }
+    if ((rc = ctx_exec(ctx, shard_id_shard(from), 0, row_fn, &a)))
+        return rc;
+    if (remove && a.affected == 0)
+        rc = shard_fail(SHARD_ENOTFOUND, "mapping %s has no row (%llu, %llu)", name,
+                        (unsigned long long)from, (unsigned long long)to);
+    if (rev) {
+        /* The reverse row lives on the shard of `to`, maybe another pair:
+         * written second, and idempotent, so a failed call can be repeated. */
+        row_args r = {rev, to, from, seq, remove, 0};
+        int rrc = ctx_exec(ctx, shard_id_shard(to), 0, row_fn, &r);
+        if (rrc)
+            return shard_fail_prefix(rrc, "reverse mapping %s: ", rev);
+    }
+    return rc;
+}
+
+int shard_mapping_add(shard_ctx *ctx, const char *name, uint64_t from, uint64_t to,
+                      int64_t seq)
+{
+    return write_rows(ctx, name, from, to, seq == SHARD_SEQ_NOW ? mapping_now() : seq,
+                      false);
+}
+
+int shard_mapping_remove(shard_ctx *ctx, const char *name, uint64_t from, uint64_t to)
+{
+    return write_rows(ctx, name, from, to, 0, true);
+}
+
+typedef struct list_args {
+    const char *name;
+    uint64_t from;
+    int64_t before;
+    size_t limit;
+    shard_edge *edges;
+    size_t n;
+    uint64_t count;
+} list_args;
+
+static int list_fn(exec_env *env, void *arg)
+{
+    list_args *a = arg;
+    const shard_mapdef *def = NULL;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    sqlbuf q;
+    int rc = mapping_table(env->map, a->name, false, &def);
+
+    if (rc)
+        return rc;
+    sql_init(&q);
+    sql_add(&q, "SELECT to_id, sequence FROM ");
+    sql_table(&q, env->db, a->name);
+    sql_add(&q, " WHERE from_id = ");
+    sql_u64(&q, a->from);
+    if (a->before != SHARD_SEQ_NONE) {
+        sql_add(&q, " AND sequence < ");
+        sql_i64(&q, a->before);
+    }
+    sql_add(&q, " ORDER BY sequence DESC, to_id DESC");
+    if (a->limit) {
+        sql_add(&q, " LIMIT ");
+        sql_u64(&q, a->limit);
+    }
+    rc = conn_select(env->conn, &q, &res);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    free(a->edges);
+    a->n = 0;
+    a->edges = shard_calloc(mysql_num_rows(res) ? mysql_num_rows(res) : 1, sizeof *a->edges);
+    if (!a->edges) {
+        mysql_free_result(res);
+        return shard_fail(SHARD_ENOMEM, "out of memory for a mapping list");
+    }
+    while ((row = mysql_fetch_row(res))) {
+        a->edges[a->n].to = strtoull(row[0], NULL, 10);
+        a->edges[a->n++].seq = strtoll(row[1], NULL, 10);
+    }
+    mysql_free_result(res);
+    return 0;
+}
+
+int shard_mapping_list(shard_ctx *ctx, const char *name, uint64_t from, int64_t before,
+                       size_t limit, shard_edge **edges, size_t *n)
+{
+    list_args a = {name, from, before, limit, NULL, 0, 0};
+    int rc;
+
+    if (!ctx || !name || !edges || !n)
+        return shard_fail(SHARD_EINVAL, "shard_mapping_list: NULL argument");
+    if (!shard_id_valid(from))
+        return shard_fail(SHARD_EINVAL, "invalid from ID %llu", (unsigned long long)from);
+    if ((rc = ctx_exec(ctx, shard_id_shard(from), 0, list_fn, &a))) {
+        free(a.edges);
+        return rc;
+    }
+    *edges = a.edges;
+    *n = a.n;
+    return 0;
+}
+
+static int count_fn(exec_env *env, void *arg)
+{
+    list_args *a = arg;
+    const shard_mapdef *def = NULL;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    sqlbuf q;
+    int rc = mapping_table(env->map, a->name, false, &def);
+
+    if (rc)
+        return rc;
+    sql_init(&q);
+    sql_add(&q, "SELECT COUNT(*) FROM ");
+    sql_table(&q, env->db, a->name);
+    sql_add(&q, " WHERE from_id = ");
+    sql_u64(&q, a->from);
+    rc = conn_select(env->conn, &q, &res);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    row = mysql_fetch_row(res);
+    a->count = row && row[0] ? strtoull(row[0], NULL, 10) : 0;
+    mysql_free_result(res);
+    return 0;
+}
+
+int shard_mapping_count(shard_ctx *ctx, const char *name, uint64_t from, uint64_t *count)
+{
+    list_args a = {name, from, SHARD_SEQ_NONE, 0, NULL, 0, 0};
+    int rc;
+
+    if (!ctx || !name || !count)
+        return shard_fail(SHARD_EINVAL, "shard_mapping_count: NULL argument");
+    if (!shard_id_valid(from))
+        return shard_fail(SHARD_EINVAL, "invalid from ID %llu", (unsigned long long)from);
+    if ((rc = ctx_exec(ctx, shard_id_shard(from), 0, count_fn, &a)))
+        return rc;
+    *count = a.count;
+    return 0;
+}

@@ -1,0 +1,140 @@
+/*
+ * Scatter: the only calls that visit every shard. Each reads shard by
+ * shard in primary-key batches; the caller's callback runs with no
+ * connection held, so it may call libshard itself.
+ */
+#include "object.h"
+
+#include <stdlib.h>
+
+#define SCAN_BATCH 1000
+
+typedef struct scan_args {
+    unsigned type;
+    uint64_t after; /* last local id seen */
+    MYSQL_RES *res;
+    uint64_t count;
+} scan_args;
+
+static int scan_fn(exec_env *env, void *arg)
+{
+    scan_args *a = arg;
+    const char *table = NULL;
+    sqlbuf q;
+    int rc = object_table(env->map, a->type, &table);
+
+    if (rc)
+        return rc;
+    sql_init(&q);
+    sql_add(&q, "SELECT local_id, data FROM ");
+    sql_table(&q, env->db, table);
+    sql_add(&q, " WHERE local_id > ");
+    sql_u64(&q, a->after);
+    sql_addf(&q, " ORDER BY local_id LIMIT %d", SCAN_BATCH);
+    rc = conn_select(env->conn, &q, &a->res);
+    sql_free(&q);
+    return rc;
+}
+
+/* Every shard any range covers, in order. */
+static int each_shard(shard_ctx *ctx, int (*visit)(shard_ctx *, unsigned, void *), void *arg)
+{
+    shard_map *map = ctx_map(ctx);
+    int rc = 0;
+
+    for (size_t i = 0; rc == 0 && i < map->nranges; i++)
+        for (unsigned s = map->ranges[i].lo; rc == 0 && s <= map->ranges[i].hi; s++)
+            rc = visit(ctx, s, arg);
+    shard_map_free(map);
+    return rc;
+}
+
+typedef struct scan_job {
+    unsigned type;
+    shard_scan_fn fn;
+    void *payload;
+} scan_job;
+
+static int scan_shard(shard_ctx *ctx, unsigned shard, void *arg)
+{
+    scan_job *j = arg;
+    scan_args a = {j->type, 0, NULL, 0};
+
+    for (;;) {
+        MYSQL_ROW row;
+        size_t rows;
+        int rc = ctx_exec(ctx, shard, 0, scan_fn, &a);
+        if (rc)
+            return rc;
+        rows = mysql_num_rows(a.res);
+        while ((row = mysql_fetch_row(a.res))) {
+            unsigned long *lens = mysql_fetch_lengths(a.res);
+            uint64_t id;
+            a.after = strtoull(row[0], NULL, 10);
+            if (object_deleted(row[1], lens[1]) ||
+                shard_id_make(shard, j->type, a.after, &id))
+                continue;
+            if ((rc = j->fn(id, row[1], lens[1], j->payload))) {
+                mysql_free_result(a.res);
+                return rc;
+            }
+        }
+        mysql_free_result(a.res);
+        a.res = NULL;
+        if (rows < SCAN_BATCH)
+            return 0;
+    }
+}
+
+int shard_scatter_scan(shard_ctx *ctx, unsigned type, shard_scan_fn fn, void *payload)
+{
+    scan_job j = {type, fn, payload};
+    if (!ctx || !fn)
+        return shard_fail(SHARD_EINVAL, "shard_scatter_scan: NULL argument");
+    return each_shard(ctx, scan_shard, &j);
+}
+
+static int count_fn(exec_env *env, void *arg)
+{
+    scan_args *a = arg;
+    const char *table = NULL;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    sqlbuf q;
+    int rc = object_table(env->map, a->type, &table);
+
+    if (rc)
+        return rc;
+    sql_init(&q);
+    /* Live objects: not soft-deleted ("active" is JSON false). */
+    sql_add(&q, "SELECT COUNT(*) FROM ");
+    sql_table(&q, env->db, table);
+    sql_add(&q, " WHERE NOT (JSON_TYPE(JSON_EXTRACT(data, '$.active')) <=> 'BOOLEAN'"
+                " AND JSON_EXTRACT(data, '$.active') = 'false')");
+    rc = conn_select(env->conn, &q, &res);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    row = mysql_fetch_row(res);
+    a->count += row && row[0] ? strtoull(row[0], NULL, 10) : 0;
+    mysql_free_result(res);
+    return 0;
+}
+
+static int count_shard(shard_ctx *ctx, unsigned shard, void *arg)
+{
+    return ctx_exec(ctx, shard, 0, count_fn, arg);
+}
+
+int shard_scatter_count(shard_ctx *ctx, unsigned type, uint64_t *count)
+{
+    scan_args a = {type, 0, NULL, 0};
+    int rc;
+
+    if (!ctx || !count)
+        return shard_fail(SHARD_EINVAL, "shard_scatter_count: NULL argument");
+    if ((rc = each_shard(ctx, count_shard, &a)))
+        return rc;
+    *count = a.count;
+    return 0;
+}

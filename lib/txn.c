@@ -1,0 +1,212 @@
+/* Transactions bound to one shard: several writes that commit together. */
+#include "object.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct shard_txn {
+    shard_ctx *ctx;
+    shard_map *map;
+    shard_conn *conn;
+    unsigned shard;
+    char db[SHARD_DBNAME_MAX];
+    int failed; /* the first error: the transaction can only roll back */
+};
+
+static int txn_fail(shard_txn *t, int rc)
+{
+    if (rc && !t->failed)
+        t->failed = rc;
+    return rc;
+}
+
+static void txn_end(shard_txn *t, bool rollback)
+{
+    bool healthy = t->conn && t->failed != SHARD_ECONNECT && t->failed != SHARD_ETIMEOUT;
+
+    if (t->conn && rollback && healthy)
+        healthy = conn_query_str(t->conn, "ROLLBACK") == 0;
+    conn_put(t->conn, healthy);
+    shard_map_free(t->map);
+    free(t);
+}
+
+int shard_txn_begin(shard_ctx *ctx, unsigned shard, shard_txn **out)
+{
+    shard_txn *t;
+    shard_server *srv;
+    long pi;
+    int rc;
+
+    if (!ctx || !out)
+        return shard_fail(SHARD_EINVAL, "shard_txn_begin: NULL argument");
+    if (shard > SHARD_MAX_SHARD)
+        return shard_fail(SHARD_EINVAL, "shard %u out of range (0..65535)", shard);
+    t = shard_calloc(1, sizeof *t);
+    if (!t)
+        return shard_fail(SHARD_ENOMEM, "out of memory");
+    t->ctx = ctx;
+    t->shard = shard;
+    t->map = ctx_map(ctx);
+    pi = shard_map_pair_index(t->map, shard);
+    if (pi < 0) {
+        rc = shard_fail(SHARD_ENOSHARD, "shard %u is not in any range of map version %llu",
+                        shard, (unsigned long long)t->map->version);
+        txn_end(t, false);
+        return rc;
+    }
+    shard_dbfmt_name(&t->map->dbfmt, shard, t->db);
+    srv = ctx_server(ctx, t->map, (size_t)pi);
+    rc = srv ? conn_get(ctx, srv, &t->conn) : shard_fail(SHARD_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = conn_query_str(t->conn, "START TRANSACTION");
+    if (rc) {
+        shard_fail_prefix(rc, "pair %s, %s: ", t->map->pairs[pi].name, t->db);
+        t->failed = rc;
+        txn_end(t, false);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+static int check_usable(shard_txn *t, const char *what)
+{
+    if (!t)
+        return shard_fail(SHARD_EINVAL, "%s: NULL transaction", what);
+    if (t->failed)
+        return shard_fail(t->failed, "%s: the transaction already failed (%s); roll it back",
+                          what, shard_strerror(t->failed));
+    return 0;
+}
+
+static int check_on_shard(shard_txn *t, uint64_t id, const char *what)
+{
+    if (!shard_id_valid(id))
+        return shard_fail(SHARD_EINVAL, "%s: invalid ID %llu", what, (unsigned long long)id);
+    if (shard_id_shard(id) != t->shard)
+        return shard_fail(SHARD_EINVAL, "%s: ID %llu is on shard %u, the transaction on "
+                          "shard %u", what, (unsigned long long)id, shard_id_shard(id),
+                          t->shard);
+    return 0;
+}
+
+int shard_txn_object_create(shard_txn *t, unsigned type, const char *json, size_t len,
+                            uint64_t *id)
+{
+    const char *table = NULL;
+    json_t *v;
+    int rc;
+
+    if ((rc = check_usable(t, "shard_txn_object_create")))
+        return rc;
+    if (!id)
+        return shard_fail(SHARD_EINVAL, "shard_txn_object_create: NULL id output");
+    if ((rc = object_table(t->map, type, &table)) || (rc = object_parse(json, len, &v)))
+        return rc;
+    json_decref(v);
+    return txn_fail(t, object_insert(t->conn, t->db, table, t->shard, type, json, len, id));
+}
+
+int shard_txn_object_get(shard_txn *t, uint64_t id, char **json, size_t *len)
+{
+    const char *table = NULL;
+    int rc;
+
+    if ((rc = check_usable(t, "shard_txn_object_get")))
+        return rc;
+    if (!json)
+        return shard_fail(SHARD_EINVAL, "shard_txn_object_get: NULL output");
+    if ((rc = check_on_shard(t, id, "shard_txn_object_get")) ||
+        (rc = object_check_id(t->map, id, &table)))
+        return rc;
+    rc = object_select(t->conn, t->db, table, id, true, json, len);
+    return rc == SHARD_ENOTFOUND ? rc : txn_fail(t, rc);
+}
+
+int shard_txn_object_put(shard_txn *t, uint64_t id, const char *json, size_t len)
+{
+    const char *table = NULL;
+    json_t *v;
+    int rc;
+
+    if ((rc = check_usable(t, "shard_txn_object_put")))
+        return rc;
+    if ((rc = check_on_shard(t, id, "shard_txn_object_put")) ||
+        (rc = object_check_id(t->map, id, &table)) || (rc = object_parse(json, len, &v)))
+        return rc;
+    json_decref(v);
+    if ((rc = txn_fail(t, object_write(t->conn, t->db, table, id, json, len))))
+        return rc;
+    if (mysql_affected_rows(t->conn->my) == 0) {
+        /* 0 rows: absent, or unchanged; tell them apart without failing the txn. */
+        char *cur = NULL;
+        rc = object_select(t->conn, t->db, table, id, false, &cur, NULL);
+        free(cur);
+        if (rc)
+            return rc == SHARD_ENOTFOUND ? rc : txn_fail(t, rc);
+    }
+    return 0;
+}
+
+int shard_txn_mapping_add(shard_txn *t, const char *name, uint64_t from, uint64_t to,
+                          int64_t seq)
+{
+    const shard_mapdef *def;
+    sqlbuf q;
+    int rc;
+
+    if ((rc = check_usable(t, "shard_txn_mapping_add")))
+        return rc;
+    if (!name)
+        return shard_fail(SHARD_EINVAL, "shard_txn_mapping_add: NULL name");
+    def = shard_map_find_mapping(t->map, name);
+    if (!def)
+        return shard_fail(SHARD_EINVAL, "no mapping named \"%.64s\" in map version %llu "
+                          "(reverse mappings are written through their forward name)",
+                          name, (unsigned long long)t->map->version);
+    if ((rc = check_on_shard(t, from, "mapping from")))
+        return rc;
+    if (!shard_id_valid(to))
+        return shard_fail(SHARD_EINVAL, "invalid to ID %llu", (unsigned long long)to);
+    if (def->reverse && (rc = check_on_shard(t, to, "reverse mapping: to")))
+        return rc;
+    if (seq == SHARD_SEQ_NOW)
+        seq = mapping_now();
+    sql_init(&q);
+    mapping_upsert_sql(&q, t->db, def->name, from, to, seq);
+    rc = conn_query(t->conn, &q);
+    if (rc == 0 && def->reverse) {
+        sql_reset(&q);
+        mapping_upsert_sql(&q, t->db, def->reverse, to, from, seq);
+        rc = conn_query(t->conn, &q);
+    }
+    sql_free(&q);
+    return txn_fail(t, rc);
+}
+
+int shard_txn_commit(shard_txn *t)
+{
+    int rc;
+
+    if (!t)
+        return shard_fail(SHARD_EINVAL, "shard_txn_commit: NULL transaction");
+    if (t->failed) {
+        rc = shard_fail(t->failed, "commit: the transaction failed earlier (%s) and was "
+                        "rolled back", shard_strerror(t->failed));
+        txn_end(t, true);
+        return rc;
+    }
+    rc = conn_query_str(t->conn, "COMMIT");
+    if (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT)
+        shard_fail_prefix(rc, "commit outcome unknown: ");
+    txn_fail(t, rc);
+    txn_end(t, rc != 0);
+    return rc;
+}
+
+void shard_txn_rollback(shard_txn *t)
+{
+    if (t)
+        txn_end(t, true);
+}
