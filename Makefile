@@ -26,7 +26,7 @@ DEPS_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 
-WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat-security
 ifeq ($(WERROR),1)
 WARN    += -Werror
 endif

@@ -44,7 +44,7 @@ static double now_s(void)
 
 static const char *sname(int k)
 {
-    static char names[16][8];
+    static char names[16][16];
     snprintf(names[k % 16], sizeof names[0], "s%d", k);
     return names[k % 16];
 }
