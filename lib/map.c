@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A map file larger than this is refused (a power of two times 8 KiB). */
+#define MAP_FILE_MAX (64 << 20)
+
 #define BAD(...) shard_fail(SHARD_EMAP, "shard map: " __VA_ARGS__)
 
 static const char *const top_keys[] = {
@@ -107,6 +110,9 @@ static int parse_dbfmt(const char *s, const char *where, shard_dbfmt *f)
         if (f->width > 20)
             return BAD("%s: \"%.64s\" has a field width over 20", where, s);
     }
+    if (f->width && !f->zero)
+        return BAD("%s: \"%.64s\": a field width needs the 0 flag (e.g. %%05d); "
+                   "spaces cannot be in database names", where, s);
     if (*p++ != 'd')
         return BAD("%s: \"%.64s\" must use exactly one %%d conversion (e.g. db%%05d)",
                    where, s);
@@ -614,12 +620,18 @@ int shard_map_load(shard_map **out, const char *path)
         return shard_fail(SHARD_EIO, "shard map %s: %s", path, strerror(errno));
     do {
         if (len == cap) {
-            char *nb = cap > (64u << 20) ? NULL : shard_realloc(buf, cap = cap ? cap * 2 : 8192);
+            char *nb;
+            if (cap >= MAP_FILE_MAX) {
+                free(buf);
+                fclose(f);
+                return shard_fail(SHARD_EMAP, "shard map %s: larger than %d MiB", path,
+                                  MAP_FILE_MAX >> 20);
+            }
+            nb = shard_realloc(buf, cap = cap ? cap * 2 : 8192);
             if (!nb) {
                 free(buf);
                 fclose(f);
-                return shard_fail(cap > (64u << 20) ? SHARD_EMAP : SHARD_ENOMEM,
-                                  "shard map %s: too large or out of memory", path);
+                return shard_fail(SHARD_ENOMEM, "shard map %s: out of memory", path);
             }
             buf = nb;
         }

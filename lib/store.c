@@ -2,9 +2,10 @@
  * Map stores. The file store publishes by writing a temporary file in the
  * same directory and renaming it over the map, so a reader sees the old map
  * or the new one, never a mix; a lock file serialises publishers so the
- * version compare-and-swap is honest.
+ * version compare-and-swap is honest. The MySQL store (store_mysql.c)
+ * keeps one row per version in a table, for a fleet of processes.
  */
-#include "map.h"
+#include "store.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +18,8 @@
 #include <unistd.h>
 
 struct shard_store {
-    char *path;
+    char *path;         /* the file store */
+    store_mysql *mysql; /* or the MySQL store */
 };
 
 int shard_store_open(shard_store **out, const char *location)
@@ -27,11 +29,24 @@ int shard_store_open(shard_store **out, const char *location)
 
     if (!out || !location)
         return shard_fail(SHARD_EINVAL, "shard_store_open: NULL argument");
+    if (strncmp(location, "mysql://", 8) == 0) {
+        store_mysql *m = NULL;
+        int rc = store_mysql_open(location, &m);
+        if (rc)
+            return rc;
+        if (!(s = shard_calloc(1, sizeof *s))) {
+            store_mysql_free(m);
+            return shard_fail(SHARD_ENOMEM, "out of memory opening the map store");
+        }
+        s->mysql = m;
+        *out = s;
+        return SHARD_OK;
+    }
     if (strncmp(location, "file:", 5) == 0)
         path = location + 5;
     else if (strstr(location, "://"))
         return shard_fail(SHARD_EINVAL, "map store \"%.200s\": unknown scheme "
-                          "(use a path or file:PATH)", location);
+                          "(use a path, file:PATH or mysql://...)", location);
     if (!*path)
         return shard_fail(SHARD_EINVAL, "map store: empty path");
     s = shard_calloc(1, sizeof *s);
@@ -47,6 +62,7 @@ void shard_store_free(shard_store *store)
 {
     if (!store)
         return;
+    store_mysql_free(store->mysql);
     free(store->path);
     free(store);
 }
@@ -55,6 +71,8 @@ int shard_store_load(shard_store *store, shard_map **out)
 {
     if (!store || !out)
         return shard_fail(SHARD_EINVAL, "shard_store_load: NULL argument");
+    if (store->mysql)
+        return store_mysql_load(store->mysql, out);
     return shard_map_load(out, store->path);
 }
 
@@ -161,6 +179,8 @@ int shard_store_publish(shard_store *store, const shard_map *map,
                           "version it replaces (%llu)",
                           (unsigned long long)map->version,
                           (unsigned long long)expected_version);
+    if (store->mysql)
+        return store_mysql_publish(store->mysql, map, expected_version);
     if ((rc = shard_map_to_json(map, &text)))
         return rc;
     lockpath = shard_malloc(strlen(store->path) + 6);

@@ -134,6 +134,7 @@ static const broken corpus[] = {
     {"database_format", "\"%05d\"", "database_format"},
     {"database_format", "\"db%05d`x\"", "database_format"},
     {"database_format", "5", "database_format: must be a string"},
+    {"database_format", "\"db%5d\"", "needs the 0 flag"},
     {"credentials", NULL, "credentials: missing"},
     {"credentials/user", NULL, "credentials.user: missing"},
     {"credentials/user", "\"\"", "credentials.user"},
@@ -408,8 +409,14 @@ START_TEST(file_store_concurrent_publishers)
     for (int i = 0; i < 8; i++) {
         pid_t pid = fork();
         ck_assert_int_ge(pid, 0);
-        if (pid == 0)
-            _exit(shard_store_publish(st, m, 1) == 0 ? 0 : 1);
+        if (pid == 0) {
+            int prc = shard_store_publish(st, m, 1);
+            shard_map_free(m); /* free before leaving: valgrind checks children too */
+            shard_store_free(st);
+            free(t1);
+            free(t2);
+            _exit(prc == 0 ? 0 : 1);
+        }
     }
     for (int i = 0; i < 8; i++) {
         int status;
