@@ -107,7 +107,7 @@ check: deps
 	@$(MAKE) --no-print-directory check-run
 
 check-run: all $(UNIT_TESTS) $(SERVER_TESTS)
-	@LIBSHARD_TESTS_DIR=tests SHARDCTL=$(B)/shardctl RUN="$(RUN)" \
+	@LIBSHARD_TESTS_DIR=tests SHARDCTL=$(B)/shardctl B=$(B) RUN="$(RUN)" \
 	    sh tests/run.sh $(UNIT_TESTS) $(SERVER_TESTS) tests/abi_check.sh
 
 # ---- demo and benchmarks ------------------------------------------------
@@ -122,11 +122,7 @@ bench: deps
 
 # ---- install ------------------------------------------------------------
 
-$(B)/libshard.pc: pkgconfig/libshard.pc.in include/libshard.h | $(B)/lib
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
-	    -e 's|@INCDIR@|$(INCDIR)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
-
-install: all $(B)/libshard.pc
+install: all
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) \
 	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man7
 	install -m 644 include/libshard.h $(DESTDIR)$(INCDIR)/
@@ -134,7 +130,9 @@ install: all $(B)/libshard.pc
 	install -m 755 $(B)/$(SOFILE) $(DESTDIR)$(LIBDIR)/
 	ln -sf $(SOFILE) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libshard.so
-	install -m 644 $(B)/libshard.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	    -e 's|@INCDIR@|$(INCDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	    pkgconfig/libshard.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/libshard.pc
 	install -m 755 $(B)/shardctl $(DESTDIR)$(BINDIR)/
 	for s in 1 3 7; do for f in man/man$$s/*.$$s; do [ -f "$$f" ] && \
 	    install -m 644 "$$f" $(DESTDIR)$(MANDIR)/man$$s/ || true; done; done
