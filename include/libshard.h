@@ -440,6 +440,95 @@ SHARD_EXPORT int shard_object_update(shard_ctx *ctx, uint64_t id, shard_update_f
                                      void *payload);
 #endif
 
+/* ------------------------------------------------------------------ */
+/* Online shard moves: split, merge and upgrade with one routine       */
+/* ------------------------------------------------------------------ */
+
+#define SHARD_MOVE_DRY_RUN 1     /* plan and check only; change nothing */
+#define SHARD_MOVE_KEEP_SOURCE 2 /* keep the source's (fenced) copy after the move */
+
+/* Phase of a move, reported to the progress callback and kept in the journal. */
+#define SHARD_MOVE_PLANNED 0
+#define SHARD_MOVE_COPYING 1
+#define SHARD_MOVE_CATCHUP 2
+#define SHARD_MOVE_FENCED 3
+#define SHARD_MOVE_FLIPPED 4
+#define SHARD_MOVE_VERIFYING 5
+#define SHARD_MOVE_CLEANING 6
+#define SHARD_MOVE_DONE 7
+#define SHARD_MOVE_ABORTED 8
+
+/*
+ * Progress of a move: the phase, and units done of total in it (rows while
+ * copying and verifying; 0 of 0 where a phase has no count). Called from
+ * any of the mover's threads, serialised.
+ */
+typedef void (*shard_move_progress_fn)(int phase, uint64_t done, uint64_t total,
+                                       void *payload);
+
+#define SHARD_MOVE_OPTIONS_VERSION 1
+
+typedef struct shard_move_options {
+    unsigned version;           /* SHARD_MOVE_OPTIONS_VERSION */
+    int flags;                  /* SHARD_MOVE_DRY_RUN | SHARD_MOVE_KEEP_SOURCE */
+    unsigned copy_threads;      /* parallel table copies (default 4) */
+    unsigned batch_rows;        /* rows per multi-row INSERT, at most (default 1000) */
+    unsigned max_lag_ms;        /* fence only when the target is this close (500) */
+    unsigned fence_timeout_s;   /* wait this long for locks to fence (default 2) */
+    unsigned cutover_attempts;  /* fence attempts before giving up (default 20) */
+    unsigned catchup_timeout_s; /* give up catching up after this (default 3600) */
+    shard_move_progress_fn progress;
+    void *payload;
+} shard_move_options;
+
+#define SHARD_MOVE_OPTIONS_INIT \
+    { SHARD_MOVE_OPTIONS_VERSION, 0, 4, 1000, 500, 2, 20, 3600, NULL, NULL }
+
+/* What a move did, filled by shard_move() and shard_move_resume(). */
+typedef struct shard_move_report {
+    uint64_t move_id;
+    char source[65], target[65]; /* pair names */
+    unsigned first, last;        /* shard range */
+    int phase;                   /* where it stopped: SHARD_MOVE_DONE on success */
+    uint64_t tables;
+    uint64_t rows_copied, bytes_copied;
+    double copy_seconds, catchup_seconds, cutover_seconds, verify_seconds;
+    double pause_ms;             /* moved shards unwritable: fence to new map */
+    unsigned fence_attempts;
+    uint64_t rows_verified, mismatches;
+    uint64_t map_version;        /* the version published */
+    int source_dropped;          /* 1 when the source copy was dropped */
+} shard_move_report;
+
+/*
+ * Move ID shards first..last (all on one pair) to pair `target`: plan and
+ * check both pairs, copy a consistent snapshot, catch up by replication,
+ * fence the source, publish the new map, verify every row, drop the
+ * source copy. Every phase is journaled on the target master, so an
+ * interrupted move can be resumed (shard_move_resume) or aborted
+ * (shard_move_abort). With SHARD_MOVE_DRY_RUN, *plan (caller frees with
+ * shard_free(); may be NULL otherwise) gets the plan and nothing changes.
+ * report may be NULL. SHARD_EVERIFY when rows differ: the source is kept.
+ */
+SHARD_EXPORT int shard_move(shard_ctx *ctx, unsigned first, unsigned last,
+                            const char *target, const shard_move_options *opts,
+                            shard_move_report *report, char **plan);
+/* Resume the unfinished move `move_id` (0: the only unfinished one). */
+SHARD_EXPORT int shard_move_resume(shard_ctx *ctx, uint64_t move_id,
+                                   const shard_move_options *opts,
+                                   shard_move_report *report);
+/*
+ * Abort an unfinished move before its map flip: lift the fence, remove the
+ * replication connection, drop the target's copies. After the flip an
+ * abort is refused (SHARD_EBUSY): resume it instead.
+ */
+SHARD_EXPORT int shard_move_abort(shard_ctx *ctx, uint64_t move_id);
+/* Every move journaled on the pairs' masters, one JSON object per line;
+ * caller frees *text with shard_free(). */
+SHARD_EXPORT int shard_move_status(shard_ctx *ctx, char **text);
+/* The phase's name ("copying", ...), static. */
+SHARD_EXPORT const char *shard_move_phase_name(int phase);
+
 #ifdef __cplusplus
 }
 #endif

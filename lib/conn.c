@@ -190,6 +190,7 @@ int conn_get(shard_ctx *ctx, shard_server *srv, shard_conn **out)
             pthread_mutex_unlock(&srv->lock);
             c->next = NULL;
             if (now_seconds() - c->idle_since < IDLE_PING_SECONDS || mysql_ping(c->my) == 0) {
+                c->last_errno = 0;
                 *out = c;
                 return 0;
             }

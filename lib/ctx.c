@@ -5,6 +5,8 @@
  */
 #include "ctx.h"
 
+#include <mysqld_error.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,16 +102,20 @@ static void wipe_free(char *s)
 
 shard_server *ctx_server(shard_ctx *ctx, const shard_map *map, size_t pair)
 {
-    const shard_pairdef *p = &map->pairs[pair];
+    return ctx_server_at(ctx, &map->pairs[pair].master);
+}
+
+shard_server *ctx_server_at(shard_ctx *ctx, const shard_endpoint *ep)
+{
     shard_server *s;
 
     pthread_mutex_lock(&ctx->servers_lock);
     for (s = ctx->servers; s; s = s->next)
-        if (strcmp(s->ep.text, p->master.text) == 0)
+        if (strcmp(s->ep.text, ep->text) == 0)
             break;
     if (!s && (s = shard_calloc(1, sizeof *s))) {
-        s->ep = p->master;
-        snprintf(s->label, sizeof s->label, "server %s", p->master.text);
+        s->ep = *ep;
+        snprintf(s->label, sizeof s->label, "server %s", ep->text);
         pthread_mutex_init(&s->lock, NULL);
         pthread_cond_init(&s->cond, NULL);
         s->next = ctx->servers;
@@ -305,6 +311,48 @@ static void backoff(unsigned attempt, double deadline)
     nanosleep(&ts, NULL);
 }
 
+/*
+ * A table or database that is not there: moved (a fence on the source, or a
+ * map that now routes the shard elsewhere) or genuinely missing? Moved is
+ * SHARD_EMOVED, retried after a map reload; missing stays an error.
+ */
+int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shard,
+                    bool mod, const char *old_pair, int rc)
+{
+    char sql[300];
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    bool fenced = false;
+    shard_map *map;
+    long pi;
+
+    if (rc != SHARD_ESERVER || (c->last_errno != ER_NO_SUCH_TABLE &&
+                                c->last_errno != ER_BAD_DB_ERROR))
+        return rc;
+    shard_ctx_reload(ctx);
+    map = ctx_map(ctx);
+    pi = mod ? shard_map_mod_pair_index(map, shard) : shard_map_pair_index(map, shard);
+    if (pi >= 0 && strcmp(map->pairs[pi].name, old_pair) != 0) {
+        shard_fail(SHARD_EMOVED, "shard %u moved from %s to %s", shard, old_pair,
+                   map->pairs[pi].name);
+        shard_map_free(map);
+        return SHARD_EMOVED;
+    }
+    shard_map_free(map);
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.TABLES WHERE"
+             " TABLE_SCHEMA = '%s' AND TABLE_NAME LIKE '\\_moved\\_%%'", db);
+    if (mysql_real_query(c->my, sql, (unsigned long)strlen(sql)) == 0 &&
+        (res = mysql_store_result(c->my))) {
+        row = mysql_fetch_row(res);
+        fenced = row && row[0] && strcmp(row[0], "0") != 0;
+        mysql_free_result(res);
+    }
+    if (!fenced)
+        return rc;
+    return shard_fail(SHARD_EMOVED, "shard %u on %s is fenced by a move in progress", shard,
+                      old_pair);
+}
+
 int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
 {
     double deadline = now_seconds() + ctx->opts.retry_budget_ms / 1000.0;
@@ -338,6 +386,7 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
             exec_env env = {c, map, db, shard, false};
             rc = fn(&env, arg);
             ambiguous = env.ambiguous;
+            rc = ctx_check_moved(ctx, c, db, shard, flags & EXEC_MOD, map->pairs[pi].name, rc);
             conn_put(c, rc == 0 || conn_reusable(rc));
         }
         if (rc == 0) {

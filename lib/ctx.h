@@ -50,6 +50,8 @@ struct shard_ctx {
 shard_map *ctx_map(shard_ctx *ctx);            /* a reference: shard_map_free it */
 void ctx_log(shard_ctx *ctx, int level, const char *fmt, ...) SHARD_PRINTF(3, 4);
 shard_server *ctx_server(shard_ctx *ctx, const shard_map *map, size_t pair);
+/* The pool of any server, e.g. a standby (created on first use). */
+shard_server *ctx_server_at(shard_ctx *ctx, const shard_endpoint *ep);
 double now_seconds(void);
 uint64_t ctx_random(void);
 
@@ -87,6 +89,10 @@ typedef struct exec_env {
 
 typedef int (*exec_fn)(exec_env *env, void *arg);
 int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg);
+/* Turn "no such table/database" into SHARD_EMOVED when the shard moved or
+ * is fenced; any other rc comes back unchanged. */
+int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shard,
+                    bool mod, const char *old_pair, int rc);
 /* Whether an error may go away on retry, and how to treat the connection. */
 bool error_transient(int code);
 

@@ -263,9 +263,10 @@ static int parse_credentials(shard_map *m, json_t *c)
 /* Table names share one namespace per shard database. */
 static int check_table_name(shard_map *m, const char *name, const char *where)
 {
-    if (!shard_ident_valid(name))
-        return BAD("%s: \"%.64s\" is not a valid name ([a-z][a-z0-9_]*, at most 64)",
-                   where, name);
+    /* Shorter than MySQL's 64: a move fences a table under a longer name. */
+    if (!shard_ident_valid(name) || strlen(name) > SHARD_TABLE_NAME_MAX)
+        return BAD("%s: \"%.64s\" is not a valid name ([a-z][a-z0-9_]*, at most %d)",
+                   where, name, SHARD_TABLE_NAME_MAX);
     for (size_t i = 0; i < m->nobjects; i++)
         if (strcmp(m->objects[i].name, name) == 0)
             return BAD("%s: \"%s\" is already the name of an object type", where, name);
@@ -871,4 +872,57 @@ int shard_map_summary(const shard_map *map, char **text)
         snprintf(buf + n, sizeof buf - (size_t)n, "no mod shards");
     *text = shard_strdup(buf);
     return *text ? SHARD_OK : shard_fail(SHARD_ENOMEM, "out of memory");
+}
+
+/* Append {"range": [lo, hi], "pair": name} to a, merging with the last entry
+ * when it continues it on the same pair. */
+static int append_range(json_t *a, unsigned lo, unsigned hi, const char *pair)
+{
+    json_t *last = json_array_size(a) ? json_array_get(a, json_array_size(a) - 1) : NULL;
+
+    if (last && strcmp(json_string_value(json_object_get(last, "pair")), pair) == 0 &&
+        json_integer_value(json_array_get(json_object_get(last, "range"), 1)) + 1 == lo)
+        return json_array_set_new(json_object_get(last, "range"), 1, json_integer(hi));
+    return json_array_append_new(a, json_pack("{s:[i,i],s:s}", "range", (json_int_t)lo,
+                                              (json_int_t)hi, "pair", pair));
+}
+
+int map_reassign(const shard_map *cur, unsigned first, unsigned last, const char *pair,
+                 uint64_t version, shard_map **out)
+{
+    json_t *doc = json_deep_copy(cur->doc), *ranges = json_array();
+    char *text = NULL;
+    int rc = 0;
+
+    if (!doc || !ranges) {
+        rc = shard_fail(SHARD_ENOMEM, "out of memory editing the shard map");
+        goto out;
+    }
+    for (size_t i = 0; rc == 0 && i < cur->nranges; i++) {
+        const shard_rangedef *r = &cur->ranges[i];
+        const char *owner = cur->pairs[r->pair].name;
+        if (r->hi < first || r->lo > last) {
+            rc = append_range(ranges, r->lo, r->hi, owner);
+            continue;
+        }
+        if (r->lo < first)
+            rc = append_range(ranges, r->lo, first - 1, owner);
+        if (rc == 0)
+            rc = append_range(ranges, r->lo > first ? r->lo : first,
+                              r->hi < last ? r->hi : last, pair);
+        if (rc == 0 && r->hi > last)
+            rc = append_range(ranges, last + 1, r->hi, owner);
+    }
+    if (rc || json_object_set(doc, "id_shards", ranges) ||
+        json_object_set_new(doc, "version", json_integer((json_int_t)version)) ||
+        !(text = json_dumps(doc, JSON_SORT_KEYS))) {
+        rc = shard_fail(SHARD_ENOMEM, "out of memory editing the shard map");
+        goto out;
+    }
+    rc = shard_map_parse(out, text, strlen(text));
+out:
+    free(text);
+    json_decref(ranges);
+    json_decref(doc);
+    return rc;
 }

@@ -85,5 +85,11 @@ long shard_map_find_pair(const shard_map *map, const char *name);
 const shard_mapdef *shard_map_find_mapping(const shard_map *map, const char *name);
 bool shard_map_has_mod_table(const shard_map *map, const char *name);
 void shard_dbfmt_name(const shard_dbfmt *f, unsigned n, char *buf);
+/* A copy of cur at `version` with ID shards first..last on `pair`. */
+int map_reassign(const shard_map *cur, unsigned first, unsigned last, const char *pair,
+                 uint64_t version, shard_map **out);
+/* Fenced tables are renamed to this prefix + their name. */
+#define SHARD_FENCE_PREFIX "_moved_"
+#define SHARD_TABLE_NAME_MAX (64 - 7)
 
 #endif

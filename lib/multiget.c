@@ -9,7 +9,6 @@
 #include <string.h>
 
 #define MGET_BATCH 1000 /* IDs per statement: keeps statements far below any packet limit */
-#define MGET_MAX_ROUNDS 3 /* map reloads after a shard answered that it moved */
 
 typedef struct slot {
     uint64_t id;
@@ -133,6 +132,15 @@ static int group_once(group *g)
         return rc;
     for (size_t from = 0; rc == 0 && from < g->n; from += MGET_BATCH)
         rc = run_batch(g, c, from, from + MGET_BATCH < g->n ? from + MGET_BATCH : g->n);
+    /* A missing table: is one of this group's shards moving? */
+    for (size_t i = 0; rc == SHARD_ESERVER && i < g->n; i++) {
+        unsigned shard = shard_id_shard(g->slots[i].id);
+        char db[SHARD_DBNAME_MAX];
+        if (i && shard == shard_id_shard(g->slots[i - 1].id))
+            continue;
+        shard_dbfmt_name(&g->map->dbfmt, shard, db);
+        rc = ctx_check_moved(g->ctx, c, db, shard, false, g->map->pairs[g->pair].name, rc);
+    }
     conn_put(c, rc == 0 || rc == SHARD_ESERVER || rc == SHARD_EMOVED);
     return rc;
 }
@@ -253,9 +261,15 @@ int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
     for (size_t i = 0; i < n; i++)
         items[i].status = SHARD_EMOVED; /* "still to ask" */
     shard_clear_error();
-    for (int round = 0; round < MGET_MAX_ROUNDS; round++) {
-        if ((rc = mget_round(ctx, ids, n, items, &pending)) || !pending)
+    /* Items on a moving shard are asked again, after the map flips, within
+     * the retry budget. */
+    double deadline = now_seconds() + ctx->opts.retry_budget_ms / 1000.0;
+    for (unsigned round = 0;; round++) {
+        struct timespec ts = {0, 10000000L << (round < 5 ? round : 5)};
+        if ((rc = mget_round(ctx, ids, n, items, &pending)) || !pending ||
+            round + 1 >= ctx->opts.retry_max * 2 || now_seconds() >= deadline)
             break;
+        nanosleep(&ts, NULL);
         shard_ctx_reload(ctx);
     }
     if (rc) {

@@ -15,6 +15,11 @@ struct shard_txn {
 
 static int txn_fail(shard_txn *t, int rc)
 {
+    if (rc == SHARD_ESERVER) {
+        long pi = shard_map_pair_index(t->map, t->shard);
+        rc = ctx_check_moved(t->ctx, t->conn, t->db, t->shard, false,
+                             pi >= 0 ? t->map->pairs[pi].name : "", rc);
+    }
     if (rc && !t->failed)
         t->failed = rc;
     return rc;
