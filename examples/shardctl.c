@@ -12,25 +12,69 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
 
 static const char usage_text[] =
     "usage: shardctl [--map FILE] COMMAND ...\n"
-    "  id decode [--json] ID...          the parts of each ID\n"
-    "  id encode SHARD TYPE LOCAL        the ID made of these parts\n"
+    "  id decode [--json] ID...              the parts of each ID\n"
+    "  id encode SHARD TYPE LOCAL            the ID made of these parts\n"
     "  modshard [--shards N] [--hex] KEY...  the mod shard of each key\n"
-    "  check                             validate the shard map\n"
-    "The map is --map FILE, else $LIBSHARD_MAP.\n";
+    "  check                                 validate the shard map\n"
+    "  schema apply                          create every shard database and table\n"
+    "  obj create TYPE JSON [--shard S | --near ID]\n"
+    "                                        create an object, print its ID\n"
+    "  obj get ID...                         each object's JSON, one line each\n"
+    "  obj update ID JSON                    apply a merge patch, print the result\n"
+    "  obj delete ID [--hard]                soft delete (--hard: remove the row)\n"
+    "  mapping add NAME FROM TO [SEQ]        add a row (SEQ: default now, in us)\n"
+    "  mapping list NAME FROM [--limit N] [--before SEQ]\n"
+    "                                        TO SEQ per row, newest first\n"
+    "  mapping remove NAME FROM TO           remove a row\n"
+    "  mapping count NAME FROM               the number of rows of FROM\n"
+    "  kv put TABLE KEY VALUE                store a value\n"
+    "  kv get TABLE KEY                      print a value\n"
+    "  kv delete TABLE KEY                   delete a key\n"
+    "The map is --map FILE, else $LIBSHARD_MAP. TYPE is a name from the map's\n"
+    "objects or a number. Exit status: 0 ok, 1 failed, 2 bad usage or input.\n";
+
+/* Every option; a command lists the ones it accepts (--map, --help: all). */
+enum {
+    OPT_MAP,
+    OPT_HELP,
+    OPT_JSON,
+    OPT_SHARDS,
+    OPT_HEX,
+    OPT_SHARD,
+    OPT_NEAR,
+    OPT_HARD,
+    OPT_LIMIT,
+    OPT_BEFORE,
+    NOPTS
+};
+
+#define O(x) (1u << (x))
+#define GLOBAL_OPTS (O(OPT_MAP) | O(OPT_HELP))
+
+static const struct option_def {
+    const char *name;
+    int takes_value;
+} options[NOPTS] = {
+    [OPT_MAP] = {"--map", 1},       [OPT_HELP] = {"--help", 0},
+    [OPT_JSON] = {"--json", 0},     [OPT_SHARDS] = {"--shards", 1},
+    [OPT_HEX] = {"--hex", 0},       [OPT_SHARD] = {"--shard", 1},
+    [OPT_NEAR] = {"--near", 1},     [OPT_HARD] = {"--hard", 0},
+    [OPT_LIMIT] = {"--limit", 1},   [OPT_BEFORE] = {"--before", 1},
+};
 
 /* Options and positional arguments, parsed once for every command. */
 typedef struct args {
-    const char *map;
-    const char *shards;
-    int json;
-    int hex;
-    int help;
+    const char *map;       /* --map, else $LIBSHARD_MAP; NULL if neither */
+    const char *val[NOPTS]; /* option values; "" for a flag that was given */
+    unsigned seen;         /* O(OPT_x) for every option given */
     int npos;
     char **pos;
 } args;
@@ -46,18 +90,52 @@ static int usage_error(const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+/* 2 for bad input (invalid argument, invalid map), 1 for anything else. */
+static int exit_code(int rc)
+{
+    return rc == SHARD_EINVAL || rc == SHARD_EMAP ? EXIT_USAGE : EXIT_FAIL;
+}
+
 /* One line on stderr for a failed library call; 2 for bad input, else 1. */
 static int lib_error(int rc)
 {
     const char *msg = shard_errmsg();
     fprintf(stderr, "shardctl: %s\n", *msg ? msg : shard_strerror(rc));
-    switch (rc) {
-    case SHARD_EINVAL:
-    case SHARD_EMAP:
-        return EXIT_USAGE;
-    default:
-        return EXIT_FAIL;
+    return exit_code(rc);
+}
+
+/* "-5" is a (negative) number argument, not an option. */
+static int is_option(const char *s)
+{
+    return s[0] == '-' && s[1] != '\0' && !(s[1] >= '0' && s[1] <= '9');
+}
+
+static int parse_option(int argc, char **argv, int *i, args *a)
+{
+    const char *s = argv[*i];
+
+    if (strcmp(s, "-h") == 0)
+        s = "--help";
+    for (int k = 0; k < NOPTS; k++) {
+        const struct option_def *o = &options[k];
+        size_t n = strlen(o->name);
+        if (strncmp(s, o->name, n) != 0)
+            continue;
+        if (s[n] == '\0') {
+            if (o->takes_value && *i + 1 >= argc)
+                return usage_error("%s needs a value", o->name);
+            a->val[k] = o->takes_value ? argv[++*i] : "";
+        } else if (s[n] == '=' && o->takes_value) {
+            a->val[k] = s + n + 1;
+        } else if (s[n] == '=') {
+            return usage_error("%s takes no value", o->name);
+        } else {
+            continue; /* a longer name: --shards is not --shard */
+        }
+        a->seen |= O(k);
+        return 0;
     }
+    return usage_error("unknown option %s", s);
 }
 
 static int parse_args(int argc, char **argv, args *a)
@@ -67,35 +145,18 @@ static int parse_args(int argc, char **argv, args *a)
     if (!a->pos)
         return usage_error("out of memory");
     for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (strcmp(s, "--") == 0) {
+        int rc;
+        if (strcmp(argv[i], "--") == 0) {
             while (++i < argc)
                 a->pos[a->npos++] = argv[i];
             break;
         }
-        if (strcmp(s, "--map") == 0 || strcmp(s, "--shards") == 0) {
-            if (i + 1 >= argc)
-                return usage_error("%s needs a value", s);
-            if (s[2] == 'm')
-                a->map = argv[++i];
-            else
-                a->shards = argv[++i];
-        } else if (strncmp(s, "--map=", 6) == 0) {
-            a->map = s + 6;
-        } else if (strncmp(s, "--shards=", 9) == 0) {
-            a->shards = s + 9;
-        } else if (strcmp(s, "--json") == 0) {
-            a->json = 1;
-        } else if (strcmp(s, "--hex") == 0) {
-            a->hex = 1;
-        } else if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
-            a->help = 1;
-        } else if (s[0] == '-' && s[1] != '\0') {
-            return usage_error("unknown option %s", s);
-        } else {
+        if (!is_option(argv[i]))
             a->pos[a->npos++] = argv[i];
-        }
+        else if ((rc = parse_option(argc, argv, &i, a)))
+            return rc;
     }
+    a->map = a->val[OPT_MAP];
     if (!a->map) {
         const char *env = getenv("LIBSHARD_MAP");
         if (env && *env)
@@ -120,6 +181,39 @@ static int parse_num(const char *what, const char *s, unsigned long long min,
     return 0;
 }
 
+/*
+ * A mapping sequence: a signed decimal 64-bit number. The two extremes are
+ * the library's "now" (SHARD_SEQ_NOW) and "no cursor" (SHARD_SEQ_NONE).
+ */
+static int parse_seq(const char *what, const char *s, int64_t *out)
+{
+    const char *digits = s + (*s == '-');
+    long long v;
+    char *end;
+
+    if (!(*digits >= '0' && *digits <= '9'))
+        return usage_error("%s '%s' is not a number", what, s), -1;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (*end)
+        return usage_error("%s '%s' is not a number", what, s), -1;
+    if (errno == ERANGE || v == INT64_MIN || v == INT64_MAX)
+        return usage_error("%s %s is out of range (%" PRId64 "..%" PRId64 ")", what, s,
+                           INT64_MIN + 1, INT64_MAX - 1), -1;
+    *out = v;
+    return 0;
+}
+
+/* Parse an ID argument; `what` (NULL for a plain ID) names it: FROM, --near... */
+static int parse_id(const char *what, const char *s, uint64_t *id)
+{
+    if (shard_id_parse(s, id) == 0)
+        return 0;
+    fprintf(stderr, "shardctl: %s%s%s\n", what ? what : "", what ? ": " : "",
+            shard_errmsg());
+    return -1;
+}
+
 static int load_map(const args *a, shard_map **map)
 {
     shard_store *store = NULL;
@@ -135,6 +229,41 @@ static int load_map(const args *a, shard_map **map)
         return lib_error(rc == SHARD_EIO ? SHARD_EINVAL : rc);
     return 0;
 }
+
+/*
+ * A context for one short command: no refresh thread. The map is loaded
+ * now and servers are connected lazily. *map (when asked) is a reference
+ * to its map, freed with shard_map_free().
+ */
+static int open_ctx(const args *a, shard_ctx **ctx, shard_map **map)
+{
+    shard_options o = SHARD_OPTIONS_INIT;
+    int rc;
+
+    o.refresh_interval_ms = 0;
+    if (!a->map)
+        return usage_error("no shard map: give --map FILE or set LIBSHARD_MAP");
+    if ((rc = shard_ctx_open(ctx, a->map, &o)))
+        return lib_error(rc == SHARD_EIO ? SHARD_EINVAL : rc);
+    if (map && (rc = shard_ctx_map(*ctx, map))) {
+        rc = lib_error(rc);
+        shard_ctx_free(*ctx);
+        return rc;
+    }
+    return 0;
+}
+
+/* Print object text on one line: newlines are whitespace between JSON tokens. */
+static void print_object(const char *json, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        putchar(json[i] == '\n' || json[i] == '\r' ? ' ' : json[i]);
+    putchar('\n');
+}
+
+/* ------------------------------------------------------------------ */
+/* Commands without a server                                           */
+/* ------------------------------------------------------------------ */
 
 static int cmd_id_decode(const args *a)
 {
@@ -155,7 +284,7 @@ static int cmd_id_decode(const args *a)
     }
     for (int i = 2; i < a->npos; i++) {
         uint64_t id = ids[i];
-        if (a->json)
+        if (a->seen & O(OPT_JSON))
             printf("{\"id\":%" PRIu64 ",\"shard\":%u,\"type\":%u,\"local\":%" PRIu64 "}\n",
                    id, shard_id_shard(id), shard_id_type(id), shard_id_local(id));
         else
@@ -216,8 +345,8 @@ static int cmd_modshard(const args *a)
 
     if (a->npos < 2)
         return usage_error("modshard needs at least one KEY");
-    if (a->shards) {
-        if (parse_num("--shards", a->shards, 1, SHARD_MAX_MOD_SHARDS, &n))
+    if (a->val[OPT_SHARDS]) {
+        if (parse_num("--shards", a->val[OPT_SHARDS], 1, SHARD_MAX_MOD_SHARDS, &n))
             return EXIT_USAGE;
     } else if (a->map) {
         shard_map *map = NULL;
@@ -233,12 +362,13 @@ static int cmd_modshard(const args *a)
     for (int i = 1; i < a->npos; i++) {
         unsigned char *key = (unsigned char *)a->pos[i];
         size_t len = strlen(a->pos[i]);
-        if (a->hex && (rc = unhex(a->pos[i], &key, &len))) {
+        int hex = (a->seen & O(OPT_HEX)) != 0;
+        if (hex && (rc = unhex(a->pos[i], &key, &len))) {
             free(out);
             return rc;
         }
         rc = shard_mod(key, len, (uint32_t)n, &out[i]);
-        if (a->hex)
+        if (hex)
             free(key);
         if (rc) {
             free(out);
@@ -270,17 +400,560 @@ static int cmd_check(const args *a)
     return 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* schema apply                                                        */
+/* ------------------------------------------------------------------ */
+
+#define TTY_REDRAW_SECONDS 0.1
+#define PLAIN_LINE_SECONDS 5.0
+
+/* Progress of every pair, reported by the library (calls are serialised). */
+typedef struct schema_progress {
+    int tty;
+    size_t npairs, nseen;
+    struct pair_progress {
+        char what[128];
+        uint64_t done, total;
+    } *pairs;
+    double last;     /* when the last line was drawn */
+    int dirty;       /* changed since then */
+    size_t line_len; /* length of the open terminal line; 0: none */
+} schema_progress;
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void progress_sums(const schema_progress *p, uint64_t *done, uint64_t *total)
+{
+    *done = *total = 0;
+    for (size_t i = 0; i < p->nseen; i++) {
+        *done += p->pairs[i].done;
+        *total += p->pairs[i].total;
+    }
+}
+
+/* Ends the updating terminal line, so that what follows starts clean. */
+static void progress_end_line(schema_progress *p)
+{
+    if (p->line_len) {
+        fputc('\n', stderr);
+        p->line_len = 0;
+    }
+}
+
+static void progress_draw(schema_progress *p)
+{
+    uint64_t done, total;
+    char line[160];
+    int n;
+
+    progress_sums(p, &done, &total);
+    n = snprintf(line, sizeof line, "schema: %" PRIu64 "/%" PRIu64
+                 " databases and tables (%u%%) on %zu of %zu pairs", done, total,
+                 total ? (unsigned)(done * 100 / total) : 0, p->nseen, p->npairs);
+    if (n < 0)
+        return;
+    if (p->tty) {
+        /* Overwrite the previous line, padding out what it had beyond this one. */
+        size_t len = strlen(line);
+        fprintf(stderr, "\r%s%*s", line,
+                p->line_len > len ? (int)(p->line_len - len) : 0, "");
+        p->line_len = len;
+    } else {
+        fprintf(stderr, "%s\n", line);
+    }
+    p->last = now_seconds();
+    p->dirty = 0;
+}
+
+static void on_progress(const char *what, uint64_t done, uint64_t total, void *payload)
+{
+    schema_progress *p = payload;
+    struct pair_progress *pp = NULL;
+
+    for (size_t i = 0; i < p->nseen; i++)
+        if (strcmp(p->pairs[i].what, what) == 0)
+            pp = &p->pairs[i];
+    if (!pp && p->nseen < p->npairs) {
+        pp = &p->pairs[p->nseen++];
+        snprintf(pp->what, sizeof pp->what, "%s", what);
+    }
+    if (!pp)
+        return;
+    pp->done = done;
+    pp->total = total;
+    p->dirty = 1;
+    if (p->tty) {
+        if (now_seconds() - p->last >= TTY_REDRAW_SECONDS || done == total)
+            progress_draw(p);
+    } else if (done == total) {
+        fprintf(stderr, "%s: done, %" PRIu64 " databases and tables\n", what, total);
+    } else if (now_seconds() - p->last >= PLAIN_LINE_SECONDS) {
+        progress_draw(p);
+    }
+}
+
+static int cmd_schema_apply(const args *a)
+{
+    schema_progress p;
+    shard_ctx *ctx;
+    shard_map *map;
+    uint64_t done, total, version;
+    int rc;
+
+    if (a->npos != 2)
+        return usage_error("schema apply takes no arguments");
+    if ((rc = open_ctx(a, &ctx, &map)))
+        return rc;
+    memset(&p, 0, sizeof p);
+    p.tty = isatty(STDERR_FILENO);
+    p.npairs = shard_map_pair_count(map);
+    p.last = now_seconds();
+    version = shard_map_version(map);
+    shard_map_free(map);
+    p.pairs = calloc(p.npairs ? p.npairs : 1, sizeof *p.pairs);
+    if (!p.pairs) {
+        shard_ctx_free(ctx);
+        return usage_error("out of memory");
+    }
+    rc = shard_schema_apply(ctx, on_progress, &p);
+    if (p.tty && p.dirty)
+        progress_draw(&p); /* the last state, whatever the redraw rate skipped */
+    progress_end_line(&p);
+    if (rc) {
+        rc = lib_error(rc);
+    } else {
+        progress_sums(&p, &done, &total);
+        printf("schema applied: %" PRIu64 " databases and tables on %zu pairs "
+               "(map version %" PRIu64 ")\n", done, p.nseen, version);
+    }
+    free(p.pairs);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Objects                                                             */
+/* ------------------------------------------------------------------ */
+
+/* TYPE: a name from the map's objects, or a registered type number. */
+static int parse_type(const shard_map *map, const char *s, unsigned *type)
+{
+    const char *name;
+
+    if (*s >= '0' && *s <= '9') {
+        unsigned long long t;
+        if (parse_num("type", s, 1, SHARD_MAX_TYPE, &t))
+            return -1;
+        if (shard_map_type_name(map, (unsigned)t, &name) != 0)
+            return usage_error("type %llu is not registered in the map's objects", t), -1;
+        *type = (unsigned)t;
+        return 0;
+    }
+    if (shard_map_type_of(map, s, type) != 0)
+        return usage_error("no object type named '%s' in the map's objects", s), -1;
+    return 0;
+}
+
+/* An object ID: valid, and of a type the map registers. */
+static int check_object_id(const shard_map *map, const char *s, uint64_t id)
+{
+    const char *name;
+    if (shard_map_type_name(map, shard_id_type(id), &name) == 0)
+        return 0;
+    return usage_error("ID %s has type %u, which is not registered in the map's objects",
+                       s, shard_id_type(id)), -1;
+}
+
+/* The shard of --shard S (0..65535, in a range of the map) or --near ID. */
+static int placement(const args *a, const shard_map *map, unsigned *shard)
+{
+    const char *pair;
+
+    *shard = SHARD_ANY;
+    if (a->val[OPT_SHARD] && a->val[OPT_NEAR])
+        return usage_error("give --shard or --near, not both"), -1;
+    if (a->val[OPT_SHARD]) {
+        unsigned long long s;
+        if (parse_num("--shard", a->val[OPT_SHARD], 0, SHARD_MAX_SHARD, &s))
+            return -1;
+        if (shard_map_pair_of(map, (unsigned)s, &pair) != 0)
+            return usage_error("--shard %llu is not in any id_shards range of the map",
+                               s), -1;
+        *shard = (unsigned)s;
+    } else if (a->val[OPT_NEAR]) {
+        uint64_t id;
+        if (parse_id("--near", a->val[OPT_NEAR], &id))
+            return -1;
+        *shard = shard_id_shard(id);
+    }
+    return 0;
+}
+
+static int cmd_obj_create(const args *a)
+{
+    shard_ctx *ctx;
+    shard_map *map;
+    unsigned type, shard;
+    uint64_t id;
+    int rc;
+
+    if (a->npos != 4)
+        return usage_error("obj create needs TYPE JSON");
+    if ((rc = open_ctx(a, &ctx, &map)))
+        return rc;
+    if (parse_type(map, a->pos[2], &type) || placement(a, map, &shard)) {
+        rc = EXIT_USAGE;
+    } else if ((rc = shard_object_create(ctx, type, shard, a->pos[3], strlen(a->pos[3]),
+                                         &id))) {
+        rc = lib_error(rc);
+    } else {
+        printf("%" PRIu64 "\n", id);
+    }
+    shard_map_free(map);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+/* Parses positional IDs pos[from..npos) into ids[] (checked against the map). */
+static int object_ids(const args *a, const shard_map *map, int from, uint64_t *ids)
+{
+    for (int i = from; i < a->npos; i++)
+        if (parse_id(NULL, a->pos[i], &ids[i - from]) ||
+            check_object_id(map, a->pos[i], ids[i - from]))
+            return -1;
+    return 0;
+}
+
+/* Missing IDs named in the error line; more are counted, not listed. */
+#define MAX_NAMED 20
+
+/*
+ * Several IDs: one multi-get. Found objects are printed in input order;
+ * missing ones (and any failure) are summed up in one line on stderr.
+ */
+static int get_many(shard_ctx *ctx, const uint64_t *ids, size_t n)
+{
+    shard_item *items = NULL;
+    char *missing = NULL, *failure = NULL;
+    size_t missing_len = 0, nmissing = 0;
+    FILE *m;
+    int rc = shard_object_mget(ctx, ids, n, &items);
+
+    if (rc && rc != SHARD_EPARTIAL)
+        return lib_error(rc);
+    if (rc)
+        failure = strdup(shard_errmsg());
+    m = open_memstream(&missing, &missing_len);
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].status == 0)
+            print_object(items[i].data, items[i].len);
+        else if (items[i].status == SHARD_ENOTFOUND && nmissing++ < MAX_NAMED && m)
+            fprintf(m, "%s%" PRIu64, nmissing > 1 ? ", " : "", ids[i]);
+    }
+    if (m)
+        fclose(m);
+    if (rc || nmissing) {
+        fflush(stdout); /* found objects first, as a reader of both would expect */
+        fputs("shardctl: ", stderr);
+        if (rc)
+            fputs(failure && *failure ? failure : shard_strerror(rc), stderr);
+        if (rc && nmissing)
+            fputs("; ", stderr);
+        if (nmissing == 1)
+            fprintf(stderr, "object %s not found", missing ? missing : "");
+        else if (nmissing <= MAX_NAMED)
+            fprintf(stderr, "objects %s not found", missing ? missing : "");
+        else if (nmissing)
+            fprintf(stderr, "%zu objects not found: %s, ...", nmissing,
+                    missing ? missing : "");
+        fputc('\n', stderr);
+        rc = EXIT_FAIL;
+    }
+    free(missing);
+    free(failure);
+    shard_items_free(items, n);
+    return rc;
+}
+
+static int cmd_obj_get(const args *a)
+{
+    size_t n = a->npos > 2 ? (size_t)a->npos - 2 : 0;
+    shard_ctx *ctx;
+    shard_map *map;
+    uint64_t *ids;
+    int rc;
+
+    if (n == 0)
+        return usage_error("obj get needs at least one ID");
+    ids = calloc(n, sizeof *ids);
+    if (!ids)
+        return usage_error("out of memory");
+    if ((rc = open_ctx(a, &ctx, &map))) {
+        free(ids);
+        return rc;
+    }
+    if (object_ids(a, map, 2, ids)) {
+        rc = EXIT_USAGE;
+    } else if (n > 1) {
+        rc = get_many(ctx, ids, n);
+    } else {
+        char *json;
+        size_t len;
+        if ((rc = shard_object_get(ctx, ids[0], &json, &len))) {
+            rc = lib_error(rc);
+        } else {
+            print_object(json, len);
+            shard_free(json);
+        }
+    }
+    shard_map_free(map);
+    shard_ctx_free(ctx);
+    free(ids);
+    return rc;
+}
+
+static int cmd_obj_update(const args *a)
+{
+    shard_ctx *ctx;
+    shard_map *map;
+    uint64_t id;
+    char *result;
+    size_t len;
+    int rc;
+
+    if (a->npos != 4)
+        return usage_error("obj update needs ID JSON");
+    if (parse_id(NULL, a->pos[2], &id))
+        return EXIT_USAGE;
+    if ((rc = open_ctx(a, &ctx, &map)))
+        return rc;
+    if (check_object_id(map, a->pos[2], id)) {
+        rc = EXIT_USAGE;
+    } else if ((rc = shard_object_patch(ctx, id, a->pos[3], strlen(a->pos[3]), &result,
+                                        &len))) {
+        rc = lib_error(rc);
+    } else {
+        print_object(result, len);
+        shard_free(result);
+    }
+    shard_map_free(map);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+static int cmd_obj_delete(const args *a)
+{
+    shard_ctx *ctx;
+    shard_map *map;
+    uint64_t id;
+    int rc;
+
+    if (a->npos != 3)
+        return usage_error("obj delete needs one ID");
+    if (parse_id(NULL, a->pos[2], &id))
+        return EXIT_USAGE;
+    if ((rc = open_ctx(a, &ctx, &map)))
+        return rc;
+    if (check_object_id(map, a->pos[2], id))
+        rc = EXIT_USAGE;
+    else if ((rc = shard_object_delete(ctx, id, a->val[OPT_HARD] ? SHARD_DELETE_HARD : 0)))
+        rc = lib_error(rc);
+    shard_map_free(map);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Mappings                                                            */
+/* ------------------------------------------------------------------ */
+
+static int cmd_mapping_add(const args *a)
+{
+    int64_t seq = SHARD_SEQ_NOW;
+    uint64_t from, to;
+    shard_ctx *ctx;
+    int rc;
+
+    if (a->npos != 5 && a->npos != 6)
+        return usage_error("mapping add needs NAME FROM TO [SEQ]");
+    if (parse_id("FROM", a->pos[3], &from) || parse_id("TO", a->pos[4], &to) ||
+        (a->npos == 6 && parse_seq("SEQ", a->pos[5], &seq)))
+        return EXIT_USAGE;
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    if ((rc = shard_mapping_add(ctx, a->pos[2], from, to, seq)))
+        rc = lib_error(rc);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+static int cmd_mapping_list(const args *a)
+{
+    unsigned long long limit = 0;
+    int64_t before = SHARD_SEQ_NONE;
+    shard_edge *edges = NULL;
+    size_t n = 0;
+    uint64_t from;
+    shard_ctx *ctx;
+    int rc;
+
+    if (a->npos != 4)
+        return usage_error("mapping list needs NAME FROM");
+    if (parse_id("FROM", a->pos[3], &from) ||
+        (a->val[OPT_LIMIT] &&
+         parse_num("--limit", a->val[OPT_LIMIT], 1, SIZE_MAX, &limit)) ||
+        (a->val[OPT_BEFORE] && parse_seq("--before", a->val[OPT_BEFORE], &before)))
+        return EXIT_USAGE;
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    if ((rc = shard_mapping_list(ctx, a->pos[2], from, before, (size_t)limit, &edges, &n)))
+        rc = lib_error(rc);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        printf("%" PRIu64 " %" PRId64 "\n", edges[i].to, edges[i].seq);
+    shard_free(edges);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+static int cmd_mapping_remove(const args *a)
+{
+    uint64_t from, to;
+    shard_ctx *ctx;
+    int rc;
+
+    if (a->npos != 5)
+        return usage_error("mapping remove needs NAME FROM TO");
+    if (parse_id("FROM", a->pos[3], &from) || parse_id("TO", a->pos[4], &to))
+        return EXIT_USAGE;
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    if ((rc = shard_mapping_remove(ctx, a->pos[2], from, to)))
+        rc = lib_error(rc);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+static int cmd_mapping_count(const args *a)
+{
+    uint64_t from, count;
+    shard_ctx *ctx;
+    int rc;
+
+    if (a->npos != 4)
+        return usage_error("mapping count needs NAME FROM");
+    if (parse_id("FROM", a->pos[3], &from))
+        return EXIT_USAGE;
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    if ((rc = shard_mapping_count(ctx, a->pos[2], from, &count)))
+        rc = lib_error(rc);
+    else
+        printf("%" PRIu64 "\n", count);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Key-value                                                           */
+/* ------------------------------------------------------------------ */
+
+static int cmd_kv_put(const args *a)
+{
+    shard_ctx *ctx;
+    int rc;
+
+    if (a->npos != 5)
+        return usage_error("kv put needs TABLE KEY VALUE");
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    if ((rc = shard_kv_put(ctx, a->pos[2], a->pos[3], strlen(a->pos[3]), a->pos[4],
+                           strlen(a->pos[4]))))
+        rc = lib_error(rc);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+static int cmd_kv_get(const args *a)
+{
+    shard_ctx *ctx;
+    char *value;
+    size_t len;
+    int rc;
+
+    if (a->npos != 4)
+        return usage_error("kv get needs TABLE KEY");
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    if ((rc = shard_kv_get(ctx, a->pos[2], a->pos[3], strlen(a->pos[3]), &value, &len))) {
+        rc = lib_error(rc);
+    } else {
+        fwrite(value, 1, len, stdout);
+        putchar('\n');
+        shard_free(value);
+    }
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+static int cmd_kv_delete(const args *a)
+{
+    shard_ctx *ctx;
+    int rc;
+
+    if (a->npos != 4)
+        return usage_error("kv delete needs TABLE KEY");
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    if ((rc = shard_kv_delete(ctx, a->pos[2], a->pos[3], strlen(a->pos[3]))))
+        rc = lib_error(rc);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Dispatch                                                            */
+/* ------------------------------------------------------------------ */
+
 typedef struct command {
     const char *word1, *word2;
     int (*run)(const args *a);
+    unsigned opts; /* the options it accepts besides GLOBAL_OPTS */
 } command;
 
 static const command commands[] = {
-    {"id", "decode", cmd_id_decode},
-    {"id", "encode", cmd_id_encode},
-    {"modshard", NULL, cmd_modshard},
-    {"check", NULL, cmd_check},
+    {"id", "decode", cmd_id_decode, O(OPT_JSON)},
+    {"id", "encode", cmd_id_encode, 0},
+    {"modshard", NULL, cmd_modshard, O(OPT_SHARDS) | O(OPT_HEX)},
+    {"check", NULL, cmd_check, 0},
+    {"schema", "apply", cmd_schema_apply, 0},
+    {"obj", "create", cmd_obj_create, O(OPT_SHARD) | O(OPT_NEAR)},
+    {"obj", "get", cmd_obj_get, 0},
+    {"obj", "update", cmd_obj_update, 0},
+    {"obj", "delete", cmd_obj_delete, O(OPT_HARD)},
+    {"mapping", "add", cmd_mapping_add, 0},
+    {"mapping", "list", cmd_mapping_list, O(OPT_LIMIT) | O(OPT_BEFORE)},
+    {"mapping", "remove", cmd_mapping_remove, 0},
+    {"mapping", "count", cmd_mapping_count, 0},
+    {"kv", "put", cmd_kv_put, 0},
+    {"kv", "get", cmd_kv_get, 0},
+    {"kv", "delete", cmd_kv_delete, 0},
 };
+
+static int run_command(const command *c, const args *a)
+{
+    unsigned extra = a->seen & ~(c->opts | GLOBAL_OPTS);
+
+    for (int k = 0; extra && k < NOPTS; k++)
+        if (extra & O(k))
+            return usage_error("%s is not an option of %s%s%s", options[k].name, c->word1,
+                               c->word2 ? " " : "", c->word2 ? c->word2 : "");
+    return c->run(a);
+}
 
 static int dispatch(const args *a)
 {
@@ -288,7 +961,7 @@ static int dispatch(const args *a)
     const char *w2 = a->npos > 1 ? a->pos[1] : NULL;
     int known_first = 0;
 
-    if (a->help) {
+    if (a->seen & O(OPT_HELP)) {
         fputs(usage_text, stdout);
         return 0;
     }
@@ -300,7 +973,7 @@ static int dispatch(const args *a)
             continue;
         known_first = 1;
         if (!c->word2 || (w2 && strcmp(c->word2, w2) == 0))
-            return c->run(a);
+            return run_command(c, a);
     }
     if (known_first && !w2)
         return usage_error("%s needs a subcommand", w1);
@@ -321,5 +994,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "shardctl: cannot write output: %s\n", strerror(errno));
         rc = EXIT_FAIL;
     }
+    shard_global_cleanup();
     return rc;
 }

@@ -16,9 +16,9 @@ int object_parse(const char *json, size_t len, json_t **out)
         return shard_fail(SHARD_EINVAL, "object JSON is invalid at line %d, column %d: %s",
                           err.line, err.column, err.text);
     if (!json_is_object(v)) {
+        const char *what = json_is_array(v) ? "an array" : "a scalar";
         json_decref(v);
-        return shard_fail(SHARD_EINVAL, "object JSON must be an object {...}, not %s",
-                          json_is_array(v) ? "an array" : "a scalar");
+        return shard_fail(SHARD_EINVAL, "object JSON must be an object {...}, not %s", what);
     }
     *out = v;
     return 0;
@@ -361,23 +361,33 @@ int shard_object_patch(shard_ctx *ctx, uint64_t id, const char *patch, size_t le
 typedef struct update_args {
     shard_update_fn fn;
     void *payload;
+    int aborted; /* the callback's non-zero return, if it aborted */
 } update_args;
 
 static int call_update(json_t **obj, void *arg)
 {
     update_args *u = arg;
     int rc = u->fn(*obj, u->payload);
-    if (rc)
-        return shard_fail(rc, "the update callback aborted with %d", rc);
-    return 0;
+    if (!rc)
+        return 0;
+    /* Whatever the code (even a transient one such as SHARD_EBUSY), an
+     * abort is final: report it as a non-retried failure, and hand the
+     * callback's own code back once the transaction has rolled back. */
+    u->aborted = rc;
+    return SHARD_EINVAL;
 }
 
 int shard_object_update(shard_ctx *ctx, uint64_t id, shard_update_fn fn, void *payload)
 {
-    update_args u = {fn, payload};
+    update_args u = {fn, payload, 0};
+    int rc;
+
     if (!ctx || !fn)
         return shard_fail(SHARD_EINVAL, "shard_object_update: NULL argument");
-    return rmw(ctx, id, call_update, &u, NULL, NULL);
+    rc = rmw(ctx, id, call_update, &u, NULL, NULL);
+    if (u.aborted)
+        return shard_fail(u.aborted, "the update callback aborted with %d", u.aborted);
+    return rc;
 }
 
 /* ---- delete --------------------------------------------------------------- */
