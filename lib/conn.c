@@ -5,6 +5,7 @@
 #include "ctx.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <errmsg.h>
 #include <mysqld_error.h>
 #include <stdlib.h>
@@ -164,6 +165,14 @@ static void conn_close(shard_conn *c)
     free(c);
 }
 
+/* An idle connection has nothing to read: anything readable is the server
+ * closing it (restart, KILL, wait_timeout). One poll(), no round trip. */
+static bool closed_by_server(shard_conn *c)
+{
+    struct pollfd p = {.fd = (int)mysql_get_socket(c->my), .events = POLLIN};
+    return p.fd < 0 || poll(&p, 1, 0) != 0;
+}
+
 static void timed_deadline(struct timespec *ts, unsigned ms)
 {
     clock_gettime(CLOCK_REALTIME, ts);
@@ -189,7 +198,8 @@ int conn_get(shard_ctx *ctx, shard_server *srv, shard_conn **out)
             srv->idle = c->next;
             pthread_mutex_unlock(&srv->lock);
             c->next = NULL;
-            if (now_seconds() - c->idle_since < IDLE_PING_SECONDS || mysql_ping(c->my) == 0) {
+            if (!closed_by_server(c) &&
+                (now_seconds() - c->idle_since < IDLE_PING_SECONDS || mysql_ping(c->my) == 0)) {
                 c->last_errno = 0;
                 *out = c;
                 return 0;

@@ -1160,12 +1160,13 @@ static int publish(mv *m)
  * fence could not be taken in time (traffic continues as it was). */
 static int cut_over(mv *m, shard_conn *src, shard_conn *t, shard_conn *v)
 {
-    double t0 = now();
+    double t0;
     bool reached = false;
     int rc;
 
     if ((rc = catch_up(m, src, t)))
         return rc;
+    t0 = now(); /* from here until the new map is out, the moved shards are unwritable */
     m->r->fence_attempts++;
     rc = fence_set(m, src, true);
     if (rc == SHARD_EBUSY) /* lock wait timeout: a long transaction holds a table */
@@ -1337,8 +1338,9 @@ static int cleanup(mv *m, shard_conn *src)
     if (rc == 0 && m->r->mismatches) {
         char msg[200];
         snprintf(msg, sizeof msg, "verification found %llu mismatched rows: the source "
-                 "copy is kept", (unsigned long long)m->r->mismatches);
-        journal_save(m, SHARD_MOVE_CLEANING, msg);
+                 "copy is kept (fenced) for inspection", (unsigned long long)m->r->mismatches);
+        /* The move is over (the map points at the target); the source stays. */
+        journal_save(m, SHARD_MOVE_DONE, msg);
         return shard_fail(SHARD_EVERIFY, "move %llu: %s", (unsigned long long)m->id, msg);
     }
     if (rc == 0 && !(m->o.flags & SHARD_MOVE_KEEP_SOURCE)) {

@@ -1,0 +1,590 @@
+/*
+ * Online moves against real pairs: concurrent writers see no error and lose
+ * nothing; a mover killed (SIGKILL) in every phase resumes to completion or
+ * aborts to a source that serves as if nothing happened; a long transaction
+ * delays the fence without stalling traffic; a target restart during
+ * catch-up applies nothing outside the moved databases; verification finds
+ * a row changed behind the mover's back; two pairs merge onto a third.
+ */
+#include "harness.h"
+
+#include <check.h>
+#include <libshard.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static harness *h;
+static shard_ctx *ctx; /* the application's context, in this process */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static const char *pair_of(unsigned shard)
+{
+    static char name[65];
+    shard_map *m = NULL;
+    const char *p = "?";
+    shard_ctx_reload(ctx);
+    ck_assert_int_eq(shard_ctx_map(ctx, &m), 0);
+    shard_map_pair_of(m, shard, &p);
+    snprintf(name, sizeof name, "%s", p);
+    shard_map_free(m);
+    return name;
+}
+
+/* The master's server name ("s1", "s3", ...) of a pair "MySQL00N". */
+static const char *master_of(const char *pair)
+{
+    static char s[16];
+    snprintf(s, sizeof s, "s%d", 2 * atoi(pair + 5) - 1);
+    return s;
+}
+
+static char *sql1(const char *server, const char *sql)
+{
+    char *out = NULL;
+    ck_assert_int_eq(harness_sql(h, server, sql, &out), 0);
+    return out;
+}
+
+static int db_exists(const char *server, unsigned shard)
+{
+    char sql[200], *out;
+    int yes;
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE "
+             "SCHEMA_NAME = 'db%05u'", shard);
+    out = sql1(server, sql);
+    yes = strcmp(out, "0\n") != 0;
+    free(out);
+    return yes;
+}
+
+/* Replication to a standby is asynchronous: wait (bounded) for it. */
+static int db_exists_settled(const char *server, unsigned shard, int want)
+{
+    int have = db_exists(server, shard);
+    for (int i = 0; i < 100 && have != want; i++) {
+        usleep(50000);
+        have = db_exists(server, shard);
+    }
+    return have;
+}
+
+static int move_connections(const char *server)
+{
+    char *out = sql1(server, "SHOW ALL SLAVES STATUS");
+    int n = 0;
+    for (char *p = out; (p = strstr(p, "libshard_move_")); p++)
+        n++;
+    free(out);
+    return n;
+}
+
+/* ---- what was written, and checking it is all there ------------------------ */
+
+#define MAXW 20000
+static struct written {
+    uint64_t id;
+    char json[64];
+} w[MAXW];
+static int nw;
+static pthread_mutex_t wlock = PTHREAD_MUTEX_INITIALIZER;
+
+static void remember(uint64_t id, const char *json)
+{
+    pthread_mutex_lock(&wlock);
+    ck_assert_int_lt(nw, MAXW);
+    w[nw].id = id;
+    snprintf(w[nw].json, sizeof w[nw].json, "%s", json);
+    nw++;
+    pthread_mutex_unlock(&wlock);
+}
+
+static void fill(unsigned first, unsigned last, int per_shard)
+{
+    for (unsigned s = first; s <= last; s++)
+        for (int i = 0; i < per_shard; i++) {
+            char json[64];
+            uint64_t id;
+            snprintf(json, sizeof json, "{\"shard\":%u,\"n\":%d}", s, i);
+            ck_assert_msg(shard_object_create(ctx, 1, s, json, strlen(json), &id) == 0, "%s",
+                          shard_errmsg());
+            remember(id, json);
+        }
+}
+
+/* Every acknowledged write is there, read through the library, and each
+ * moved row sits on the master of the pair the map names. */
+static void check_all(void)
+{
+    shard_item *items = NULL;
+    uint64_t *ids = calloc((size_t)nw, sizeof *ids);
+    int rc;
+
+    for (int i = 0; i < nw; i++)
+        ids[i] = w[i].id;
+    rc = shard_object_mget(ctx, ids, (size_t)nw, &items);
+    ck_assert_msg(rc == 0, "mget: %d %s", rc, shard_errmsg());
+    for (int i = 0; i < nw; i++) {
+        ck_assert_msg(items[i].status == 0, "object %llu: status %d",
+                      (unsigned long long)w[i].id, items[i].status);
+        ck_assert_str_eq(items[i].data, w[i].json);
+    }
+    shard_items_free(items, (size_t)nw);
+    free(ids);
+}
+
+static void check_rows_on_master(unsigned shard)
+{
+    char sql[200], *out;
+    int expect = 0;
+    for (int i = 0; i < nw; i++)
+        expect += shard_id_shard(w[i].id) == shard && shard_id_type(w[i].id) == 1;
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05u.pins", shard);
+    out = sql1(master_of(pair_of(shard)), sql);
+    ck_assert_int_eq(atoi(out), expect);
+    free(out);
+}
+
+/* ---- a mover in a child process, stopped at a phase, then killed ------------ */
+
+static int stop_phase;
+static int stop_fd;
+
+static void stop_here(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    (void)done;
+    (void)total;
+    (void)payload;
+    if (phase == stop_phase) {
+        char c = 1;
+        if (write(stop_fd, &c, 1) != 1)
+            _exit(3);
+        raise(SIGSTOP); /* the parent SIGKILLs us here, mid-phase */
+    }
+}
+
+/* Run shard_move in a child; SIGKILL it when it reaches phase. Returns 0
+ * when it was killed there, 1 when it finished before reaching it. */
+static int move_killed_at(unsigned first, unsigned last, const char *target, int phase)
+{
+    int fds[2], status;
+    pid_t pid;
+    char c;
+
+    ck_assert_int_eq(pipe(fds), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+        shard_ctx *mc = NULL;
+        close(fds[0]);
+        stop_fd = fds[1];
+        stop_phase = phase;
+        o.progress = stop_here;
+        if (shard_ctx_open(&mc, harness_map_path(h), NULL))
+            _exit(2);
+        _exit(shard_move(mc, first, last, target, &o, NULL, NULL) == 0 ? 1 : 2);
+    }
+    close(fds[1]);
+    if (read(fds[0], &c, 1) == 1) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        close(fds[0]);
+        return 0;
+    }
+    waitpid(pid, &status, 0);
+    close(fds[0]);
+    ck_assert_msg(0, "the mover exited with %d before reaching phase %s",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : -1, shard_move_phase_name(phase));
+    return 1;
+}
+
+static void resume_ok(shard_move_report *r)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    int rc = shard_move_resume(ctx, 0, &o, r);
+    ck_assert_msg(rc == 0, "resume: %d %s", rc, shard_errmsg());
+    ck_assert_int_eq(r->phase, SHARD_MOVE_DONE);
+    ck_assert_uint_eq(r->mismatches, 0);
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+typedef struct writer {
+    unsigned shards[2];
+    volatile int *stop;
+    int errors;
+    char err[256];
+    double worst; /* the longest single call, seconds */
+    long ops;
+} writer;
+
+static void *write_loop(void *arg)
+{
+    writer *wr = arg;
+    for (long i = 0; !*wr->stop; i++) {
+        unsigned s = wr->shards[i % 2];
+        char json[64];
+        uint64_t id;
+        double t0 = now();
+        int rc;
+        snprintf(json, sizeof json, "{\"w\":%ld,\"s\":%u}", i, s);
+        rc = shard_object_create(ctx, 1, s, json, strlen(json), &id);
+        if (rc == 0) {
+            remember(id, json);
+            /* Read-modify-write and a mapping row on the same object. */
+            char *res = NULL;
+            rc = shard_object_patch(ctx, id, "{\"p\":1}", 7, &res, NULL);
+            if (rc == 0) {
+                pthread_mutex_lock(&wlock);
+                for (int k = nw - 1; k >= 0; k--)
+                    if (w[k].id == id) {
+                        snprintf(w[k].json, sizeof w[k].json, "%s", res);
+                        break;
+                    }
+                pthread_mutex_unlock(&wlock);
+                rc = shard_mapping_add(ctx, "user_likes_pins", id, id, i);
+            }
+            shard_free(res);
+        }
+        if (now() - t0 > wr->worst)
+            wr->worst = now() - t0;
+        if (rc) {
+            wr->errors++;
+            snprintf(wr->err, sizeof wr->err, "%s", shard_errmsg());
+        }
+        wr->ops++;
+    }
+    return NULL;
+}
+
+START_TEST(move_under_concurrent_writes)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    volatile int stop = 0;
+    writer wr[4] = {{{0, 1}, &stop, 0, "", 0, 0}, {{1, 2}, &stop, 0, "", 0, 0},
+                    {{0, 6}, &stop, 0, "", 0, 0}, {{1, 7}, &stop, 0, "", 0, 0}};
+    pthread_t t[4];
+    double worst = 0;
+    int rc;
+
+    fill(0, 1, 300);
+    ck_assert_str_eq(pair_of(0), "MySQL001");
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, write_loop, &wr[i]);
+    usleep(300000);
+    rc = shard_move(ctx, 0, 1, "MySQL002", &o, &r, NULL);
+    usleep(300000);
+    stop = 1;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_msg(wr[i].errors == 0, "writer %d: %d errors, last: %s", i, wr[i].errors,
+                      wr[i].err);
+        ck_assert_int_gt(wr[i].ops, 0);
+        if (wr[i].worst > worst)
+            worst = wr[i].worst;
+    }
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    printf("move 0-1 under load: %llu rows copied in %.3f s, pause %.1f ms, "
+           "%u fence attempts, %llu rows verified; worst writer call %.1f ms\n",
+           (unsigned long long)r.rows_copied, r.copy_seconds, r.pause_ms, r.fence_attempts,
+           (unsigned long long)r.rows_verified, worst * 1000);
+    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    ck_assert_uint_eq(r.mismatches, 0);
+    ck_assert_int_eq(r.source_dropped, 1);
+    ck_assert_str_eq(pair_of(0), "MySQL002");
+    ck_assert_str_eq(pair_of(1), "MySQL002");
+    ck_assert_str_eq(pair_of(2), "MySQL001");
+    check_all();
+    check_rows_on_master(0);
+    check_rows_on_master(1);
+    /* The source is clean on both halves; no replication connection is left. */
+    ck_assert_int_eq(db_exists("s1", 0), 0);
+    ck_assert_int_eq(db_exists_settled("s2", 1, 0), 0);
+    ck_assert_int_eq(move_connections("s3"), 0);
+    /* The target pair is still a healthy pair: its standby has the rows too. */
+    usleep(500000);
+    {
+        char *a = sql1("s3", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00000.pins");
+        char *b = sql1("s4", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00000.pins");
+        ck_assert_str_eq(a, b);
+        free(a);
+        free(b);
+    }
+}
+END_TEST
+
+START_TEST(dry_run_changes_nothing)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    char *plan = NULL;
+
+    o.flags = SHARD_MOVE_DRY_RUN;
+    ck_assert_int_eq(shard_move(ctx, 2, 3, "MySQL003", &o, NULL, &plan), 0);
+    ck_assert_ptr_nonnull(strstr(plan, "db00002.pins"));
+    ck_assert_ptr_nonnull(strstr(plan, "gtid_ignore_duplicates 1: ok"));
+    shard_free(plan);
+    ck_assert_str_eq(pair_of(2), "MySQL001");
+    ck_assert_int_eq(db_exists("s5", 2), 0);
+    /* Bad requests are refused before anything happens. */
+    ck_assert_int_eq(shard_move(ctx, 2, 3, "MySQL001", &o, NULL, &plan), SHARD_EINVAL);
+    ck_assert_int_eq(shard_move(ctx, 2, 3, "MySQL009", &o, NULL, &plan), SHARD_EINVAL);
+    ck_assert_int_eq(shard_move(ctx, 3, 4, "MySQL003", &o, NULL, &plan), SHARD_EINVAL);
+    ck_assert_msg(strstr(shard_errmsg(), "span pairs"), "%s", shard_errmsg());
+}
+END_TEST
+
+/* SIGKILL in each phase, then resume: completes with every row right. */
+START_TEST(killed_in_each_phase_then_resumed)
+{
+    static const int phases[] = {SHARD_MOVE_COPYING, SHARD_MOVE_CATCHUP, SHARD_MOVE_FENCED,
+                                 SHARD_MOVE_FLIPPED, SHARD_MOVE_VERIFYING,
+                                 SHARD_MOVE_CLEANING};
+    const char *targets[] = {"MySQL003", "MySQL001"};
+
+    fill(2, 3, 100);
+    for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
+        const char *target = targets[i % 2];
+        shard_move_report r;
+        move_killed_at(2, 3, target, phases[i]);
+        resume_ok(&r);
+        ck_assert_str_eq(pair_of(2), target);
+        ck_assert_str_eq(pair_of(3), target);
+        check_all();
+        check_rows_on_master(2);
+        ck_assert_int_eq(db_exists(master_of(targets[(i + 1) % 2]), 2), 0);
+        ck_assert_int_eq(move_connections(master_of(target)), 0);
+        fill(2, 3, 5); /* and the shards take writes where they are now */
+    }
+}
+END_TEST
+
+/* Abort from each phase before the flip: the source serves as before. */
+START_TEST(aborted_before_flip)
+{
+    static const int phases[] = {SHARD_MOVE_COPYING, SHARD_MOVE_CATCHUP, SHARD_MOVE_FENCED};
+    const char *home = pair_of(4);
+
+    fill(4, 4, 50);
+    for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
+        move_killed_at(4, 4, "MySQL003", phases[i]);
+        ck_assert_msg(shard_move_abort(ctx, 0) == 0, "abort: %s", shard_errmsg());
+        ck_assert_str_eq(pair_of(4), home);
+        ck_assert_int_eq(db_exists("s5", 4), 0);
+        ck_assert_int_eq(db_exists_settled("s6", 4, 0), 0);
+        ck_assert_int_eq(move_connections("s5"), 0);
+        fill(4, 4, 3); /* writes land on the source again at once */
+        check_all();
+        check_rows_on_master(4);
+    }
+    ck_assert_int_eq(shard_move_abort(ctx, 0), SHARD_ENOTFOUND);
+}
+END_TEST
+
+typedef struct holder {
+    unsigned shard;
+    uint64_t id;
+    double seconds;
+    int rc;
+} holder;
+
+static void *hold_lock(void *arg)
+{
+    holder *hd = arg;
+    shard_txn *t = NULL;
+    char *json = NULL;
+    if ((hd->rc = shard_txn_begin(ctx, hd->shard, &t)))
+        return NULL;
+    hd->rc = shard_txn_object_get(t, hd->id, &json, NULL);
+    shard_free(json);
+    usleep((useconds_t)(hd->seconds * 1e6));
+    if (hd->rc == 0)
+        hd->rc = shard_txn_commit(t);
+    else
+        shard_txn_rollback(t);
+    return NULL;
+}
+
+/* A long transaction on a moved table: the fence backs off and wins later. */
+START_TEST(long_transaction_delays_fence)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    holder hd = {5, 0, 3.5, 0};
+    pthread_t t;
+    double t0, worst = 0;
+
+    fill(5, 5, 20);
+    hd.id = w[nw - 1].id;
+    pthread_create(&t, NULL, hold_lock, &hd);
+    usleep(200000);
+    o.fence_timeout_s = 1;
+    ck_assert_msg(shard_move(ctx, 5, 5, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
+    pthread_join(t, NULL);
+    ck_assert_int_eq(hd.rc, 0);
+    ck_assert_uint_ge(r.fence_attempts, 2);
+    /* Traffic on the shard stalled at most about the lock timeout. */
+    t0 = now();
+    fill(5, 5, 1);
+    worst = now() - t0;
+    ck_assert_msg(worst < 2.0, "a write took %.2f s after the move", worst);
+    ck_assert_str_eq(pair_of(5), "MySQL003");
+    check_all();
+}
+END_TEST
+
+/* The target restarted during catch-up: nothing else is applied there. */
+START_TEST(target_restart_during_catchup)
+{
+    shard_move_report r;
+
+    fill(6, 7, 30);
+    ck_assert_str_eq(pair_of(6), "MySQL002");
+    move_killed_at(6, 7, "MySQL003", SHARD_MOVE_CATCHUP);
+    ck_assert_int_eq(harness_kill(h, "s5"), 0);
+    ck_assert_int_eq(harness_restart(h, "s5"), 0);
+    /* Writes on the source's other databases meanwhile must stay there. */
+    ck_assert_str_eq(pair_of(4), "MySQL002");
+    fill(4, 4, 10);
+    fill(6, 7, 10);
+    resume_ok(&r);
+    ck_assert_str_eq(pair_of(6), "MySQL003");
+    check_all();
+    check_rows_on_master(6);
+    check_rows_on_master(7);
+    ck_assert_int_eq(db_exists("s5", 4), 0);
+    ck_assert_int_eq(move_connections("s5"), 0);
+}
+END_TEST
+
+static void tamper(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    (void)done;
+    (void)total;
+    if (phase == SHARD_MOVE_CATCHUP) {
+        char *out = NULL;
+        harness_sql(h, "s5", (const char *)payload, &out);
+        free(out);
+    }
+}
+
+/* A row changed on the target behind the mover's back is found. */
+START_TEST(verification_finds_tampering)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    char sql[300];
+    int rc, victim = -1;
+
+    ck_assert_str_eq(pair_of(4), "MySQL002");
+    for (int i = 0; i < nw && victim < 0; i++)
+        if (shard_id_shard(w[i].id) == 4)
+            victim = i;
+    ck_assert_int_ge(victim, 0);
+    snprintf(sql, sizeof sql, "SET sql_log_bin = 0; UPDATE db00004.pins SET data = "
+             "'{\"evil\":1}' WHERE local_id = %llu",
+             (unsigned long long)shard_id_local(w[victim].id));
+    o.progress = tamper;
+    o.payload = sql;
+    rc = shard_move(ctx, 4, 4, "MySQL003", &o, &r, NULL);
+    ck_assert_int_eq(rc, SHARD_EVERIFY);
+    ck_assert_uint_eq(r.mismatches, 1);
+    ck_assert_int_eq(r.source_dropped, 0);
+    ck_assert_msg(strstr(shard_errmsg(), "mismatch"), "%s", shard_errmsg());
+    /* The source's copy is kept (fenced) for the operator. */
+    {
+        char *out = sql1("s3", "SELECT COUNT(*) FROM db00004._moved_pins");
+        ck_assert_int_gt(atoi(out), 0);
+        free(out);
+    }
+    /* Put the row right again, as an operator would, for the tests after. */
+    snprintf(sql, sizeof sql, "UPDATE db00004.pins SET data = '%s' WHERE local_id = %llu",
+             w[victim].json, (unsigned long long)shard_id_local(w[victim].id));
+    free(sql1("s5", sql));
+}
+END_TEST
+
+/* Merge: two pairs' ranges onto a third; both sources empty of them. */
+START_TEST(merge_two_pairs_onto_one)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+
+    ck_assert_str_eq(pair_of(0), "MySQL002");
+    ck_assert_str_eq(pair_of(2), "MySQL001");
+    fill(0, 3, 5);
+    ck_assert_msg(shard_move(ctx, 0, 1, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
+    ck_assert_msg(shard_move(ctx, 2, 3, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
+    for (unsigned s = 0; s <= 3; s++) {
+        ck_assert_str_eq(pair_of(s), "MySQL003");
+        ck_assert_int_eq(db_exists("s1", s), 0);
+        ck_assert_int_eq(db_exists("s3", s), 0);
+        check_rows_on_master(s);
+    }
+    check_all();
+    {
+        char *st = NULL;
+        ck_assert_int_eq(shard_move_status(ctx, &st), 0);
+        ck_assert_ptr_nonnull(strstr(st, "\"phase\":\"done\""));
+        shard_free(st);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("server_move");
+    TCase *tc = tcase_create("move");
+    SRunner *sr;
+    int failed;
+
+    h = harness_start_ex(3, 12, 3);
+    if (!h)
+        return 1;
+    {
+        shard_options o = SHARD_OPTIONS_INIT;
+        o.refresh_interval_ms = 0; /* moves are followed through the fence alone */
+        if (shard_ctx_open(&ctx, harness_map_path(h), &o)) {
+            fprintf(stderr, "open: %s\n", shard_errmsg());
+            harness_stop(h);
+            return 1;
+        }
+    }
+    if (shard_schema_apply(ctx, NULL, NULL)) {
+        fprintf(stderr, "schema: %s\n", shard_errmsg());
+        harness_stop(h);
+        return 1;
+    }
+    /* Later tests build on the map earlier ones published: run in order,
+     * in this process. */
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, move_under_concurrent_writes);
+    tcase_add_test(tc, dry_run_changes_nothing);
+    tcase_add_test(tc, killed_in_each_phase_then_resumed);
+    tcase_add_test(tc, aborted_before_flip);
+    tcase_add_test(tc, long_transaction_delays_fence);
+    tcase_add_test(tc, target_restart_during_catchup);
+    tcase_add_test(tc, verification_finds_tampering);
+    tcase_add_test(tc, merge_two_pairs_onto_one);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    shard_ctx_free(ctx);
+    harness_stop(h);
+    return failed ? 1 : 0;
+}
