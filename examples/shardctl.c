@@ -38,6 +38,11 @@ static const char usage_text[] =
     "  kv put TABLE KEY VALUE                store a value\n"
     "  kv get TABLE KEY                      print a value\n"
     "  kv delete TABLE KEY                   delete a key\n"
+    "  move --shards A-B --to PAIR [--dry-run] [--yes] [--keep-source] [--threads N]\n"
+    "                                        move shards A..B to another pair, online\n"
+    "  move status                           the journaled moves, one JSON line each\n"
+    "  move resume [ID]                      finish an interrupted move\n"
+    "  move abort [ID]                       undo an interrupted move (before its flip)\n"
     "The map is --map FILE, else $LIBSHARD_MAP. TYPE is a name from the map's\n"
     "objects or a number. Exit status: 0 ok, 1 failed, 2 bad usage or input.\n";
 
@@ -53,6 +58,11 @@ enum {
     OPT_HARD,
     OPT_LIMIT,
     OPT_BEFORE,
+    OPT_TO,
+    OPT_DRY_RUN,
+    OPT_YES,
+    OPT_KEEP_SOURCE,
+    OPT_THREADS,
     NOPTS
 };
 
@@ -68,6 +78,9 @@ static const struct option_def {
     [OPT_HEX] = {"--hex", 0},       [OPT_SHARD] = {"--shard", 1},
     [OPT_NEAR] = {"--near", 1},     [OPT_HARD] = {"--hard", 0},
     [OPT_LIMIT] = {"--limit", 1},   [OPT_BEFORE] = {"--before", 1},
+    [OPT_TO] = {"--to", 1},         [OPT_DRY_RUN] = {"--dry-run", 0},
+    [OPT_YES] = {"--yes", 0},       [OPT_KEEP_SOURCE] = {"--keep-source", 0},
+    [OPT_THREADS] = {"--threads", 1},
 };
 
 /* Options and positional arguments, parsed once for every command. */
@@ -916,6 +929,240 @@ static int cmd_kv_delete(const args *a)
 }
 
 /* ------------------------------------------------------------------ */
+/* Moves                                                               */
+/* ------------------------------------------------------------------ */
+
+typedef struct move_progress {
+    int tty;
+    int phase;
+    double phase_start, last;
+    uint64_t done, total;
+} move_progress;
+
+static void move_draw(move_progress *p, int final)
+{
+    double el = now_seconds() - p->phase_start;
+    double rate = el > 0 ? (double)p->done / el : 0;
+    const char *name = shard_move_phase_name(p->phase);
+
+    if (p->total && p->tty) {
+        int width = 30, fill = (int)((double)width * (double)p->done / (double)p->total);
+        double eta = rate > 0 ? (double)(p->total - p->done) / rate : 0;
+        fprintf(stderr, "\r%-9s [%.*s%*s] %3d%% %" PRIu64 "/%" PRIu64 " rows, %.0f rows/s, "
+                "ETA %.0f s ", name, fill, "##############################", width - fill, "",
+                (int)(100.0 * (double)p->done / (double)p->total), p->done, p->total, rate,
+                eta);
+        if (final)
+            fputc('\n', stderr);
+    } else if (p->total) {
+        fprintf(stderr, "%s: %" PRIu64 "/%" PRIu64 " rows (%.0f rows/s)\n", name, p->done,
+                p->total, rate);
+    }
+    p->last = now_seconds();
+}
+
+static void on_move_progress(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    move_progress *p = payload;
+
+    if (phase != p->phase) {
+        if (p->total)
+            move_draw(p, 1);
+        p->phase = phase;
+        p->phase_start = now_seconds();
+        p->done = p->total = 0;
+        fprintf(stderr, "move: %s\n", shard_move_phase_name(phase));
+    }
+    if (!total)
+        return;
+    p->done = done;
+    p->total = total;
+    if (now_seconds() - p->last >= (p->tty ? 0.1 : 5.0))
+        move_draw(p, 0);
+}
+
+static void print_report(const shard_move_report *r)
+{
+    printf("move %" PRIu64 ": shards %u-%u from %s to %s: %s\n", r->move_id, r->first,
+           r->last, r->source, r->target, shard_move_phase_name(r->phase));
+    printf("  copied %" PRIu64 " rows, %" PRIu64 " bytes in %d tables in %.2f s (%.0f rows/s, "
+           "%.1f MB/s)\n", r->rows_copied, r->bytes_copied, (int)r->tables, r->copy_seconds,
+           r->copy_seconds > 0 ? (double)r->rows_copied / r->copy_seconds : 0,
+           r->copy_seconds > 0 ? (double)r->bytes_copied / r->copy_seconds / 1e6 : 0);
+    printf("  catch-up %.2f s, cut-over %.2f s, pause %.1f ms (%u fence attempt%s)\n",
+           r->catchup_seconds, r->cutover_seconds, r->pause_ms, r->fence_attempts,
+           r->fence_attempts == 1 ? "" : "s");
+    printf("  verified %" PRIu64 " rows in %.2f s: %" PRIu64 " mismatch%s\n", r->rows_verified,
+           r->verify_seconds, r->mismatches, r->mismatches == 1 ? "" : "es");
+    printf("  map version %" PRIu64 " published; source %s\n", r->map_version,
+           r->source_dropped ? "dropped" : "kept");
+}
+
+static int parse_range(const char *s, unsigned *first, unsigned *last)
+{
+    char *dash = strchr(s, '-'), buf[32];
+    unsigned long long a, b;
+
+    if (!dash || strlen(s) >= sizeof buf)
+        return usage_error("--shards takes a range A-B, e.g. --shards 0-31"), -1;
+    memcpy(buf, s, (size_t)(dash - s));
+    buf[dash - s] = '\0';
+    if (parse_num("--shards start", buf, 0, SHARD_MAX_SHARD, &a) ||
+        parse_num("--shards end", dash + 1, 0, SHARD_MAX_SHARD, &b))
+        return -1;
+    if (a > b)
+        return usage_error("--shards %s is reversed", s), -1;
+    *first = (unsigned)a;
+    *last = (unsigned)b;
+    return 0;
+}
+
+static int confirm(unsigned first, unsigned last, const char *to)
+{
+    char line[16];
+    if (!isatty(STDIN_FILENO))
+        return usage_error("stdin is not a terminal to confirm on: add --yes to move "
+                           "shards %u-%u to %s", first, last, to);
+    fprintf(stderr, "Move shards %u-%u to %s, online? [y/N] ", first, last, to);
+    if (!fgets(line, sizeof line, stdin) || (line[0] != 'y' && line[0] != 'Y')) {
+        fprintf(stderr, "shardctl: not confirmed; nothing was changed\n");
+        return EXIT_FAIL;
+    }
+    return 0;
+}
+
+static int move_options(const args *a, shard_move_options *o, move_progress *p)
+{
+    unsigned long long n;
+
+    if (a->val[OPT_THREADS]) {
+        if (parse_num("--threads", a->val[OPT_THREADS], 1, 64, &n))
+            return -1;
+        o->copy_threads = (unsigned)n;
+    }
+    if (a->val[OPT_KEEP_SOURCE])
+        o->flags |= SHARD_MOVE_KEEP_SOURCE;
+    memset(p, 0, sizeof *p);
+    p->tty = isatty(STDERR_FILENO);
+    p->phase = -1;
+    o->progress = on_move_progress;
+    o->payload = p;
+    return 0;
+}
+
+static int cmd_move(const args *a)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    move_progress p;
+    unsigned first, last;
+    shard_ctx *ctx;
+    char *plan = NULL;
+    int rc;
+
+    if (a->npos != 1)
+        return usage_error("move takes --shards A-B --to PAIR (or status, resume, abort)");
+    if (!a->val[OPT_SHARDS] || !a->val[OPT_TO])
+        return usage_error("move needs --shards A-B and --to PAIR");
+    if (parse_range(a->val[OPT_SHARDS], &first, &last) || move_options(a, &o, &p))
+        return EXIT_USAGE;
+    if (a->val[OPT_DRY_RUN])
+        o.flags |= SHARD_MOVE_DRY_RUN;
+    else if (!a->val[OPT_YES] && (rc = confirm(first, last, a->val[OPT_TO])))
+        return rc;
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    rc = shard_move(ctx, first, last, a->val[OPT_TO], &o, &r, &plan);
+    if (p.total)
+        move_draw(&p, 1);
+    if (plan)
+        fputs(plan, stdout);
+    else if (rc == 0 || r.move_id)
+        print_report(&r);
+    shard_free(plan);
+    if (rc)
+        rc = lib_error(rc);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+/* An optional move ID argument at position 2. */
+static int move_id_arg(const args *a, uint64_t *id)
+{
+    unsigned long long n;
+    *id = 0;
+    if (a->npos > 3)
+        return usage_error("move %s takes at most one move ID", a->pos[1]), -1;
+    if (a->npos == 3) {
+        if (parse_num("move ID", a->pos[2], 1, UINT64_MAX, &n))
+            return -1;
+        *id = n;
+    }
+    return 0;
+}
+
+static int cmd_move_resume(const args *a)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    move_progress p;
+    shard_ctx *ctx;
+    uint64_t id;
+    int rc;
+
+    if (move_id_arg(a, &id) || move_options(a, &o, &p))
+        return EXIT_USAGE;
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    rc = shard_move_resume(ctx, id, &o, &r);
+    if (p.total)
+        move_draw(&p, 1);
+    if (rc == 0 || r.move_id)
+        print_report(&r);
+    if (rc)
+        rc = lib_error(rc);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+static int cmd_move_abort(const args *a)
+{
+    shard_ctx *ctx;
+    uint64_t id;
+    int rc;
+
+    if (move_id_arg(a, &id))
+        return EXIT_USAGE;
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    rc = shard_move_abort(ctx, id);
+    if (rc)
+        rc = lib_error(rc);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+static int cmd_move_status(const args *a)
+{
+    shard_ctx *ctx;
+    char *text = NULL;
+    int rc;
+
+    if (a->npos != 2)
+        return usage_error("move status takes no arguments");
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    rc = shard_move_status(ctx, &text);
+    if (rc)
+        rc = lib_error(rc);
+    else
+        fputs(text, stdout);
+    shard_free(text);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
 /* Dispatch                                                            */
 /* ------------------------------------------------------------------ */
 
@@ -942,6 +1189,12 @@ static const command commands[] = {
     {"kv", "put", cmd_kv_put, 0},
     {"kv", "get", cmd_kv_get, 0},
     {"kv", "delete", cmd_kv_delete, 0},
+    {"move", "status", cmd_move_status, 0},
+    {"move", "resume", cmd_move_resume, O(OPT_THREADS)},
+    {"move", "abort", cmd_move_abort, 0},
+    {"move", NULL, cmd_move,
+     O(OPT_SHARDS) | O(OPT_TO) | O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_KEEP_SOURCE) |
+         O(OPT_THREADS)},
 };
 
 static int run_command(const command *c, const args *a)

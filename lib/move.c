@@ -1743,7 +1743,7 @@ int shard_move_status(shard_ctx *ctx, char **text)
                     "mismatches", (json_int_t)strtoll(row[8], NULL, 10),
                     "pause_ms", strtod(row[9], NULL), "message", row[10],
                     "updated_at", row[11]);
-                char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+                char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)) : NULL;
                 if (line) {
                     sql_add(&out, line);
                     sql_add(&out, "\n");
