@@ -43,6 +43,9 @@ static const char usage_text[] =
     "  move status                           the journaled moves, one JSON line each\n"
     "  move resume [ID]                      finish an interrupted move\n"
     "  move abort [ID]                       undo an interrupted move (before its flip)\n"
+    "  failover PAIR [--force]               promote PAIR's standby\n"
+    "Options for every command: --map FILE (else $LIBSHARD_MAP); --user NAME and\n"
+    "--password-env VAR to connect as another account than the map's (an operator's).\n"
     "The map is --map FILE, else $LIBSHARD_MAP. TYPE is a name from the map's\n"
     "objects or a number. Exit status: 0 ok, 1 failed, 2 bad usage or input.\n";
 
@@ -63,11 +66,14 @@ enum {
     OPT_YES,
     OPT_KEEP_SOURCE,
     OPT_THREADS,
+    OPT_FORCE,
+    OPT_USER,
+    OPT_PASSWORD_ENV,
     NOPTS
 };
 
 #define O(x) (1u << (x))
-#define GLOBAL_OPTS (O(OPT_MAP) | O(OPT_HELP))
+#define GLOBAL_OPTS (O(OPT_MAP) | O(OPT_HELP) | O(OPT_USER) | O(OPT_PASSWORD_ENV))
 
 static const struct option_def {
     const char *name;
@@ -80,7 +86,8 @@ static const struct option_def {
     [OPT_LIMIT] = {"--limit", 1},   [OPT_BEFORE] = {"--before", 1},
     [OPT_TO] = {"--to", 1},         [OPT_DRY_RUN] = {"--dry-run", 0},
     [OPT_YES] = {"--yes", 0},       [OPT_KEEP_SOURCE] = {"--keep-source", 0},
-    [OPT_THREADS] = {"--threads", 1},
+    [OPT_THREADS] = {"--threads", 1}, [OPT_FORCE] = {"--force", 0},
+    [OPT_USER] = {"--user", 1},     [OPT_PASSWORD_ENV] = {"--password-env", 1},
 };
 
 /* Options and positional arguments, parsed once for every command. */
@@ -254,6 +261,10 @@ static int open_ctx(const args *a, shard_ctx **ctx, shard_map **map)
     int rc;
 
     o.refresh_interval_ms = 0;
+    o.user = a->val[OPT_USER];
+    o.password_env = a->val[OPT_PASSWORD_ENV];
+    if (o.password_env && !o.user)
+        return usage_error("--password-env goes with --user");
     if (!a->map)
         return usage_error("no shard map: give --map FILE or set LIBSHARD_MAP");
     if ((rc = shard_ctx_open(ctx, a->map, &o)))
@@ -1162,6 +1173,37 @@ static int cmd_move_status(const args *a)
     return rc;
 }
 
+static int cmd_failover(const args *a)
+{
+    shard_failover_report r;
+    shard_ctx *ctx;
+    int rc;
+
+    if (a->npos != 2)
+        return usage_error("failover needs exactly one PAIR");
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    rc = shard_pair_failover(ctx, a->pos[1], a->val[OPT_FORCE] ? SHARD_FAILOVER_FORCE : 0, &r);
+    if (rc == 0) {
+        printf("failover %s: promoted %s (was standby); old master %s %s\n", r.pair,
+               r.new_master, r.old_master,
+               r.old_master_fenced ? "fenced read-only" : "unreachable");
+        if (r.lag_transactions >= 0)
+            printf("  standby lag at promotion: %" PRId64 " transactions, %.0f s behind; "
+                   "applied in %.0f ms\n", r.lag_transactions,
+                   r.lag_seconds < 0 ? 0 : r.lag_seconds, r.wait_ms);
+        else
+            printf("  standby lag at promotion: unknown (master unreachable): writes it "
+                   "committed but never sent are lost; applied what it had in %.0f ms\n",
+                   r.wait_ms);
+        printf("  map version %" PRIu64 " published in %.0f ms\n", r.map_version, r.total_ms);
+    } else {
+        rc = lib_error(rc);
+    }
+    shard_ctx_free(ctx);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ */
 /* Dispatch                                                            */
 /* ------------------------------------------------------------------ */
@@ -1192,6 +1234,7 @@ static const command commands[] = {
     {"move", "status", cmd_move_status, 0},
     {"move", "resume", cmd_move_resume, O(OPT_THREADS)},
     {"move", "abort", cmd_move_abort, 0},
+    {"failover", NULL, cmd_failover, O(OPT_FORCE)},
     {"move", NULL, cmd_move,
      O(OPT_SHARDS) | O(OPT_TO) | O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_KEEP_SOURCE) |
          O(OPT_THREADS)},

@@ -244,10 +244,16 @@ typedef struct shard_options {
     int log_level;                /* messages up to this level are logged */
     shard_log_fn log;             /* NULL: no logging */
     void *log_payload;
+    /* Another account than the map's credentials, e.g. an operator's for
+     * moves and failover (NULL: the map's). The password still comes only
+     * from the environment: password_env names the variable. */
+    const char *user;
+    const char *password_env;
 } shard_options;
 
 #define SHARD_OPTIONS_INIT \
-    { SHARD_OPTIONS_VERSION, 3000, 10000, 10000, 16, 5000, 6, 30000, SHARD_LOG_WARN, NULL, NULL }
+    { SHARD_OPTIONS_VERSION, 3000, 10000, 10000, 16, 5000, 6, 30000, SHARD_LOG_WARN, NULL, NULL, \
+      NULL, NULL }
 
 /*
  * Open a context on the map store at `location` (see shard_store_open):
@@ -528,6 +534,35 @@ SHARD_EXPORT int shard_move_abort(shard_ctx *ctx, uint64_t move_id);
 SHARD_EXPORT int shard_move_status(shard_ctx *ctx, char **text);
 /* The phase's name ("copying", ...), static. */
 SHARD_EXPORT const char *shard_move_phase_name(int phase);
+
+/* ------------------------------------------------------------------ */
+/* Failover: promote a pair's standby                                  */
+/* ------------------------------------------------------------------ */
+
+#define SHARD_FAILOVER_FORCE 1 /* promote even when the master cannot be reached */
+
+typedef struct shard_failover_report {
+    char pair[65];
+    char old_master[300], new_master[300]; /* addresses */
+    int old_master_fenced;      /* 1: it answered and was made read-only */
+    int64_t lag_transactions;   /* what the standby still had to apply; -1: unknown */
+    double lag_seconds;         /* its Seconds_Behind_Master at the start; -1: unknown */
+    double wait_ms;             /* waiting for the standby to apply what it had */
+    double total_ms;
+    uint64_t map_version;       /* the version published */
+} shard_failover_report;
+
+/*
+ * Promote the standby of `pair`: fence the old master (read-only) if it
+ * answers, wait (bounded) until the standby has applied everything, swap
+ * the roles in a new map version. Without SHARD_FAILOVER_FORCE a master
+ * that cannot be reached is an error (SHARD_ECONNECT); with it, the
+ * standby is promoted after applying what it received, and writes the
+ * master committed but never sent are lost (the report says the lag is
+ * unknown). report may be NULL.
+ */
+SHARD_EXPORT int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
+                                     shard_failover_report *report);
 
 #ifdef __cplusplus
 }

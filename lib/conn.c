@@ -30,8 +30,11 @@ static int code_of(unsigned e)
     case ER_CONNECTION_KILLED:
     case ER_CON_COUNT_ERROR:
     case ER_TOO_MANY_USER_CONNECTIONS:
-    case ER_OPTION_PREVENTS_STATEMENT: /* read-only server, e.g. a fenced old master */
         return SHARD_ECONNECT;
+    case ER_OPTION_PREVENTS_STATEMENT:
+        /* Read-only: a master fenced by a failover. The write was refused,
+         * so it is safe to retry where the reloaded map points. */
+        return SHARD_EMOVED;
     case ER_LOCK_WAIT_TIMEOUT:
     case ER_LOCK_DEADLOCK:
         return SHARD_EBUSY;
@@ -140,7 +143,7 @@ static int conn_open(shard_ctx *ctx, shard_server *srv, shard_conn **out)
         goto fail;
     }
     t0 = now_seconds();
-    if (!mysql_real_connect(c->my, ep->socket[0] ? NULL : ep->host, map->user,
+    if (!mysql_real_connect(c->my, ep->socket[0] ? NULL : ep->host, ctx_user(ctx, map),
                             ctx->password, NULL, ep->port,
                             ep->socket[0] ? ep->socket : NULL, 0)) {
         rc = conn_fail(c->my, srv->label, t0, ctx->opts.connect_timeout_ms, &c->last_errno);

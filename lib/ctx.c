@@ -74,18 +74,25 @@ int shard_ctx_map(shard_ctx *ctx, shard_map **out)
     return 0;
 }
 
-/* The password named by the map, copied out of the environment. */
-static int read_password(const shard_map *map, char **out)
+const char *ctx_user(const shard_ctx *ctx, const shard_map *map)
 {
+    return ctx->user ? ctx->user : map->user;
+}
+
+/* The password named by the options or the map, copied out of the environment. */
+static int read_password(const shard_ctx *ctx, const shard_map *map, char **out)
+{
+    const char *env = ctx->user ? ctx->password_env : map->password_env;
     const char *v;
 
     *out = NULL;
-    if (!map->password_env)
+    if (!env)
         return 0;
-    v = getenv(map->password_env);
+    v = getenv(env);
     if (!v)
-        return shard_fail(SHARD_EINVAL, "credentials.password_env names %s, which is not "
-                          "set in the environment", map->password_env);
+        return shard_fail(SHARD_EINVAL, "%s names %s, which is not set in the environment",
+                          ctx->user ? "shard_options.password_env" :
+                                      "credentials.password_env", env);
     *out = shard_strdup(v);
     return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
 }
@@ -125,13 +132,26 @@ shard_server *ctx_server_at(shard_ctx *ctx, const shard_endpoint *ep)
     return s;
 }
 
+static uint64_t current_version(shard_ctx *ctx)
+{
+    uint64_t v;
+    pthread_mutex_lock(&ctx->map_lock);
+    v = ctx->map ? ctx->map->version : 0;
+    pthread_mutex_unlock(&ctx->map_lock);
+    return v;
+}
+
 static int swap_map(shard_ctx *ctx, shard_map *fresh)
 {
     char *password = NULL;
     shard_map *old;
     int rc;
 
-    if ((rc = read_password(fresh, &password))) {
+    if (fresh->version <= current_version(ctx)) { /* nothing new: the usual case */
+        shard_map_free(fresh);
+        return 0;
+    }
+    if ((rc = read_password(ctx, fresh, &password))) {
         shard_map_free(fresh);
         return rc;
     }
@@ -168,7 +188,7 @@ int shard_ctx_reload(shard_ctx *ctx)
         return shard_fail(SHARD_EINVAL, "shard_ctx_reload: NULL context");
     if ((rc = shard_store_load(ctx->store, &fresh))) {
         ctx_log(ctx, SHARD_LOG_WARN, "map reload failed, keeping version %llu: %s",
-                (unsigned long long)ctx->map->version, shard_errmsg());
+                (unsigned long long)current_version(ctx), shard_errmsg());
         return rc;
     }
     return swap_map(ctx, fresh);
@@ -215,6 +235,8 @@ static int check_options(const shard_options *o)
         return shard_fail(SHARD_EINVAL, "shard_options.retry_max must be at least 1");
     if (o->connect_timeout_ms < 1 || o->read_timeout_ms < 1 || o->write_timeout_ms < 1)
         return shard_fail(SHARD_EINVAL, "shard_options: timeouts must be at least 1 ms");
+    if (o->user && (!o->user[0] || strlen(o->user) > 80))
+        return shard_fail(SHARD_EINVAL, "shard_options.user must be 1..80 characters");
     return 0;
 }
 
@@ -235,7 +257,13 @@ int shard_ctx_open(shard_ctx **out, const char *location, const shard_options *o
     if (!ctx)
         return shard_fail(SHARD_ENOMEM, "out of memory opening a context");
     ctx->opts = *opts;
+    ctx->opts.user = ctx->opts.password_env = NULL; /* the copies below are used */
     pthread_mutex_init(&ctx->map_lock, NULL);
+    if ((opts->user && !(ctx->user = shard_strdup(opts->user))) ||
+        (opts->password_env && !(ctx->password_env = shard_strdup(opts->password_env)))) {
+        shard_ctx_free(ctx);
+        return shard_fail(SHARD_ENOMEM, "out of memory opening a context");
+    }
     pthread_mutex_init(&ctx->servers_lock, NULL);
     pthread_mutex_init(&ctx->stop_lock, NULL);
     pthread_cond_init(&ctx->stop_cond, NULL);
@@ -278,6 +306,8 @@ void shard_ctx_free(shard_ctx *ctx)
     shard_map_free(ctx->map);
     shard_store_free(ctx->store);
     wipe_free(ctx->password);
+    free(ctx->user);
+    free(ctx->password_env);
     pthread_mutex_destroy(&ctx->map_lock);
     pthread_mutex_destroy(&ctx->servers_lock);
     pthread_mutex_destroy(&ctx->stop_lock);
@@ -353,6 +383,23 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
                       old_pair);
 }
 
+static void reload_soon(shard_ctx *ctx)
+{
+    char saved[1024];
+    double t = now_seconds();
+
+    pthread_mutex_lock(&ctx->stop_lock);
+    if (t - ctx->last_error_reload < 0.1) {
+        pthread_mutex_unlock(&ctx->stop_lock);
+        return;
+    }
+    ctx->last_error_reload = t;
+    pthread_mutex_unlock(&ctx->stop_lock);
+    snprintf(saved, sizeof saved, "%s", shard_errmsg()); /* keep the real error */
+    shard_ctx_reload(ctx);
+    shard_fail(0, "%s", saved);
+}
+
 int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
 {
     double deadline = now_seconds() + ctx->opts.retry_budget_ms / 1000.0;
@@ -403,8 +450,10 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
         if (++attempt >= ctx->opts.retry_max || now_seconds() >= deadline)
             return shard_fail_prefix(rc, "gave up after %u attempts: ", attempt);
         ctx_log(ctx, SHARD_LOG_DEBUG, "retrying after: %s", shard_errmsg());
-        if (rc == SHARD_EMOVED)
-            shard_ctx_reload(ctx);
+        /* Moved, or a server that does not answer: maybe the map changed
+         * (a move, a failover). Reload, at most every 100 ms per context. */
+        if (rc == SHARD_EMOVED || rc == SHARD_ECONNECT)
+            reload_soon(ctx);
         backoff(attempt, deadline);
     }
 }

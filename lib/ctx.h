@@ -44,7 +44,13 @@ struct shard_ctx {
     pthread_mutex_t stop_lock;
     pthread_cond_t stop_cond;
     bool stopping;
+    double last_error_reload; /* under stop_lock */
+    char *user;               /* opts.user, copied; NULL: the map's */
+    char *password_env;       /* opts.password_env, copied */
 };
+
+/* The account connections use: the options' override, else the map's. */
+const char *ctx_user(const shard_ctx *ctx, const shard_map *map);
 
 /* ctx.c */
 shard_map *ctx_map(shard_ctx *ctx);            /* a reference: shard_map_free it */

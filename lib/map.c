@@ -583,6 +583,7 @@ int shard_map_parse(shard_map **out, const char *json, size_t len)
     shard_map *m;
     int rc;
 
+    memset(&jerr, 0, sizeof jerr); /* jansson leaves it unset on early failures */
     if (!out || (!json && len))
         return shard_fail(SHARD_EINVAL, "shard_map_parse: NULL argument");
     m = shard_calloc(1, sizeof *m);
@@ -923,6 +924,33 @@ int map_reassign(const shard_map *cur, unsigned first, unsigned last, const char
 out:
     free(text);
     json_decref(ranges);
+    json_decref(doc);
+    return rc;
+}
+
+int map_swap_roles(const shard_map *cur, const char *pair, uint64_t version, shard_map **out)
+{
+    json_t *doc = json_deep_copy(cur->doc), *p, *master, *standby;
+    char *text = NULL;
+    int rc;
+
+    p = doc ? json_object_get(json_object_get(doc, "pairs"), pair) : NULL;
+    master = p ? json_object_get(p, "master") : NULL;
+    standby = p ? json_object_get(p, "standby") : NULL;
+    if (!doc || !master || !standby) {
+        json_decref(doc);
+        return shard_fail(doc ? SHARD_EINVAL : SHARD_ENOMEM, "pair %.64s has no standby to "
+                          "promote", pair);
+    }
+    json_incref(master);
+    json_incref(standby);
+    json_object_set_new(p, "master", standby);
+    json_object_set_new(p, "standby", master);
+    json_object_set_new(doc, "version", json_integer((json_int_t)version));
+    text = json_dumps(doc, JSON_SORT_KEYS);
+    rc = text ? shard_map_parse(out, text, strlen(text))
+              : shard_fail(SHARD_ENOMEM, "out of memory editing the shard map");
+    free(text);
     json_decref(doc);
     return rc;
 }

@@ -88,6 +88,8 @@ void shard_dbfmt_name(const shard_dbfmt *f, unsigned n, char *buf);
 /* A copy of cur at `version` with ID shards first..last on `pair`. */
 int map_reassign(const shard_map *cur, unsigned first, unsigned last, const char *pair,
                  uint64_t version, shard_map **out);
+/* A copy of cur at `version` with pair's master and standby swapped. */
+int map_swap_roles(const shard_map *cur, const char *pair, uint64_t version, shard_map **out);
 /* Fenced tables are renamed to this prefix + their name. */
 #define SHARD_FENCE_PREFIX "_moved_"
 #define SHARD_TABLE_NAME_MAX (64 - 7)

@@ -43,6 +43,7 @@ typedef struct mv {
     pthread_mutex_t lock;
     size_t next_table; /* copy work queue */
     uint64_t done, total;
+    bool resumed; /* target copies in this range are this move's own */
 } mv;
 
 static const char *const phase_names[] = {"planned", "copying", "catchup", "fenced",
@@ -182,6 +183,15 @@ static int journal_open(mv *m)
                    " updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
                    " ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")))
         return shard_fail_prefix(rc, "move journal on %s: ", DP(m)->name);
+    {
+        /* Move IDs are unique across targets: each journal counts from its
+         * server_id * 10^9 (ALTER only raises the counter, never lowers it). */
+        char id[32];
+        if ((rc = value(m->ctl, "SELECT @@server_id", id, sizeof id)) ||
+            (rc = runf(m->ctl, "ALTER TABLE " CONTROL_DB ".moves AUTO_INCREMENT = %llu",
+                       strtoull(id, NULL, 10) * 1000000000ULL + 1)))
+            return shard_fail_prefix(rc, "move journal on %s: ", DP(m)->name);
+    }
     return 0;
 }
 
@@ -942,7 +952,7 @@ static int repl_setup(mv *m)
     sql_addf(&q, "CHANGE MASTER '%s' TO master_host = '%s', master_port = %u,"
                  " master_user = ", m->name, SP(m)->master.host, SP(m)->master.port);
     {
-        const char *user = m->map->user;
+        const char *user = ctx_user(m->ctx, m->map);
         char *esc = shard_malloc(strlen(user) * 2 + 1);
         const char *pw = m->ctx->password ? m->ctx->password : "";
         char *pesc = shard_malloc(strlen(pw) * 2 + 1);
@@ -1368,8 +1378,11 @@ static int drive(mv *m)
         (rc = dconn(m, &DP(m)->master, &v)))
         goto out;
     if (m->phase <= SHARD_MOVE_COPYING) {
-        if ((rc = list_tables(m, src)) || (rc = repl_remove(m)) || (rc = drop_target(m)) ||
-            (rc = create_target(m, src)) || (rc = copy_phase(m)) || (rc = repl_setup(m)) ||
+        /* A resumed copy starts again from a new snapshot; a fresh move
+         * never drops anything on the target (create_target refuses a
+         * target that already has these databases). */
+        if ((rc = list_tables(m, src)) || (m->resumed && (rc = repl_remove(m))) ||
+            (m->resumed && (rc = drop_target(m))) || (rc = create_target(m, src)) || (rc = copy_phase(m)) || (rc = repl_setup(m)) ||
             (rc = journal_save(m, SHARD_MOVE_CATCHUP, NULL)))
             goto out;
     } else if ((rc = list_tables(m, src))) {
@@ -1625,6 +1638,7 @@ static int load_move(shard_ctx *ctx, uint64_t id, mv *m, const shard_move_option
                           "status)", n);
     j = &rows[0];
     m->id = j->id;
+    m->resumed = true;
     m->first = j->first;
     m->last = j->last;
     m->phase = j->phase;

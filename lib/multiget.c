@@ -86,7 +86,9 @@ static int deliver(group *g, uint64_t id, const char *data, size_t len)
         s--;
     for (; s < g->slots + g->n && s->id == id; s++) {
         shard_item *it = &g->items[s->idx];
-        if (object_deleted(data, len))
+        /* Already answered: a duplicate ID asked again by the next
+         * statement of the group, or by a retry of the group. */
+        if (it->data || object_deleted(data, len))
             continue;
         if (copy_out(data, len, &it->data, &it->len))
             return SHARD_ENOMEM;

@@ -467,6 +467,12 @@ cmd_start() {
             "CREATE USER 'shard'@'localhost' IDENTIFIED BY '$apw';" \
             "GRANT ALL PRIVILEGES ON *.* TO 'shard'@'127.0.0.1';" \
             "GRANT ALL PRIVILEGES ON *.* TO 'shard'@'localhost';" \
+            "REVOKE READ_ONLY ADMIN ON *.* FROM 'shard'@'127.0.0.1';" \
+            "REVOKE READ_ONLY ADMIN ON *.* FROM 'shard'@'localhost';" \
+            "CREATE USER 'shardadmin'@'127.0.0.1' IDENTIFIED BY '$apw';" \
+            "CREATE USER 'shardadmin'@'localhost' IDENTIFIED BY '$apw';" \
+            "GRANT ALL PRIVILEGES ON *.* TO 'shardadmin'@'127.0.0.1';" \
+            "GRANT ALL PRIVILEGES ON *.* TO 'shardadmin'@'localhost';" \
             "CREATE USER 'repl'@'127.0.0.1' IDENTIFIED BY '$rpw';" \
             "GRANT REPLICATION SLAVE ON *.* TO 'repl'@'127.0.0.1';" |
             client "$k" || die "creating accounts on s$k failed"
