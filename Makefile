@@ -108,7 +108,7 @@ check: deps
 
 check-run: all $(UNIT_TESTS) $(SERVER_TESTS)
 	@LIBSHARD_TESTS_DIR=tests SHARDCTL=$(B)/shardctl B=$(B) RUN="$(RUN)" \
-	    sh tests/run.sh $(UNIT_TESTS) $(SERVER_TESTS) tests/abi_check.sh
+	    sh tests/run.sh $(UNIT_TESTS) $(SERVER_TESTS) tests/abi_check.sh tests/doc_check.sh
 
 # ---- demo and benchmarks ------------------------------------------------
 
@@ -117,6 +117,7 @@ demo: deps
 	@SHARDCTL=$(B)/shardctl B=$(B) sh tests/demo.sh
 
 bench: deps
+	@sh tests/bench-deps.sh
 	@$(MAKE) --no-print-directory all $(BENCHES)
 	@for b in $(BENCHES); do LIBSHARD_TESTS_DIR=tests $$b || exit 1; done
 

@@ -1,0 +1,248 @@
+#!/bin/sh
+# The manual pages against the public header. Run from the project root.
+# Fails, with one line per problem, when:
+#  - a shard_*() function declared in include/libshard.h is not named in the
+#    NAME section of a page in man/man3, or the SYNOPSIS of that page does not
+#    show the header's prototype (whitespace aside);
+#  - man/man3/NAME.3 exists but neither it nor the page it .so-includes names
+#    NAME; a .so stub points at a missing page;
+#  - a page that documents functions lacks one of the sections STYLE.md asks
+#    for; a page refers to a libshard page (shard_*, libshard*, shardctl) that
+#    does not exist;
+#  - the SHARD_E* codes (name and number) of the header differ from those that
+#    man/man3/libshard-errors.3 lists as "SHARD_EXXX (-N)";
+#  - groff -ww -z -man prints anything for any page under man/.
+set -u
+LC_ALL=C
+export LC_ALL
+
+hdr=include/libshard.h
+mandir=man
+errpage=man3/libshard-errors.3
+nproblems=0
+
+problem() {
+    echo "doc_check: $*"
+    nproblems=$((nproblems + 1))
+}
+
+if [ ! -f "$hdr" ] || [ ! -d "$mandir/man3" ]; then
+    echo "doc_check: run from the project root ($hdr or $mandir/man3 not found)"
+    exit 1
+fi
+if ! command -v groff >/dev/null 2>&1; then
+    echo "doc_check: groff is not installed: install groff-base (apt-get install groff-base)"
+    exit 1
+fi
+
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT TERM
+
+# ---- the header: functions with their prototypes, and error codes --------
+
+# One line per function: NAME<TAB>normalised prototype. Comments and
+# preprocessor lines go first, so prose that mentions shard_foo() is not a
+# declaration.
+awk '
+function norm(s) {
+    gsub(/[ \t\r\n]+/, " ", s)
+    gsub(/\( /, "(", s); gsub(/ \)/, ")", s); gsub(/ ,/, ",", s)
+    sub(/^ /, "", s); sub(/ $/, "", s)
+    return s
+}
+{
+    line = $0; out = ""
+    while (line != "") {
+        if (incomment) {
+            i = index(line, "*/")
+            if (i == 0) { line = ""; break }
+            line = substr(line, i + 2); incomment = 0
+            continue
+        }
+        i = index(line, "/*"); j = index(line, "//")
+        if (j > 0 && (i == 0 || j < i)) { out = out substr(line, 1, j - 1); break }
+        if (i == 0) { out = out line; break }
+        out = out substr(line, 1, i - 1) " "; line = substr(line, i + 2); incomment = 1
+    }
+    if (cont || out ~ /^[ \t]*#/) { cont = (out ~ /\\[ \t]*$/); next }
+    text = text " " out
+}
+END {
+    n = split(text, stmt, ";")
+    for (k = 1; k <= n; k++) {
+        s = stmt[k]
+        while (match(s, /[{}]/)) s = substr(s, RSTART + 1)
+        if (!match(s, /(^|[^A-Za-z0-9_])shard_[a-z0-9_]+[ \t]*\(/)) continue
+        name = substr(s, RSTART, RLENGTH)
+        sub(/^[^s]*/, "", name); sub(/[ \t]*\($/, "", name)
+        gsub(/(^|[ \t])SHARD_EXPORT[ \t]/, " ", s)
+        printf "%s\t%s;\n", name, norm(s)
+    }
+}' "$hdr" | sort -u >"$tmp/decls"
+nfuncs=$(wc -l <"$tmp/decls" | tr -d ' ')
+if [ "$nfuncs" -eq 0 ]; then
+    problem "found no shard_*() declarations in $hdr (is this check out of date?)"
+fi
+
+sed -n -E 's/^[[:space:]]*#[[:space:]]*define[[:space:]]+(SHARD_E[A-Z0-9_]+)[[:space:]]+\(?[[:space:]]*(-?[0-9]+)[[:space:]]*\)?.*/\1 \2/p' \
+    "$hdr" | sort -u >"$tmp/codes.h"
+
+# ---- the pages -----------------------------------------------------------
+
+# The target of a .so stub (relative to man/), or nothing for a real page.
+so_target() {
+    sed -n -E '/^\.\\"/d; /^[[:space:]]*$/d; s/^\.so[[:space:]]+([^[:space:]]+).*/\1/p; q' "$1"
+}
+
+# Render a page as plain text (run in man/, so .so paths resolve).
+render() {
+    (cd "$mandir" && groff -man -Tascii -P-cbou "$1" 2>/dev/null)
+}
+
+: >"$tmp/names"      # NAME<TAB>page, for every name in a real page's NAME
+: >"$tmp/stubs"      # page<TAB>target
+npages=0
+for page in "$mandir"/man*/*.[1-9]*; do
+    [ -f "$page" ] || continue
+    npages=$((npages + 1))
+    rel=${page#"$mandir"/}
+    target=$(so_target "$page")
+    if [ -n "$target" ]; then
+        printf '%s\t%s\n' "$rel" "$target" >>"$tmp/stubs"
+        [ -f "$mandir/$target" ] || problem "$page: .so $target: no such page"
+        continue
+    fi
+    # NAME section: the names before "\-".
+    awk -v page="$rel" '
+        /^\.SH/ { insec = ($0 ~ /^\.SH[ \t]+"?NAME"?[ \t]*$/); next }
+        insec && !/^\.\\"/ { text = text " " $0 }
+        END {
+            sub(/\\-.*/, "", text); gsub(/\\f[BIRP]|\\&|\\%/, "", text)
+            n = split(text, w, /[ ,\t]+/)
+            for (i = 1; i <= n; i++) if (w[i] != "") printf "%s\t%s\n", w[i], page
+        }' "$page" >>"$tmp/names"
+done
+sort -u "$tmp/names" -o "$tmp/names"
+
+# Does page $2 (relative to man/, a real page) name $1 in its NAME section?
+names_it() {
+    awk -F '\t' -v n="$1" -v p="$2" '$1 == n && $2 == p { f = 1 } END { exit !f }' "$tmp/names"
+}
+
+# Normalised SYNOPSIS text of a real page, cached.
+synopsis() {
+    f="$tmp/syn.$(echo "$1" | tr '/' '_')"
+    if [ ! -f "$f" ]; then
+        render "$1" | awk '
+            /^[A-Z]/ { insec = ($0 ~ /^SYNOPSIS/); next }
+            insec { text = text " " $0 }
+            END {
+                gsub(/[ \t]+/, " ", text)
+                gsub(/\( /, "(", text); gsub(/ \)/, ")", text); gsub(/ ,/, ",", text)
+                print text
+            }' >"$f"
+    fi
+    cat "$f"
+}
+
+while IFS='	' read -r fn proto; do
+    pages=$(awk -F '\t' -v n="$fn" '$1 == n { print $2 }' "$tmp/names")
+    if [ -z "$pages" ]; then
+        problem "$fn() is declared in $hdr but no page in $mandir/man3 names it in its NAME section"
+        continue
+    fi
+    own="$mandir/man3/$fn.3"
+    if [ -f "$own" ]; then
+        target=$(so_target "$own")
+        shown=${target:-man3/$fn.3}
+        names_it "$fn" "$shown" ||
+            problem "$own shows $shown, whose NAME section does not name $fn"
+    fi
+    found=no
+    for p in $pages; do
+        synopsis "$p" | grep -F -q -- "$proto" && { found=yes; break; }
+    done
+    [ "$found" = yes ] ||
+        problem "$fn(): the SYNOPSIS of $(echo "$pages" | sed "s|^|$mandir/|" | tr '\n' ' ')does not show the header's prototype: $proto"
+done <"$tmp/decls"
+
+# Every real page that documents functions has the sections of STYLE.md.
+for page in $(awk -F '\t' '$1 ~ /^shard_/ { print $2 }' "$tmp/names" | sort -u); do
+    for sec in NAME SYNOPSIS DESCRIPTION "RETURN VALUE" ERRORS EXAMPLE "SEE ALSO"; do
+        grep -E -q "^\\.SH[[:space:]]+\"?$sec\"?[[:space:]]*\$" "$mandir/$page" ||
+            problem "$mandir/$page has no $sec section"
+    done
+done
+
+# References to libshard's own pages must resolve.
+for page in "$mandir"/man*/*.[1-9]*; do
+    [ -f "$page" ] || continue
+    sed -e 's/\\f[BIRP]//g' -e 's/\\-/-/g' -e 's/"//g' -e 's/\\%//g' "$page" | awk '{
+        s = $0
+        while (match(s, /(shard_[a-z0-9_]+|libshard[a-z0-9-]*|shardctl) *\([1-9]\)/)) {
+            r = substr(s, RSTART, RLENGTH); s = substr(s, RSTART + RLENGTH)
+            gsub(/ /, "", r); print r
+        }
+    }' | sort -u | while read -r ref; do
+        n=${ref%(*}; sec=${ref#*(}; sec=${sec%)}
+        [ -f "$mandir/man$sec/$n.$sec" ] ||
+            echo "doc_check: $page refers to $ref, but there is no $mandir/man$sec/$n.$sec"
+    done
+done >"$tmp/refs"
+if [ -s "$tmp/refs" ]; then
+    cat "$tmp/refs"
+    nproblems=$((nproblems + $(wc -l <"$tmp/refs")))
+fi
+
+# ---- error codes ---------------------------------------------------------
+
+ncodes=$(wc -l <"$tmp/codes.h" | tr -d ' ')
+if [ ! -f "$mandir/$errpage" ]; then
+    problem "$mandir/$errpage is missing"
+else
+    sed -e 's/\\f[BIRP]//g' -e 's/\\-/-/g' -e 's/"//g' "$mandir/$errpage" | awk '{
+        s = $0
+        while (match(s, /SHARD_E[A-Z0-9_]+ *\( *-?[0-9]+ *\)/)) {
+            r = substr(s, RSTART, RLENGTH); s = substr(s, RSTART + RLENGTH)
+            gsub(/[ ()]/, " ", r); split(r, f, / +/); print f[1], f[2]
+        }
+    }' | sort -u >"$tmp/codes.man"
+    awk -v page="$mandir/$errpage" -v hdr="$hdr" '
+        FNR == NR { h[$1] = h[$1] (h[$1] == "" ? "" : ",") $2; next }
+        { m[$1] = m[$1] (m[$1] == "" ? "" : ",") $2 }
+        END {
+            for (c in h) {
+                if (!(c in m))
+                    printf "doc_check: %s (%s) is in %s but not in %s\n", c, h[c], hdr, page
+                else if (h[c] != m[c])
+                    printf "doc_check: %s is %s in %s but %s in %s\n", c, h[c], hdr, m[c], page
+            }
+            for (c in m)
+                if (!(c in h))
+                    printf "doc_check: %s (%s) is listed in %s but not defined in %s\n", c, m[c], page, hdr
+        }' "$tmp/codes.h" "$tmp/codes.man" | sort >"$tmp/codediff"
+    if [ -s "$tmp/codediff" ]; then
+        cat "$tmp/codediff"
+        nproblems=$((nproblems + $(wc -l <"$tmp/codediff")))
+    fi
+fi
+
+# ---- groff warnings ------------------------------------------------------
+
+for page in "$mandir"/man*/*.[1-9]*; do
+    [ -f "$page" ] || continue
+    rel=${page#"$mandir"/}
+    out=$(cd "$mandir" && groff -ww -z -man "$rel" 2>&1 >/dev/null)
+    rc=$?
+    if [ -n "$out" ] || [ "$rc" -ne 0 ]; then
+        problem "$page: groff -ww -z -man exits $rc and says:"
+        printf '%s\n' "$out" | sed 's/^/    /'
+    fi
+done
+
+if [ "$nproblems" -ne 0 ]; then
+    echo "doc_check: $nproblems problem(s)"
+    exit 1
+fi
+echo "doc_check: ok ($nfuncs functions documented, $ncodes error codes, $npages pages without groff warnings)"
