@@ -63,7 +63,7 @@ RUN :=
 endif
 
 .PHONY: all check check-run unit-check server-check abi-check doc-check deps demo \
-        bench install uninstall clean
+        bench loadtest install uninstall clean
 .SUFFIXES:
 
 all: $(B)/libshard.a $(B)/$(SOFILE) $(EXAMPLES)
@@ -120,6 +120,13 @@ bench: deps
 	@sh tests/bench-deps.sh
 	@$(MAKE) --no-print-directory all $(BENCHES)
 	@for b in $(BENCHES); do LIBSHARD_TESTS_DIR=tests $$b || exit 1; done
+
+# Not part of make check: N threads of mixed operations, then every write verified.
+LOADTEST_THREADS ?= 8
+LOADTEST_SECONDS ?= 20
+loadtest: deps
+	@$(MAKE) --no-print-directory all $(B)/tests/loadtest
+	@LIBSHARD_TESTS_DIR=tests $(B)/tests/loadtest $(LOADTEST_THREADS) $(LOADTEST_SECONDS)
 
 # ---- install ------------------------------------------------------------
 
