@@ -108,7 +108,8 @@ check: deps
 
 check-run: all $(UNIT_TESTS) $(SERVER_TESTS)
 	@LIBSHARD_TESTS_DIR=tests SHARDCTL=$(B)/shardctl B=$(B) RUN="$(RUN)" \
-	    sh tests/run.sh $(UNIT_TESTS) $(SERVER_TESTS) tests/abi_check.sh tests/doc_check.sh
+	    sh tests/run.sh $(UNIT_TESTS) $(SERVER_TESTS) tests/abi_check.sh tests/doc_check.sh \
+	    examples/python/check.sh
 
 # ---- demo and benchmarks ------------------------------------------------
 
@@ -119,7 +120,8 @@ demo: deps
 bench: deps
 	@sh tests/bench-deps.sh
 	@$(MAKE) --no-print-directory all $(BENCHES)
-	@for b in $(BENCHES); do LIBSHARD_TESTS_DIR=tests $$b || exit 1; done
+	@rc=0; for b in $(BENCHES); do \
+	    LIBSHARD_TESTS_DIR=tests $$b || { echo "$$b: failed" >&2; rc=1; }; done; exit $$rc
 
 # Not part of make check: N threads of mixed operations, then every write verified.
 LOADTEST_THREADS ?= 8

@@ -229,7 +229,8 @@ typedef struct shard_ctx shard_ctx;
 /* Called from any thread; message is valid only during the call. */
 typedef void (*shard_log_fn)(int level, const char *message, void *payload);
 
-#define SHARD_OPTIONS_VERSION 1
+/* 1: up to log_payload; 2: adds user and password_env. */
+#define SHARD_OPTIONS_VERSION 2
 
 typedef struct shard_options {
     unsigned version;             /* SHARD_OPTIONS_VERSION */

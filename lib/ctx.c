@@ -8,6 +8,7 @@
 #include <mysqld_error.h>
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,7 +236,7 @@ static int check_options(const shard_options *o)
         return shard_fail(SHARD_EINVAL, "shard_options.retry_max must be at least 1");
     if (o->connect_timeout_ms < 1 || o->read_timeout_ms < 1 || o->write_timeout_ms < 1)
         return shard_fail(SHARD_EINVAL, "shard_options: timeouts must be at least 1 ms");
-    if (o->user && (!o->user[0] || strlen(o->user) > 80))
+    if (o->version >= 2 && o->user && (!o->user[0] || strlen(o->user) > 80))
         return shard_fail(SHARD_EINVAL, "shard_options.user must be 1..80 characters");
     return 0;
 }
@@ -256,11 +257,16 @@ int shard_ctx_open(shard_ctx **out, const char *location, const shard_options *o
     ctx = shard_calloc(1, sizeof *ctx);
     if (!ctx)
         return shard_fail(SHARD_ENOMEM, "out of memory opening a context");
-    ctx->opts = *opts;
+    /* Only the fields of the caller's version: an older caller's struct is
+     * shorter, and the newer fields keep their defaults. */
+    ctx->opts = defaults;
+    memcpy(&ctx->opts, opts, opts->version >= 2 ? sizeof *opts
+                                                : offsetof(shard_options, user));
     ctx->opts.user = ctx->opts.password_env = NULL; /* the copies below are used */
     pthread_mutex_init(&ctx->map_lock, NULL);
-    if ((opts->user && !(ctx->user = shard_strdup(opts->user))) ||
-        (opts->password_env && !(ctx->password_env = shard_strdup(opts->password_env)))) {
+    if (opts->version >= 2 &&
+        ((opts->user && !(ctx->user = shard_strdup(opts->user))) ||
+         (opts->password_env && !(ctx->password_env = shard_strdup(opts->password_env))))) {
         shard_ctx_free(ctx);
         return shard_fail(SHARD_ENOMEM, "out of memory opening a context");
     }

@@ -2,7 +2,7 @@
 # Make sure what libshard builds and tests with is installed. As root on
 # Debian it installs what is missing; otherwise it says what to install.
 set -u
-PKGS="build-essential pkg-config default-libmysqlclient-dev libjansson-dev libssl-dev check mariadb-server mariadb-client groff-base"
+PKGS="build-essential pkg-config default-libmysqlclient-dev libjansson-dev libssl-dev check mariadb-server mariadb-client groff-base python3"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

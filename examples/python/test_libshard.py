@@ -1,0 +1,817 @@
+"""Tests of the Python binding (examples/python/libshard.py), against real
+MariaDB servers started with tests/servers.sh and stopped at the end.
+
+    make && python3 examples/python/test_libshard.py [-v]
+    (make check-run: sh examples/python/check.sh, through tests/run.sh)
+
+Each class starts its own servers (one pair, then two pairs for the move
+and failover) under a fresh random LIBSHARD_PASSWORD and stops them in
+tearDownClass; a guard process stops them too if this process dies.
+
+Standard library only. Needs what `make check` needs (mariadbd and
+mariadb-install-db); the shared library is found as libshard.py says
+(LIBSHARD_LIB, else build/libshard.so.0).
+"""
+
+import atexit
+import builtins
+import faulthandler
+import gc
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, os.pardir, os.pardir))
+SERVERS = os.path.join(ROOT, "tests", "servers.sh")
+sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+
+import libshard as ls  # noqa: E402
+
+# ---------------------------------------------------------------- servers
+
+_running = {}  # base dir -> its guard; servers still to stop, whatever happens
+
+# A guard process per set of servers: it waits for EOF on its stdin, which
+# comes when this process closes the pipe or dies in any way (even a crash in
+# C code, where atexit never runs), then stops the servers if they are still
+# there. Its own session keeps a terminal's ^C from killing it first.
+GUARD = r"""
+import os, shutil, subprocess, sys
+servers, base = sys.argv[1:3]
+sys.stdin.read()
+sdir = os.path.join(base, "srv")
+if os.path.exists(sdir):
+    subprocess.run([servers, "stop", sdir], stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL)
+if not os.path.exists(sdir):
+    shutil.rmtree(base, ignore_errors=True)
+"""
+
+
+def start_servers(npairs, shards=8, mod_shards=4):
+    """Start npairs master-master pairs; returns (base dir, map path)."""
+    base = tempfile.mkdtemp(prefix="libshard-py.")
+    sdir = os.path.join(base, "srv")
+    _running[base] = None
+    proc = subprocess.run(
+        [SERVERS, "start", sdir, str(npairs), "--shards", str(shards),
+         "--mod-shards", str(mod_shards)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    if proc.returncode == 0:
+        _running[base] = subprocess.Popen(
+            [sys.executable, "-c", GUARD, SERVERS, base],
+            stdin=subprocess.PIPE, start_new_session=True)
+    else:
+        stop_servers(base)
+        raise RuntimeError(f"servers.sh start failed ({proc.returncode}):\n"
+                           f"{proc.stderr}")
+    return base, proc.stdout.strip().splitlines()[-1]
+
+
+def stop_servers(base):
+    """Stop the servers of base (servers.sh stops exactly its own pids)."""
+    if base not in _running:
+        return
+    sdir = os.path.join(base, "srv")
+    proc = subprocess.run([SERVERS, "stop", sdir], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        sys.stderr.write(f"servers.sh stop {sdir} failed:\n{proc.stderr}")
+        return  # keep the files of servers that may still run (the guard retries)
+    guard = _running.pop(base)
+    shutil.rmtree(base, ignore_errors=True)
+    if guard is not None:
+        guard.stdin.close()
+        guard.wait(timeout=60)
+
+
+@atexit.register
+def _stop_leftovers():  # an interrupted run (^C) still stops its servers
+    for base in list(_running):
+        stop_servers(base)
+
+
+def read_header_version():
+    with open(os.path.join(ROOT, "include", "libshard.h")) as f:
+        return re.search(r'#define SHARD_VERSION_STRING "([^"]+)"',
+                         f.read()).group(1)
+
+
+def free_port():
+    """A loopback port that nothing listens on (it was just released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Case(unittest.TestCase):
+
+    def assertRaisesShard(self, cls, code, fn, *args, **kwargs):
+        """fn raises cls, with that code and a non-empty message."""
+        with self.assertRaises(cls) as cm:
+            fn(*args, **kwargs)
+        self.assertEqual(cm.exception.code, code)
+        self.assertIsInstance(cm.exception, ls.ShardError)
+        self.assertTrue(cm.exception.message)
+        return cm.exception
+
+
+class ServerCase(Case):
+    """Servers for the whole class; stopped in tearDownClass even when the
+    set-up fails half way."""
+
+    NPAIRS = 1
+    base = None
+    ctx = None
+
+    @classmethod
+    def setUpClass(cls):
+        os.environ["LIBSHARD_PASSWORD"] = secrets.token_hex(16)
+        try:
+            cls.base, cls.server_map = start_servers(cls.NPAIRS)
+            # The context reads a copy, so that tests may publish new versions.
+            cls.map_path = os.path.join(cls.base, "map.json")
+            shutil.copyfile(cls.server_map, cls.map_path)
+            cls.log = []
+            cls.ctx = ls.Context(cls.map_path, refresh_interval_ms=0,
+                                 log_level=ls.LOG_INFO,
+                                 log=lambda lvl, msg: cls.log.append((lvl, msg)))
+            cls.progress = []
+            cls.ctx.schema_apply(
+                progress=lambda *a: cls.progress.append(a))
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            if cls.ctx is not None:
+                cls.ctx.close()
+                cls.ctx = None
+        finally:
+            if cls.base:
+                stop_servers(cls.base)
+                cls.base = None
+
+
+# ---------------------------------------------------------------- no server
+
+class NoServerTests(Case):
+
+    def test_version(self):
+        self.assertEqual(ls.version(), read_header_version())
+        major, minor, patch = map(int, ls.version().split("."))
+        self.assertEqual(ls.version_num(), (major << 16) | (minor << 8) | patch)
+        ls.global_init()
+
+    def test_ids(self):
+        id = ls.make_id(3429, 1, 7)
+        self.assertEqual(id, (3429 << 46) | (1 << 36) | 7)
+        self.assertEqual((ls.id_shard(id), ls.id_type(id), ls.id_local(id)),
+                         (3429, 1, 7))
+        self.assertTrue(ls.id_valid(id))
+        self.assertEqual(ls.parse_id(str(id)), id)
+        self.assertEqual(ls.parse_id(str(id).encode()), id)
+        top = ls.make_id(ls.MAX_SHARD, ls.MAX_TYPE, ls.MAX_LOCAL)
+        self.assertEqual(top, (1 << 62) - 1)
+        for bad in (0, 5, 1 << 62, 1 << 63, top + 1, -1, 1 << 64):
+            self.assertFalse(ls.id_valid(bad), bad)
+
+    def test_id_errors(self):
+        for parts in ((65536, 1, 1), (0, 0, 1), (0, 1024, 1), (0, 1, 0),
+                      (0, 1, 1 << 36), (-1, 1, 1), (0, 1, 1 << 64),
+                      (1 << 32, 1, 1)):
+            e = self.assertRaisesShard(ls.Invalid, -1, ls.make_id, *parts)
+            self.assertIsInstance(e, ValueError)
+            self.assertEqual(e.name, "SHARD_EINVAL")
+        e = self.assertRaisesShard(ls.Invalid, -1, ls.make_id, 0, 0, 1)
+        self.assertIn("type", e.message)
+        for text in ("", "12a", " 1", "+1", "-1", "99999999999999999999999",
+                     "5", "1\x002", str(1 << 62)):
+            self.assertRaisesShard(ls.Invalid, -1, ls.parse_id, text)
+        with self.assertRaises(TypeError):
+            ls.make_id(1.0, 1, 1)
+        with self.assertRaises(TypeError):
+            ls.id_shard("1")
+
+    def test_mod_shard(self):
+        self.assertEqual(ls.mod_shard(b"1.2.3.4", 4096), 1537)
+        self.assertEqual(ls.mod_shard("1.2.3.4", 4096), 1537)
+        self.assertEqual(ls.mod_shard(bytearray(b"1.2.3.4"), 4096), 1537)
+        # MD5 as a 128-bit big-endian integer, mod N; NUL bytes count.
+        import hashlib
+        for key in (b"", b"\0", b"a\0b", b"\xff\xfe\x80", bytes(range(256))):
+            for n in (1, 7, 4096, 65536):
+                want = int.from_bytes(hashlib.md5(key).digest(), "big") % n
+                self.assertEqual(ls.mod_shard(key, n), want, (key, n))
+        self.assertNotEqual(ls.mod_shard(b"a", 65536), ls.mod_shard(b"a\0", 65536))
+        for n in (0, 65537):
+            self.assertRaisesShard(ls.Invalid, -1, ls.mod_shard, b"k", n)
+        with self.assertRaises(TypeError):
+            ls.mod_shard(12, 16)
+
+    def test_strerror_and_every_code(self):
+        classes = {-1: ls.Invalid, -2: ls.NoMemory, -3: ls.MapError,
+                   -4: ls.IOFailure, -5: ls.NotFound, -6: ls.Exists,
+                   -7: ls.ConnectionError, -8: ls.ServerError,
+                   -9: ls.TimeoutError, -10: ls.Moved, -11: ls.Conflict,
+                   -12: ls.Busy, -13: ls.TooBig, -14: ls.NoShard,
+                   -15: ls.VerifyFailed, -16: ls.PrivilegeError,
+                   -17: ls.TLSError, -18: ls.Partial, -19: ls.InternalError}
+        for code, cls in classes.items():
+            self.assertEqual(cls.code, code)
+            e = ls._make_error(code, "detail")
+            self.assertIs(type(e), cls)
+            self.assertEqual((e.code, e.message, str(e)), (code, "detail", "detail"))
+            self.assertNotEqual(ls.strerror(code), "unknown error code")
+        self.assertEqual(ls.strerror(0), "success")
+        self.assertEqual(ls.strerror(-5), "not found")
+        self.assertEqual(ls.strerror(-20), "unknown error code")
+        e = ls._make_error(-20, "")  # a code appended later: the base class
+        self.assertIs(type(e), ls.ShardError)
+        self.assertEqual(e.code, -20)
+        self.assertTrue(issubclass(ls.ConnectionError, builtins.ConnectionError))
+        self.assertTrue(issubclass(ls.TimeoutError, builtins.TimeoutError))
+        self.assertTrue(issubclass(ls.NotFound, LookupError))
+
+    def test_map_parse_rejects(self):
+        good = {"version": 3, "open_shards": 4, "database_format": "db%05d",
+                "credentials": {"user": "u", "password_env": "LIBSHARD_PASSWORD"},
+                "objects": {"pins": 1}, "mappings": {},
+                "pairs": {"A": {"master": "127.0.0.1:1"},
+                          "B": {"master": "127.0.0.1:2"}},
+                "id_shards": [{"range": [0, 1], "pair": "A"},
+                              {"range": [2, 3], "pair": "B"}]}
+        m = ls.Map.parse(json.dumps(good))
+        self.assertEqual((m.version, m.open_shards, m.mod_count), (3, 4, 0))
+        self.assertEqual(m.pairs, ["A", "B"])
+        self.assertEqual(m.pair_of(3), "B")
+        self.assertEqual(m.pair_addrs("A"), ("127.0.0.1:1", None))
+        m.close()
+        m.close()  # idempotent
+        self.assertTrue(m.closed)
+        self.assertRaises(ls.Invalid, lambda: m.version)
+        bad = dict(good, id_shards=[{"range": [0, 2], "pair": "A"},
+                                    {"range": [2, 3], "pair": "B"}])
+        e = self.assertRaisesShard(ls.MapError, -3, ls.Map.parse, bad)
+        self.assertIn("id_shards", e.message)
+        self.assertRaisesShard(ls.MapError, -3, ls.Map.parse, b"{")
+        # The length is passed: text after a NUL byte is not cut off.
+        self.assertRaisesShard(ls.MapError, -3, ls.Map.parse,
+                               json.dumps(good).encode() + b"\0garbage")
+        self.assertRaisesShard(ls.IOFailure, -4, ls.Map.load,
+                               "/nonexistent/libshard/map.json")
+        self.assertRaisesShard(ls.Invalid, -1, ls.Map.load, "a\0b")
+
+
+    def test_unclosed_context_warns(self):
+        # Servers are connected lazily: a map of unreachable ones opens.
+        doc = {"version": 1, "open_shards": 1,
+               "credentials": {"user": "u", "password_env": "LIBSHARD_PASSWORD"},
+               "objects": {"pins": 1},
+               "pairs": {"A": {"master": f"127.0.0.1:{free_port()}"}},
+               "id_shards": [{"range": [0, 0], "pair": "A"}]}
+        os.environ.setdefault("LIBSHARD_PASSWORD", "x")
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump(doc, f)
+            f.flush()
+            c = ls.Context(f.name, refresh_interval_ms=10,
+                           log=lambda *a: None)
+            self.assertIn("Context", repr(c))
+            with self.assertWarns(ResourceWarning):
+                del c
+                gc.collect()
+
+
+# ---------------------------------------------------------------- one pair
+
+class OnePairTests(ServerCase):
+
+    def test_map(self):
+        with ls.Map.load(self.server_map) as m:
+            with open(self.server_map) as f:
+                doc = json.load(f)
+            self.assertEqual(m.version, 1)
+            self.assertEqual(m.open_shards, 8)
+            self.assertEqual(m.mod_count, 4)
+            self.assertEqual(m.pairs, ["MySQL001"])
+            for s in range(8):
+                self.assertEqual(m.pair_of(s), "MySQL001")
+            self.assertRaisesShard(ls.NoShard, -14, m.pair_of, 8)
+            self.assertEqual(m.mod_pair_of(3), "MySQL001")
+            self.assertRaises(ls.ShardError, m.mod_pair_of, 4)
+            pair = doc["pairs"]["MySQL001"]
+            self.assertEqual(m.pair_addrs("MySQL001"),
+                             (pair["master"], pair["standby"]))
+            self.assertRaisesShard(ls.NotFound, -5, m.pair_addrs, "MySQL999")
+            self.assertEqual(m.type_of("pins"), 1)
+            self.assertEqual(m.type_of(b"users"), 3)
+            self.assertRaisesShard(ls.NotFound, -5, m.type_of, "nope")
+            self.assertRaisesShard(ls.Invalid, -1, m.type_of, "pins\0x")
+            self.assertEqual(m.type_name(2), "boards")
+            self.assertRaises(ls.ShardError, m.type_name, 9)
+            self.assertEqual(m.database(3), "db00003")
+            self.assertEqual(m.database(65535), "db65535")
+            self.assertRaisesShard(ls.Invalid, -1, m.database, 65536)
+            self.assertEqual(m.mod_database(2), "modshard00002")
+            self.assertRaisesShard(ls.NoShard, -14, m.mod_database, 4)
+            text = m.to_json()
+            self.assertEqual(json.loads(text)["pairs"], doc["pairs"])
+            with ls.Map.parse(text) as again:
+                self.assertEqual(again.to_json(), text)
+            self.assertIn("map version 1", m.summary())
+            self.assertIn("version 1", repr(m))
+
+    def test_context_options(self):
+        # Defaults (SHARD_OPTIONS_INIT) and a context manager.
+        with ls.Context(self.map_path) as c:
+            self.assertFalse(c.closed)
+            self.assertEqual(c.map().open_shards, 8)
+        self.assertTrue(c.closed)
+        self.assertRaisesShard(ls.Invalid, -1, c.map)
+        c.close()  # idempotent
+        # The struct's fields land where C reads them: each is checked.
+        for bad in ({"pool_size": 0}, {"retry_max": 0},
+                    {"connect_timeout_ms": 0}, {"read_timeout_ms": 0},
+                    {"write_timeout_ms": 0}):
+            e = self.assertRaisesShard(ls.Invalid, -1, ls.Context,
+                                       self.map_path, **bad)
+            self.assertIn("shard_options", e.message)
+        with self.assertRaises(TypeError):
+            ls.Context(self.map_path, pool=3)
+        self.assertRaisesShard(ls.Invalid, -1, ls.Context, self.map_path,
+                               pool_size=-1)
+        self.assertRaisesShard(ls.IOFailure, -4, ls.Context,
+                               os.path.join(self.base, "absent.json"))
+
+    def test_other_account(self):
+        with ls.Context(self.map_path, user="shard",
+                        password_env="LIBSHARD_PASSWORD",
+                        refresh_interval_ms=0) as c:
+            nobody = ls.make_id(0, 3, ls.MAX_LOCAL)  # no such user
+            self.assertEqual(c.mapping_count("user_likes_pins", nobody), 0)
+        with ls.Context(self.map_path, user="nobody",
+                        password_env="LIBSHARD_PASSWORD", retry_max=1,
+                        refresh_interval_ms=0) as c:
+            e = self.assertRaisesShard(ls.PrivilegeError, -16, c.get,
+                                       ls.make_id(0, 1, 1))
+            self.assertIn("nobody", e.message)
+            self.assertNotIn(os.environ["LIBSHARD_PASSWORD"], e.message)
+        self.assertRaises(ls.ShardError, ls.Context, self.map_path,
+                          user="shard", password_env="LIBSHARD_PY_UNSET_VAR")
+        self.assertRaisesShard(ls.Invalid, -1, ls.Context, self.map_path,
+                               user="")
+        self.assertRaisesShard(ls.Invalid, -1, ls.Context, self.map_path,
+                               user="a\0b")
+
+    def test_connection_error(self):
+        with open(self.map_path) as f:
+            doc = json.load(f)
+        doc["pairs"]["MySQL001"]["master"] = f"127.0.0.1:{free_port()}"
+        path = os.path.join(self.base, "dead.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        with ls.Context(path, connect_timeout_ms=500, retry_budget_ms=100,
+                        retry_max=1, refresh_interval_ms=0) as c:
+            e = self.assertRaisesShard(ls.ConnectionError, -7, c.get,
+                                       ls.make_id(0, 1, 1))
+            self.assertIsInstance(e, builtins.ConnectionError)
+            self.assertIn("MySQL001", e.message)
+            # mget reports the element instead of raising, unless asked.
+            out = c.mget([ls.make_id(0, 1, 1)])
+            self.assertIsInstance(out[0], ls.ConnectionError)
+            e = self.assertRaisesShard(ls.Partial, -18, c.mget,
+                                       [ls.make_id(0, 1, 1)], raise_errors=True)
+            self.assertIsInstance(e.errors[0], ls.ConnectionError)
+
+    def test_store_publish_reload_and_log(self):
+        store = ls.Store(self.map_path)
+        with store, store.load() as m1:
+            v = m1.version
+            doc = json.loads(m1.to_json())
+            doc["version"] = v + 1
+            with ls.Map.parse(doc) as m2:
+                # not newer than what it claims to replace
+                self.assertRaisesShard(ls.Invalid, -1, store.publish, m2, v + 7)
+                store.publish(m2, v)
+            doc["version"] = v + 2
+            with ls.Map.parse(doc) as m3:
+                # the store moved on since version v
+                self.assertRaisesShard(ls.Conflict, -11, store.publish, m3, v)
+            with store.load() as m4:
+                self.assertEqual(m4.version, v + 1)
+        self.assertTrue(store.closed)
+        with self.ctx.map() as before:
+            self.assertEqual(before.version, v)
+        del self.log[:]
+        self.ctx.reload()
+        with self.ctx.map() as after:
+            self.assertEqual(after.version, v + 1)
+        self.assertIn((ls.LOG_INFO, f"shard map version {v + 1} replaces "
+                       f"version {v}"), self.log)
+        self.ctx.reload()  # same version: nothing to do
+
+    def test_schema_apply(self):
+        self.assertTrue(self.progress)
+        what, done, total = self.progress[-1]
+        self.assertIsInstance(what, str)
+        self.assertEqual(done, total)
+        self.ctx.schema_apply()  # idempotent, no callback
+
+        class Stop(Exception):
+            pass
+
+        def boom(*a):
+            raise Stop()
+        self.assertRaises(Stop, self.ctx.schema_apply, progress=boom)
+
+    def test_objects(self):
+        c = self.ctx
+        uid = c.create("users", {"name": "Ada", "city": "Zürich 🚀"})
+        self.assertTrue(ls.id_valid(uid))
+        self.assertEqual(ls.id_type(uid), 3)
+        self.assertLess(ls.id_shard(uid), 8)
+        self.assertEqual(json.loads(c.get(uid)),
+                         {"name": "Ada", "city": "Zürich 🚀"})
+        pid = c.create(1, '{"title": "x"}', shard=5)
+        self.assertEqual((ls.id_shard(pid), ls.id_type(pid)), (5, 1))
+        near = c.create("boards", b'{"n": 1}', near=pid)
+        self.assertEqual(ls.id_shard(near), 5)
+        # A JSON NUL escape survives; a raw NUL byte is not cut off but
+        # refused, since the whole length is passed.
+        nid = c.create("pins", '{"s": "a\\u0000b", "t": "\\u0000"}', shard=1)
+        self.assertEqual(json.loads(c.get(nid)), {"s": "a\0b", "t": "\0"})
+        self.assertRaisesShard(ls.Invalid, -1, c.create, "pins",
+                               b'{"a": 1}\0{"b": 2}')
+        self.assertRaisesShard(ls.Invalid, -1, c.create, "pins", b"[1, 2]")
+        self.assertRaisesShard(ls.Invalid, -1, c.create, "pins", "{")
+        self.assertRaisesShard(ls.Invalid, -1, c.create, 99, "{}")
+        self.assertRaisesShard(ls.NotFound, -5, c.create, "nope", "{}")
+        self.assertRaisesShard(ls.Invalid, -1, c.create, "pins", "{}",
+                               shard=65536)
+        self.assertRaisesShard(ls.NoShard, -14, c.create, "pins", "{}",
+                               shard=100)
+        self.assertRaisesShard(ls.Invalid, -1, c.create, "pins", "{}",
+                               near=12345)
+        # patch (RFC 7386)
+        out = c.patch(uid, {"city": None, "age": 36})
+        self.assertEqual(json.loads(out), {"name": "Ada", "age": 36})
+        self.assertEqual(json.loads(c.get(uid)), json.loads(out))
+        self.assertRaisesShard(ls.Invalid, -1, c.patch, uid, "[]")
+        # missing, soft and hard delete
+        missing = ls.make_id(ls.id_shard(uid), 3, ls.MAX_LOCAL)
+        e = self.assertRaisesShard(ls.NotFound, -5, c.get, missing)
+        self.assertIsInstance(e, LookupError)
+        self.assertRaisesShard(ls.NotFound, -5, c.patch, missing, "{}")
+        self.assertRaisesShard(ls.Invalid, -1, c.get, 5)
+        c.delete(uid)
+        self.assertRaisesShard(ls.NotFound, -5, c.get, uid)
+        c.delete(pid, hard=True)
+        self.assertRaisesShard(ls.NotFound, -5, c.get, pid)
+        self.assertRaisesShard(ls.NotFound, -5, c.delete, pid, hard=True)
+        with self.assertRaises(TypeError):
+            c.create("pins", 42)
+
+    def test_mget(self):
+        c = self.ctx
+        a = c.create("pins", {"n": "a"}, shard=0)
+        b = c.create("pins", {"n": "b"}, shard=7)
+        d = c.create("boards", {"n": "d"}, shard=3)
+        gone = c.create("pins", {"n": "gone"}, shard=7)
+        c.delete(gone)
+        missing = ls.make_id(2, 1, ls.MAX_LOCAL)
+        ids = [b, missing, a, d, a, gone, b]
+        out = c.mget(ids)
+        self.assertEqual([json.loads(x)["n"] if x else None for x in out],
+                         ["b", None, "a", "d", "a", None, "b"])
+        self.assertEqual(c.mget([]), [])
+        self.assertEqual(c.mget(iter([a])), [c.get(a)])
+        # An invalid ID fails alone; asked to, mget raises Partial.
+        out = c.mget([a, 5, missing])
+        self.assertEqual(out[0], c.get(a))
+        self.assertIsInstance(out[1], ls.Invalid)
+        self.assertEqual(out[1].code, -1)
+        self.assertIsNone(out[2])
+        e = self.assertRaisesShard(ls.Partial, -18, c.mget, [a, 5, missing],
+                                   raise_errors=True)
+        self.assertEqual(list(e.errors), [1])
+        self.assertEqual(e.results[0], c.get(a))
+        self.assertIsNone(e.results[2])
+        self.assertRaisesShard(ls.Invalid, -1, c.mget, [a, -1])
+
+    def test_mappings(self):
+        c = self.ctx
+        board = c.create("boards", {"name": "b"}, shard=2)
+        pins = [c.create("pins", {"i": i}, shard=6) for i in range(3)]
+        for i, p in enumerate(pins):
+            c.mapping_add("board_has_pins", board, p, (i + 1) * 10)
+        self.assertEqual(c.mapping_list("board_has_pins", board),
+                         [(pins[2], 30), (pins[1], 20), (pins[0], 10)])
+        self.assertEqual(c.mapping_list("board_has_pins", board, limit=2),
+                         [ls.Edge(pins[2], 30), ls.Edge(pins[1], 20)])
+        got = c.mapping_list("board_has_pins", board, before=30, limit=1)
+        self.assertEqual((got[0].to, got[0].seq), (pins[1], 20))
+        self.assertEqual(c.mapping_count("board_has_pins", board), 3)
+        # the reverse mapping, on the shard of `to`
+        self.assertEqual(c.mapping_list("pin_owned_by_board", pins[0]),
+                         [(board, 10)])
+        c.mapping_add("board_has_pins", board, pins[0], 40)  # re-sequence
+        self.assertEqual(c.mapping_list("board_has_pins", board, limit=1),
+                         [(pins[0], 40)])
+        self.assertEqual(c.mapping_count("board_has_pins", board), 3)
+        c.mapping_remove("board_has_pins", board, pins[0])
+        self.assertEqual(c.mapping_count("board_has_pins", board), 2)
+        self.assertEqual(c.mapping_list("pin_owned_by_board", pins[0]), [])
+        self.assertRaisesShard(ls.NotFound, -5, c.mapping_remove,
+                               "board_has_pins", board, pins[0])
+        # SEQ_NOW: the current time in microseconds
+        t0 = time.time()
+        c.mapping_add("user_likes_pins", board, pins[1])
+        seq = c.mapping_list("user_likes_pins", board)[0].seq
+        self.assertLess(abs(seq / 1e6 - t0), 60)
+        self.assertEqual(c.mapping_list("user_likes_pins", pins[2]), [])
+        self.assertRaisesShard(ls.Invalid, -1, c.mapping_add, "nope", board,
+                               pins[0])
+        self.assertRaisesShard(ls.Invalid, -1, c.mapping_count,
+                               "board_has_pins\0x", board)
+        self.assertRaisesShard(ls.Invalid, -1, c.mapping_add, "board_has_pins",
+                               board, pins[0], 1 << 63)
+
+    def test_kv_hostile_bytes(self):
+        c = self.ctx
+        t = "users_by_email"
+        keys = [b"", b"\0", b"a\0b", b"a", b"a\0", b"\xff\xfe\x80invalid utf-8",
+                bytes(range(256)), b"k" * ls.KEY_MAX, "ünïcode".encode()]
+        values = [bytes(range(256)) * 3, b"", b"\0" * 10, b"\xc3\x28",
+                  b"x" * (1 << 20), b"'; DROP TABLE users_by_email; --",
+                  b"\\", b"a\0", b"last"]
+        for k, v in zip(keys, values):
+            c.kv_put(t, k, v)
+        for k, v in zip(keys, values):
+            self.assertEqual(c.kv_get(t, k), v, k)
+        self.assertEqual(c.kv_get(t, "ünïcode"), b"last")  # str as UTF-8
+        c.kv_put(t, b"a\0", b"replaced")
+        self.assertEqual(c.kv_get(t, b"a\0"), b"replaced")
+        self.assertEqual(c.kv_get(t, b"a"), values[3])
+        e = self.assertRaisesShard(ls.Exists, -6, c.kv_put_new, t, b"\0", b"v")
+        self.assertIn(t, e.message)
+        self.assertEqual(c.kv_get(t, b"\0"), values[1])
+        c.kv_put_new(t, b"\0\0new", b"claimed")
+        self.assertEqual(c.kv_get(t, b"\0\0new"), b"claimed")
+        for k in keys:
+            c.kv_delete(t, k)
+            self.assertRaisesShard(ls.NotFound, -5, c.kv_get, t, k)
+            self.assertRaisesShard(ls.NotFound, -5, c.kv_delete, t, k)
+        # the other table is a different key space
+        c.kv_put("users_by_name", b"n", b"1")
+        self.assertRaisesShard(ls.NotFound, -5, c.kv_get, t, b"n")
+        self.assertRaisesShard(ls.Invalid, -1, c.kv_put, t, b"k" * 1025, b"")
+        self.assertRaisesShard(ls.Invalid, -1, c.kv_get, "nope", b"k")
+        self.assertRaisesShard(ls.Invalid, -1, c.kv_get, t + "\0", b"k")
+        with self.assertRaises(TypeError):
+            c.kv_put(t, 1, b"v")
+
+    def test_transaction_commit(self):
+        c = self.ctx
+        with c.transaction(4) as txn:
+            self.assertTrue(txn.active)
+            pin = txn.create("pins", {"title": "t"})
+            board = txn.create(2, '{"name": "b"}')
+            self.assertEqual(ls.id_shard(pin), 4)
+            txn.mapping_add("board_has_pins", board, pin, 7)
+            self.assertEqual(json.loads(txn.get(pin)), {"title": "t"})
+            txn.put(pin, {"title": "u", "z": "\0"})
+            # not visible outside before the commit
+            self.assertRaises(ls.NotFound, c.get, pin)
+        self.assertFalse(txn.active)
+        self.assertEqual(json.loads(c.get(pin)), {"title": "u", "z": "\0"})
+        self.assertEqual(c.mapping_list("board_has_pins", board), [(pin, 7)])
+        self.assertRaisesShard(ls.Invalid, -1, txn.commit)
+        txn.rollback()  # ended: nothing to do
+
+    def test_transaction_rollback(self):
+        c = self.ctx
+
+        class Oops(Exception):
+            pass
+
+        with self.assertRaises(Oops):
+            with c.transaction(4) as txn:
+                pin = txn.create("pins", {"title": "never"})
+                raise Oops()
+        self.assertFalse(txn.active)
+        self.assertRaises(ls.NotFound, c.get, pin)
+        # explicit rollback; errors inside a transaction
+        txn = c.transaction(4)
+        other = c.create("pins", {}, shard=5)
+        self.assertRaisesShard(ls.Invalid, -1, txn.get, other)  # other shard
+        self.assertRaisesShard(ls.Invalid, -1, txn.put, other, "{}")
+        self.assertRaisesShard(ls.Invalid, -1, txn.create, "pins", "[]")
+        txn.rollback()
+        self.assertRaisesShard(ls.Invalid, -1, txn.create, "pins", "{}")
+        self.assertRaisesShard(ls.NoShard, -14, c.transaction, 100)
+        # closing a context rolls back what is still open on it
+        with ls.Context(self.map_path, refresh_interval_ms=0) as c2:
+            txn = c2.transaction(4)
+            pin = txn.create("pins", {"title": "closed"})
+        self.assertFalse(txn.active)
+        self.assertRaises(ls.NotFound, c.get, pin)
+        # an abandoned transaction is rolled back, with a ResourceWarning
+        txn = c.transaction(4)
+        pin = txn.create("pins", {"title": "abandoned"})
+        with self.assertWarns(ResourceWarning):
+            del txn
+            gc.collect()
+        self.assertRaises(ls.NotFound, c.get, pin)
+
+    def test_scatter(self):
+        c = self.ctx
+        before = c.scatter_count("users")
+        ids = [c.create("users", {"i": i}, shard=s)
+               for i, s in enumerate((0, 3, 3, 7))]
+        c.delete(ids[1])
+        self.assertEqual(c.scatter_count(3), before + 3)
+        seen = {}
+        self.assertFalse(c.scatter_scan("users",
+                                        lambda id, js: seen.update({id: js})))
+        self.assertEqual(len(seen), before + 3)
+        self.assertNotIn(ids[1], seen)
+        self.assertEqual(json.loads(seen[ids[3]]), {"i": 3})
+        got = []
+        self.assertTrue(c.scatter_scan("users", lambda id, js: got.append(id)
+                                       or len(got) == 2))
+        self.assertEqual(len(got), 2)
+
+        def boom(id, js):
+            raise KeyError(id)
+        self.assertRaises(KeyError, c.scatter_scan, "users", boom)
+        self.assertRaisesShard(ls.Invalid, -1, c.scatter_count, 99)
+
+    def test_threads_share_a_context(self):
+        c, errors, ids = self.ctx, [], []
+
+        def work(n):
+            try:
+                for i in range(10):
+                    ids.append(c.create("pins", {"t": n, "i": i}))
+                # each thread reads the detail of its own failure
+                missing = ls.make_id(n, 1, ls.MAX_LOCAL - n)
+                try:
+                    c.get(missing)
+                except ls.NotFound as e:
+                    assert str(missing) in e.message, e.message
+                else:
+                    raise AssertionError("no NotFound")
+            except BaseException as e:
+                errors.append(e)
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(len(c.mget(ids)), 80)
+        self.assertNotIn(None, c.mget(ids))
+
+    def test_example(self):
+        example = os.path.join(HERE, "example.py")
+        for i, extra in enumerate((["--apply-schema"], [])):
+            p = subprocess.run([sys.executable, example, self.map_path] + extra,
+                               stdin=subprocess.DEVNULL, capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertRegex(p.stdout, r"board \d+ has 1 pin\(s\):\n  pin \d+")
+            self.assertIn("'name': 'Ada'", p.stdout)
+            self.assertIn("(not found)", p.stdout)
+            self.assertEqual("already taken" in p.stdout, i == 1)
+        p = subprocess.run([sys.executable, example, "/nonexistent.json"],
+                           stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("SHARD_EIO", p.stderr)
+
+    def test_move_errors_one_pair(self):
+        c = self.ctx
+        self.assertEqual(c.move_status(), [])
+        self.assertRaises(ls.ShardError, c.move, 0, 1, "MySQL999",
+                          dry_run=True)
+        self.assertRaises(ls.ShardError, c.move, 0, 1, "MySQL001",
+                          dry_run=True)
+        self.assertRaises(ls.ShardError, c.move_abort, 12345)
+        self.assertRaisesShard(ls.Invalid, -1, c.move, 0, 1, "a\0b",
+                               dry_run=True)
+
+
+# ---------------------------------------------------------------- two pairs
+
+class TwoPairTests(ServerCase):
+
+    NPAIRS = 2
+
+    def test_move(self):
+        c = self.ctx
+        ids = [c.create("pins", {"i": i}, shard=i % 2) for i in range(20)]
+        c.mapping_add("board_has_pins", ids[0], ids[1], 1)
+        c.kv_put("users_by_email", b"\0k", b"\0v")
+        with c.map() as m:
+            self.assertEqual(m.pair_of(0), "MySQL001")
+            self.assertEqual(m.pair_of(4), "MySQL002")
+            version = m.version
+        plan = c.move(0, 1, "MySQL002", dry_run=True)
+        self.assertIsInstance(plan, str)
+        self.assertTrue(plan.startswith("move ID shards 0-1 from MySQL001"),
+                        plan)
+        self.assertIn(" to MySQL002 ", plan.splitlines()[0])
+        self.assertIn("table db00000.pins: 10 rows", plan)
+        self.assertIn("table db00001.pins: 10 rows", plan)
+        self.assertRegex(plan, r"total: \d+ tables, \d+ rows")
+        # a dry run changes nothing
+        self.assertEqual(c.move_status(), [])
+        with c.map() as m:
+            self.assertEqual((m.version, m.pair_of(0)), (version, "MySQL001"))
+        # the move itself: progress, report, status
+        phases = []
+        rep = c.move(0, 1, "MySQL002", copy_threads=2,
+                     progress=lambda ph, done, total: phases.append(ph))
+        self.assertIsInstance(rep, ls.MoveReport)
+        self.assertEqual((rep.source, rep.target, rep.first, rep.last),
+                         ("MySQL001", "MySQL002", 0, 1))
+        self.assertEqual((rep.phase, rep.phase_name), (7, "done"))
+        self.assertEqual(rep.rows_copied, rep.rows_verified)
+        self.assertGreaterEqual(rep.rows_copied, 21)
+        self.assertEqual(rep.mismatches, 0)
+        self.assertGreater(rep.map_version, version)
+        self.assertTrue(rep.source_dropped)
+        self.assertGreaterEqual(rep.fence_attempts, 1)
+        self.assertGreater(rep.tables, 0)
+        self.assertGreater(rep.bytes_copied, 0)
+        self.assertGreaterEqual(rep.pause_ms, 0)
+        self.assertIn("copying", phases)
+        self.assertIn("done", phases)
+        with c.map() as m:
+            self.assertEqual(m.pair_of(0), "MySQL002")
+            self.assertEqual(m.version, rep.map_version)
+        status = c.move_status()
+        self.assertEqual(len(status), 1)
+        self.assertEqual((status[0]["id"], status[0]["phase"]),
+                         (rep.move_id, "done"))
+        # the data followed the shards
+        self.assertEqual([json.loads(x)["i"] for x in c.mget(ids)],
+                         list(range(20)))
+        self.assertEqual(c.mapping_list("board_has_pins", ids[0]),
+                         [(ids[1], 1)])
+        self.assertEqual(c.kv_get("users_by_email", b"\0k"), b"\0v")
+        # nothing left to resume or abort
+        self.assertRaises(ls.ShardError, c.move_resume)
+        self.assertRaises(ls.ShardError, c.move_abort, rep.move_id)
+
+    def test_failover(self):
+        c = self.ctx
+        with c.map() as m:
+            master, standby = m.pair_addrs("MySQL002")
+            version = m.version
+        pin = c.create("pins", {"before": True}, shard=5)
+        self.assertRaisesShard(ls.Invalid, -1, c.failover, "MySQL999")
+        # The application's account may not fence (READ_ONLY ADMIN).
+        e = self.assertRaisesShard(ls.PrivilegeError, -16, c.failover,
+                                   "MySQL002")
+        self.assertEqual(e.report.pair, "MySQL002")
+        with ls.Context(self.map_path, user="shardadmin",
+                        password_env="LIBSHARD_PASSWORD",
+                        refresh_interval_ms=0) as admin:
+            rep = admin.failover("MySQL002")
+        self.assertIsInstance(rep, ls.FailoverReport)
+        self.assertEqual((rep.pair, rep.old_master, rep.new_master),
+                         ("MySQL002", master, standby))
+        self.assertTrue(rep.old_master_fenced)
+        self.assertGreaterEqual(rep.lag_transactions, 0)
+        self.assertGreater(rep.map_version, version)
+        self.assertGreater(rep.total_ms, 0)
+        c.reload()
+        with c.map() as m:
+            self.assertEqual(m.pair_addrs("MySQL002"), (standby, master))
+            self.assertEqual(m.version, rep.map_version)
+        # the promoted standby had the data and takes writes
+        self.assertEqual(json.loads(c.get(pin)), {"before": True})
+        c.patch(pin, {"after": True})
+        self.assertEqual(json.loads(c.get(pin)), {"before": True, "after": True})
+
+
+if __name__ == "__main__":
+    faulthandler.enable()  # a crash in C prints where it happened
+    # SIGTERM ends the run through atexit, which stops the servers.
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+    unittest.main()
