@@ -63,7 +63,7 @@ RUN :=
 endif
 
 .PHONY: all check check-run unit-check server-check abi-check doc-check deps demo \
-        bench loadtest install uninstall clean
+        bench loadtest fuzz install uninstall clean
 .SUFFIXES:
 
 all: $(B)/libshard.a $(B)/$(SOFILE) $(EXAMPLES)
@@ -129,6 +129,13 @@ LOADTEST_SECONDS ?= 20
 loadtest: deps
 	@$(MAKE) --no-print-directory all $(B)/tests/loadtest
 	@LIBSHARD_TESTS_DIR=tests $(B)/tests/loadtest $(LOADTEST_THREADS) $(LOADTEST_SECONDS)
+
+# ---- fuzzing (clang + libFuzzer; Debian: clang libclang-rt-14-dev) -------
+
+FUZZ_SECONDS ?= 60
+
+fuzz:
+	@sh tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 # ---- install ------------------------------------------------------------
 

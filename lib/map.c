@@ -25,6 +25,18 @@ static const char *const mapping_keys[] = {"reverse", NULL};
 static const char *const mod_keys[] = {"count", "database_format", "tables",
                                        "ranges", NULL};
 
+/* Text from json_dumps() goes back to jansson's allocator, whatever it is. */
+static void jansson_free(void *p)
+{
+    json_malloc_t m;
+    json_free_t f;
+
+    if (!p)
+        return;
+    json_get_alloc_funcs(&m, &f);
+    f(p);
+}
+
 static int check_keys(json_t *obj, const char *const *allowed, const char *where)
 {
     const char *key;
@@ -843,7 +855,7 @@ int shard_map_to_json(const shard_map *map, char **json)
         return shard_fail(SHARD_EINVAL, "shard_map_to_json: NULL argument");
     s = json_dumps(map->doc, JSON_INDENT(2) | JSON_SORT_KEYS);
     copy = s ? shard_strdup(s) : NULL;
-    free(s);
+    jansson_free(s);
     if (!copy)
         return shard_fail(SHARD_ENOMEM, "out of memory writing the shard map");
     *json = copy;
@@ -922,7 +934,7 @@ int map_reassign(const shard_map *cur, unsigned first, unsigned last, const char
     }
     rc = shard_map_parse(out, text, strlen(text));
 out:
-    free(text);
+    jansson_free(text);
     json_decref(ranges);
     json_decref(doc);
     return rc;
@@ -950,7 +962,7 @@ int map_swap_roles(const shard_map *cur, const char *pair, uint64_t version, sha
     text = json_dumps(doc, JSON_SORT_KEYS);
     rc = text ? shard_map_parse(out, text, strlen(text))
               : shard_fail(SHARD_ENOMEM, "out of memory editing the shard map");
-    free(text);
+    jansson_free(text);
     json_decref(doc);
     return rc;
 }

@@ -90,19 +90,15 @@ static int write_all(int fd, const char *buf, size_t len)
     return 0;
 }
 
-static int sync_dir(const char *path)
+/* pathcopy is a copy of the map's path (dirname() writes into it). */
+static int sync_dir(char *pathcopy)
 {
-    char *copy = shard_strdup(path);
-    int fd, rc = 0;
+    int fd = open(dirname(pathcopy), O_RDONLY | O_DIRECTORY), rc = 0;
 
-    if (!copy)
-        return -1;
-    fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
     if (fd >= 0) {
         rc = fsync(fd);
         close(fd);
     }
-    free(copy);
     return rc;
 }
 
@@ -128,16 +124,21 @@ static int current_version(const char *path, uint64_t *version)
 static int replace_file(const char *path, const char *text)
 {
     size_t plen = strlen(path);
-    char *tmp = shard_malloc(plen + 16);
+    /* Allocate everything first: once renamed, only I/O may fail. */
+    char *tmp = shard_malloc(plen + 16), *dir = shard_strdup(path);
     int fd, err;
 
-    if (!tmp)
+    if (!tmp || !dir) {
+        free(tmp);
+        free(dir);
         return shard_fail(SHARD_ENOMEM, "out of memory publishing the map");
+    }
     snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
     fd = mkstemp(tmp);
     if (fd < 0) {
         err = errno;
         free(tmp);
+        free(dir);
         return shard_fail(SHARD_EIO, "map store %s: cannot create temporary file: %s",
                           path, strerror(err));
     }
@@ -147,6 +148,7 @@ static int replace_file(const char *path, const char *text)
         close(fd);
         unlink(tmp);
         free(tmp);
+        free(dir);
         return shard_fail(SHARD_EIO, "map store %s: cannot write: %s", path,
                           strerror(err));
     }
@@ -155,13 +157,16 @@ static int replace_file(const char *path, const char *text)
         err = errno;
         unlink(tmp);
         free(tmp);
+        free(dir);
         return shard_fail(SHARD_EIO, "map store %s: cannot rename into place: %s", path,
                           strerror(err));
     }
     free(tmp);
-    if (sync_dir(path) != 0)
+    err = sync_dir(dir) != 0 ? errno : 0;
+    free(dir);
+    if (err)
         return shard_fail(SHARD_EIO, "map store %s: cannot sync directory: %s", path,
-                          strerror(errno));
+                          strerror(err));
     return SHARD_OK;
 }
 
