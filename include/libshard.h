@@ -479,7 +479,7 @@ typedef struct shard_move_options {
     unsigned version;           /* SHARD_MOVE_OPTIONS_VERSION */
     int flags;                  /* SHARD_MOVE_DRY_RUN | SHARD_MOVE_KEEP_SOURCE */
     unsigned copy_threads;      /* parallel table copies (default 4) */
-    unsigned batch_rows;        /* rows per multi-row INSERT, at most (default 1000) */
+    unsigned batch_rows;        /* rows per multi-row INSERT, at most (default 2000) */
     unsigned max_lag_ms;        /* fence only when the target is this close (500) */
     unsigned fence_timeout_s;   /* wait this long for locks to fence (default 2) */
     unsigned cutover_attempts;  /* fence attempts before giving up (default 20) */
@@ -489,7 +489,7 @@ typedef struct shard_move_options {
 } shard_move_options;
 
 #define SHARD_MOVE_OPTIONS_INIT \
-    { SHARD_MOVE_OPTIONS_VERSION, 0, 4, 1000, 500, 2, 20, 3600, NULL, NULL }
+    { SHARD_MOVE_OPTIONS_VERSION, 0, 4, 2000, 500, 2, 20, 3600, NULL, NULL }
 
 /* What a move did, filled by shard_move() and shard_move_resume(). */
 typedef struct shard_move_report {

@@ -43,6 +43,7 @@ typedef struct mv {
     pthread_mutex_t lock;
     size_t next_table; /* copy work queue */
     uint64_t done, total;
+    size_t next_count; /* counting work queue */
     bool resumed; /* target copies in this range are this move's own */
 } mv;
 
@@ -652,6 +653,46 @@ static int copy_table(worker *w, mtable *t)
     return rc ? shard_fail_prefix(rc, "copying %s.%s: ", t->db, t->name) : 0;
 }
 
+static int count_table(shard_conn *src, mtable *t)
+{
+    char sql[300], n[32];
+    int rc;
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM `%s`.`%s`", t->db, t->name);
+    if ((rc = value(src, sql, n, sizeof n)))
+        return rc;
+    t->rows = strtoull(n, NULL, 10);
+    return 0;
+}
+
+/* Exact totals for the progress, counted by every worker in parallel in
+ * its own snapshot (all of one commit point), before anything is copied. */
+static void count_part(worker *w)
+{
+    mv *m = w->m;
+
+    for (;;) {
+        size_t i;
+        pthread_mutex_lock(&m->lock);
+        i = m->next_count++;
+        pthread_mutex_unlock(&m->lock);
+        if (i >= m->ntables || w->rc)
+            break;
+        if ((w->rc = count_table(w->src, &m->tables[i])))
+            snprintf(w->err, sizeof w->err, "%s", shard_errmsg());
+        else {
+            pthread_mutex_lock(&m->lock);
+            m->total += m->tables[i].rows;
+            pthread_mutex_unlock(&m->lock);
+        }
+    }
+}
+
+static void *count_main(void *arg)
+{
+    count_part(arg);
+    return NULL;
+}
+
 static void *copy_main(void *arg)
 {
     worker *w = arg;
@@ -673,6 +714,20 @@ static void *copy_main(void *arg)
         }
     }
     return NULL;
+}
+
+/* Run fn on every worker, the first on this thread; a thread that cannot
+ * be created leaves its share to the others (the queues are shared). */
+static void run_workers(worker *w, unsigned n, void *(*fn)(void *))
+{
+    bool started[64] = {false};
+
+    for (unsigned i = 1; i < n && i < 64; i++)
+        started[i] = pthread_create(&w[i].thread, NULL, fn, &w[i]) == 0;
+    fn(&w[0]);
+    for (unsigned i = 1; i < n && i < 64; i++)
+        if (started[i])
+            pthread_join(w[i].thread, NULL);
 }
 
 /* Open n snapshots of one commit point, and learn its GTID position. */
@@ -715,13 +770,9 @@ static int count_rows(mv *m, shard_conn *src)
 {
     m->total = 0;
     for (size_t i = 0; i < m->ntables; i++) {
-        char sql[300], n[32];
-        int rc;
-        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM `%s`.`%s`", m->tables[i].db,
-                 m->tables[i].name);
-        if ((rc = value(src, sql, n, sizeof n)))
+        int rc = count_table(src, &m->tables[i]);
+        if (rc)
             return rc;
-        m->tables[i].rows = strtoull(n, NULL, 10);
         m->total += m->tables[i].rows;
     }
     return 0;
@@ -734,6 +785,8 @@ static int copy_phase(mv *m)
     double t0 = now();
     int rc = 0;
 
+    if (n > 64)
+        n = 64;
     if (n > m->ntables)
         n = m->ntables ? (unsigned)m->ntables : 1;
     w = shard_calloc(n, sizeof *w);
@@ -749,17 +802,17 @@ static int copy_phase(mv *m)
         rc = open_snapshots(m, w, n);
     if (rc == 0)
         rc = journal_save(m, SHARD_MOVE_COPYING, NULL);
-    if (rc == 0)
-        rc = count_rows(m, w[0].src);
     if (rc == 0) {
-        m->next_table = 0;
-        m->done = 0;
+        m->next_table = m->next_count = 0;
+        m->done = m->total = 0;
         m->r->rows_copied = m->r->bytes_copied = 0;
-        for (unsigned i = 1; i < n; i++)
-            pthread_create(&w[i].thread, NULL, copy_main, &w[i]);
-        copy_main(&w[0]);
-        for (unsigned i = 1; i < n; i++)
-            pthread_join(w[i].thread, NULL);
+        run_workers(w, n, count_main);
+        for (unsigned i = 0; i < n && rc == 0; i++)
+            if (w[i].rc)
+                rc = shard_fail(w[i].rc, "counting rows: %s", w[i].err);
+    }
+    if (rc == 0) {
+        run_workers(w, n, copy_main);
         for (unsigned i = 0; i < n && rc == 0; i++)
             if (w[i].rc)
                 rc = shard_fail(w[i].rc, "%s", w[i].err);
