@@ -44,6 +44,9 @@ static const char usage_text[] =
     "  move resume [ID]                      finish an interrupted move\n"
     "  move abort [ID]                       undo an interrupted move (before its flip)\n"
     "  failover PAIR [--force]               promote PAIR's standby\n"
+    "  map show                              the current map, as JSON\n"
+    "  map publish FILE                      validate FILE and publish it as the new map\n"
+    "                                        (its version must be above the current one)\n"
     "Options for every command: --map FILE (else $LIBSHARD_MAP); --user NAME and\n"
     "--password-env VAR to connect as another account than the map's (an operator's).\n"
     "The map is --map FILE, else $LIBSHARD_MAP. TYPE is a name from the map's\n"
@@ -1173,6 +1176,67 @@ static int cmd_move_status(const args *a)
     return rc;
 }
 
+static int cmd_map_show(const args *a)
+{
+    shard_map *map = NULL;
+    char *json = NULL;
+    int rc;
+
+    if (a->npos != 2)
+        return usage_error("map show takes no arguments");
+    if ((rc = load_map(a, &map)))
+        return rc;
+    rc = shard_map_to_json(map, &json);
+    shard_map_free(map);
+    if (rc)
+        return lib_error(rc);
+    printf("%s\n", json);
+    shard_free(json);
+    return 0;
+}
+
+/* Publish FILE to the store --map names, replacing the version there now. */
+static int cmd_map_publish(const args *a)
+{
+    shard_store *store = NULL;
+    shard_map *fresh = NULL, *cur = NULL;
+    uint64_t expected = 0;
+    int rc;
+
+    if (a->npos != 3)
+        return usage_error("map publish needs exactly one FILE");
+    if (!a->map)
+        return usage_error("no map store: give --map LOCATION or set LIBSHARD_MAP");
+    if ((rc = shard_map_load(&fresh, a->pos[2])))
+        return lib_error(rc == SHARD_EIO ? SHARD_EINVAL : rc);
+    if ((rc = shard_store_open(&store, a->map)))
+        goto out;
+    rc = shard_store_load(store, &cur);
+    if (rc == 0)
+        expected = shard_map_version(cur);
+    else if (rc != SHARD_EIO && rc != SHARD_ENOTFOUND && rc != SHARD_ESERVER)
+        goto out; /* an unreadable store is not replaced blindly */
+    if (shard_map_version(fresh) <= expected) {
+        fprintf(stderr, "shardctl: %s has version %llu; the store is at %llu: raise its "
+                "\"version\"\n", a->pos[2], (unsigned long long)shard_map_version(fresh),
+                (unsigned long long)expected);
+        rc = 0;
+        shard_store_free(store);
+        shard_map_free(fresh);
+        shard_map_free(cur);
+        return EXIT_USAGE;
+    }
+    rc = shard_store_publish(store, fresh, expected);
+    if (rc == 0)
+        printf("published map version %llu (was %llu)\n",
+               (unsigned long long)shard_map_version(fresh), (unsigned long long)expected);
+out:
+    shard_store_free(store);
+    shard_map_free(fresh);
+    shard_map_free(cur);
+    return rc ? lib_error(rc) : 0;
+}
+
 static int cmd_failover(const args *a)
 {
     shard_failover_report r;
@@ -1235,6 +1299,8 @@ static const command commands[] = {
     {"move", "resume", cmd_move_resume, O(OPT_THREADS)},
     {"move", "abort", cmd_move_abort, 0},
     {"failover", NULL, cmd_failover, O(OPT_FORCE)},
+    {"map", "show", cmd_map_show, 0},
+    {"map", "publish", cmd_map_publish, 0},
     {"move", NULL, cmd_move,
      O(OPT_SHARDS) | O(OPT_TO) | O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_KEEP_SOURCE) |
          O(OPT_THREADS)},

@@ -239,7 +239,7 @@ typedef struct shard_options {
     unsigned write_timeout_ms;    /* per network write (default 10000) */
     unsigned pool_size;           /* max connections per server (default 16) */
     unsigned retry_budget_ms;     /* time for retrying transient errors (default 5000) */
-    unsigned retry_max;           /* attempts per operation, at most (default 6) */
+    unsigned retry_max;           /* attempts per operation, at most (default 20) */
     unsigned refresh_interval_ms; /* periodic map reload, jittered +-25%; 0 = off
                                      (default 30000) */
     int log_level;                /* messages up to this level are logged */
@@ -253,7 +253,7 @@ typedef struct shard_options {
 } shard_options;
 
 #define SHARD_OPTIONS_INIT \
-    { SHARD_OPTIONS_VERSION, 3000, 10000, 10000, 16, 5000, 6, 30000, SHARD_LOG_WARN, NULL, NULL, \
+    { SHARD_OPTIONS_VERSION, 3000, 10000, 10000, 16, 5000, 20, 30000, SHARD_LOG_WARN, NULL, NULL, \
       NULL, NULL }
 
 /*
@@ -505,6 +505,8 @@ typedef struct shard_move_report {
     uint64_t rows_verified, mismatches;
     uint64_t map_version;        /* the version published */
     int source_dropped;          /* 1 when the source copy was dropped */
+    int target_pair_healthy;     /* 1: both replication links of the target pair run
+                                    without error at the end; 0: not (see the log) */
 } shard_move_report;
 
 /*

@@ -335,16 +335,37 @@ static bool conn_reusable(int code)
 
 static void backoff(unsigned attempt, double deadline)
 {
-    double ms = 10.0 * (double)(1u << (attempt < 8 ? attempt : 8));
+    /* 10, 20, 40 ... ms, at most 250: a move's fence lasts well under a
+     * second, and the retry budget, not the count, is what bounds a call. */
+    double ms = 10.0 * (double)(1u << (attempt < 5 ? attempt : 5));
     double left = (deadline - now_seconds()) * 1000.0;
     struct timespec ts;
 
+    if (ms > 250)
+        ms = 250;
     ms = ms / 2 + (double)(rnd() % 1000) / 1000.0 * ms / 2; /* jitter */
     if (ms > left)
         ms = left > 0 ? left : 0;
     ts.tv_sec = (time_t)(ms / 1000);
     ts.tv_nsec = (long)((ms - (double)ts.tv_sec * 1000) * 1e6);
     nanosleep(&ts, NULL);
+}
+
+static void reload_soon(shard_ctx *ctx)
+{
+    char saved[1024];
+    double t = now_seconds();
+
+    pthread_mutex_lock(&ctx->stop_lock);
+    if (t - ctx->last_error_reload < 0.1) {
+        pthread_mutex_unlock(&ctx->stop_lock);
+        return;
+    }
+    ctx->last_error_reload = t;
+    pthread_mutex_unlock(&ctx->stop_lock);
+    snprintf(saved, sizeof saved, "%s", shard_errmsg()); /* keep the real error */
+    shard_ctx_reload(ctx);
+    shard_fail(0, "%s", saved);
 }
 
 /*
@@ -365,7 +386,7 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
     if (rc != SHARD_ESERVER || (c->last_errno != ER_NO_SUCH_TABLE &&
                                 c->last_errno != ER_BAD_DB_ERROR))
         return rc;
-    shard_ctx_reload(ctx);
+    reload_soon(ctx);
     map = ctx_map(ctx);
     pi = mod ? shard_map_mod_pair_index(map, shard) : shard_map_pair_index(map, shard);
     if (pi >= 0 && strcmp(map->pairs[pi].name, old_pair) != 0) {
@@ -387,23 +408,6 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
         return rc;
     return shard_fail(SHARD_EMOVED, "shard %u on %s is fenced by a move in progress", shard,
                       old_pair);
-}
-
-static void reload_soon(shard_ctx *ctx)
-{
-    char saved[1024];
-    double t = now_seconds();
-
-    pthread_mutex_lock(&ctx->stop_lock);
-    if (t - ctx->last_error_reload < 0.1) {
-        pthread_mutex_unlock(&ctx->stop_lock);
-        return;
-    }
-    ctx->last_error_reload = t;
-    pthread_mutex_unlock(&ctx->stop_lock);
-    snprintf(saved, sizeof saved, "%s", shard_errmsg()); /* keep the real error */
-    shard_ctx_reload(ctx);
-    shard_fail(0, "%s", saved);
 }
 
 int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)

@@ -99,6 +99,9 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg);
  * is fenced; any other rc comes back unchanged. */
 int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shard,
                     bool mod, const char *old_pair, int rc);
+/* move.c: 1 (and its id) when an unfinished move has `pair` as source or target. */
+int move_unfinished_on(shard_ctx *ctx, const shard_map *map, const char *pair,
+                       uint64_t *id);
 /* Whether an error may go away on retry, and how to treat the connection. */
 bool error_transient(int code);
 

@@ -172,6 +172,15 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
         rc = shard_fail(SHARD_EINVAL, "pair %s has no standby to promote", pair);
         goto out;
     }
+    {
+        uint64_t mid;
+        if (!(flags & SHARD_FAILOVER_FORCE) && move_unfinished_on(ctx, map, pair, &mid)) {
+            rc = shard_fail(SHARD_EBUSY, "move %llu involving %s is unfinished: resume or "
+                            "abort it first (or --force, and check the move afterwards)",
+                            (unsigned long long)mid, pair);
+            goto out;
+        }
+    }
     snprintf(r->pair, sizeof r->pair, "%s", pair);
     snprintf(r->old_master, sizeof r->old_master, "%s", p->master.text);
     snprintf(r->new_master, sizeof r->new_master, "%s", p->standby.text);
@@ -221,8 +230,12 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
         goto out;
     }
     if ((rc = conn_query_str(sb, "SET GLOBAL read_only = 0")) ||
-        (rc = publish_swap(ctx, pair, p->master.text, &r->map_version)))
+        (rc = publish_swap(ctx, pair, p->master.text, &r->map_version))) {
+        /* Not promoted after all: the old master takes writes again. */
+        if (ms)
+            conn_query_str(ms, "SET GLOBAL read_only = 0");
         goto out;
+    }
     shard_ctx_reload(ctx);
     r->total_ms = (now_seconds() - t0) * 1000.0;
     ctx_log(ctx, SHARD_LOG_WARN, "failover of %s: %s promoted (map version %llu)", pair,

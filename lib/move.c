@@ -1392,13 +1392,72 @@ static int verify(mv *m, shard_conn *src, shard_conn *v)
     return rc;
 }
 
+/* ---- the target pair's own links ------------------------------------------ */
+
+/* Is the unnamed (pair) replication connection of this server running
+ * without error? Appends what is wrong to msg. */
+static bool link_ok(mv *m, const shard_endpoint *ep, char *msg, size_t size)
+{
+    shard_conn *c = NULL;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    MYSQL_FIELD *f;
+    bool ok = true;
+
+    if (dconn(m, ep, &c) || conn_query_str(c, "SHOW SLAVE STATUS") ||
+        !(res = mysql_store_result(c->my))) {
+        snprintf(msg + strlen(msg), size - strlen(msg), "%s: cannot read its replication "
+                 "status; ", ep->text);
+        dclose(c);
+        return false;
+    }
+    f = mysql_fetch_fields(res);
+    row = mysql_fetch_row(res);
+    for (unsigned i = 0; row && i < mysql_num_fields(res); i++) {
+        const char *v = row[i] ? row[i] : "";
+        if ((strcmp(f[i].name, "Slave_IO_Running") == 0 ||
+             strcmp(f[i].name, "Slave_SQL_Running") == 0) && strcmp(v, "Yes") != 0) {
+            snprintf(msg + strlen(msg), size - strlen(msg), "%s: %s is %s; ", ep->text,
+                     f[i].name, v);
+            ok = false;
+        } else if (strcmp(f[i].name, "Last_Error") == 0 && v[0]) {
+            snprintf(msg + strlen(msg), size - strlen(msg), "%s: %.200s; ", ep->text, v);
+            ok = false;
+        }
+    }
+    mysql_free_result(res);
+    dclose(c);
+    return ok;
+}
+
+/* DESIGN.md: the moved rows come back through the target's standby; check
+ * the pair is still a pair at the end (both links running, no error). */
+static void check_target_pair(mv *m)
+{
+    char msg[1024] = "";
+    bool ok;
+
+    if (!DP(m)->has_standby) {
+        m->r->target_pair_healthy = 1;
+        return;
+    }
+    ok = link_ok(m, &DP(m)->master, msg, sizeof msg);
+    ok = link_ok(m, &DP(m)->standby, msg, sizeof msg) && ok;
+    m->r->target_pair_healthy = ok;
+    if (!ok)
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: target pair %s is not healthy: %s",
+                (unsigned long long)m->id, DP(m)->name, msg);
+}
+
 /* ---- cleanup -------------------------------------------------------------- */
 
 static int cleanup(mv *m, shard_conn *src)
 {
-    int rc = journal_save(m, SHARD_MOVE_CLEANING, NULL);
+    int rc = 0;
 
-    if (rc == 0 && m->r->mismatches) {
+    /* Mismatches first: a move recorded as cleaning drops the source when
+     * it is resumed, so a failed verification must never get there. */
+    if (m->r->mismatches) {
         char msg[200];
         snprintf(msg, sizeof msg, "verification found %llu mismatched rows: the source "
                  "copy is kept (fenced) for inspection", (unsigned long long)m->r->mismatches);
@@ -1406,6 +1465,7 @@ static int cleanup(mv *m, shard_conn *src)
         journal_save(m, SHARD_MOVE_DONE, msg);
         return shard_fail(SHARD_EVERIFY, "move %llu: %s", (unsigned long long)m->id, msg);
     }
+    rc = journal_save(m, SHARD_MOVE_CLEANING, NULL);
     if (rc == 0 && !(m->o.flags & SHARD_MOVE_KEEP_SOURCE)) {
         /* Logged, so the source's standby drops them too. */
         for (unsigned s = m->first; rc == 0 && s <= m->last; s++) {
@@ -1430,12 +1490,29 @@ static int drive(mv *m)
     if ((rc = dconn(m, &SP(m)->master, &src)) || (rc = dconn(m, &DP(m)->master, &t)) ||
         (rc = dconn(m, &DP(m)->master, &v)))
         goto out;
+    if (m->resumed) {
+        /* Killed between STOP ALL SLAVES and the restart, the target pair's
+         * own link stayed stopped: start it (a running one is left alone;
+         * a server without one says so, which is fine). */
+        runf(t, "START SLAVE");
+    }
     if (m->phase <= SHARD_MOVE_COPYING) {
         /* A resumed copy starts again from a new snapshot; a fresh move
          * never drops anything on the target (create_target refuses a
          * target that already has these databases). */
         if ((rc = list_tables(m, src)) || (m->resumed && (rc = repl_remove(m))) ||
-            (m->resumed && (rc = drop_target(m))) || (rc = create_target(m, src)) || (rc = copy_phase(m)) || (rc = repl_setup(m)) ||
+            (m->resumed && (rc = drop_target(m))))
+            goto out;
+        if ((rc = create_target(m, src)) == SHARD_EEXISTS && !m->resumed) {
+            /* Not ours: end the move here, so that no resume ever drops it. */
+            char msg[600];
+            snprintf(msg, sizeof msg, "%s", shard_errmsg());
+            journal_save(m, SHARD_MOVE_ABORTED, msg);
+            rc = shard_fail(SHARD_EEXISTS, "%s", msg);
+            m->id = 0; /* recorded: nothing more to journal */
+            goto out;
+        }
+        if (rc || (rc = copy_phase(m)) || (rc = repl_setup(m)) ||
             (rc = journal_save(m, SHARD_MOVE_CATCHUP, NULL)))
             goto out;
     } else if ((rc = list_tables(m, src))) {
@@ -1486,6 +1563,8 @@ static int drive(mv *m)
     if (m->phase < SHARD_MOVE_CLEANING && (rc = verify(m, src, v)))
         goto out;
     rc = cleanup(m, src);
+    if (rc == 0 || rc == SHARD_EVERIFY)
+        check_target_pair(m);
 out:
     if (rc && m->ctl && m->id) {
         char msg[600];
@@ -1646,11 +1725,9 @@ static int find_moves(shard_ctx *ctx, const shard_map *map, uint64_t id, jrow *o
             continue; /* a dead pair holds no journal we can act on now */
         snprintf(sql, sizeof sql, "SELECT id, source_pair, target_pair, first_shard,"
                  " last_shard, phase, flags, snapshot_gtid, fence_gtid, map_version_from"
-                 " FROM " CONTROL_DB ".moves WHERE phase < %d%s ORDER BY id",
-                 SHARD_MOVE_DONE, id ? " AND id = " : "");
-        if (id)
-            snprintf(sql + strlen(sql), sizeof sql - strlen(sql), "%llu",
-                     (unsigned long long)id);
+                 " FROM " CONTROL_DB ".moves WHERE phase < %d AND (%llu = 0 OR id = %llu)"
+                 " ORDER BY id", SHARD_MOVE_DONE, (unsigned long long)id,
+                 (unsigned long long)id);
         rc = conn_query_str(c, sql);
         if (rc == 0 && (res = mysql_store_result(c->my))) {
             while ((row = mysql_fetch_row(res)) && *n < 16) {
@@ -1670,6 +1747,22 @@ static int find_moves(shard_ctx *ctx, const shard_map *map, uint64_t id, jrow *o
         }
         conn_put(c, true);
     }
+    return 0;
+}
+
+int move_unfinished_on(shard_ctx *ctx, const shard_map *map, const char *pair,
+                       uint64_t *id)
+{
+    jrow rows[16];
+    size_t n = 0;
+
+    *id = 0;
+    find_moves(ctx, map, 0, rows, &n);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rows[i].source, pair) == 0 || strcmp(rows[i].target, pair) == 0) {
+            *id = rows[i].id;
+            return 1;
+        }
     return 0;
 }
 

@@ -5,6 +5,7 @@
  */
 #include "object.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,7 +172,7 @@ static void *group_run(void *arg)
 
 /* Items still pending (status SHARD_EMOVED) are asked again; returns how many. */
 static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item *items,
-                      size_t *pending)
+                      size_t *pending, uint64_t *version)
 {
     shard_map *map = ctx_map(ctx);
     slot *slots = shard_calloc(n, sizeof *slots);
@@ -183,6 +184,7 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
         shard_map_free(map);
         return shard_fail(SHARD_ENOMEM, "out of memory for a %zu-ID multi-get", n);
     }
+    *version = map->version;
     for (size_t i = 0; i < n; i++) {
         const char *table = NULL;
         long pi;
@@ -249,6 +251,38 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
     return 0;
 }
 
+/*
+ * Items whose pair could not be reached (after its retries) are asked again
+ * when the reloaded map is newer than the one the round used: a failover
+ * may have promoted the pair's standby. Returns how many; the round's
+ * message is kept.
+ */
+static size_t reask_unreachable(shard_ctx *ctx, shard_item *items, size_t n,
+                                uint64_t used)
+{
+    char saved[512];
+    shard_map *map;
+    size_t k = 0;
+    bool any = false;
+
+    for (size_t i = 0; i < n && !any; i++)
+        any = items[i].status == SHARD_ECONNECT;
+    if (!any)
+        return 0;
+    snprintf(saved, sizeof saved, "%s", shard_errmsg());
+    shard_ctx_reload(ctx);
+    shard_fail(0, "%s", saved);
+    map = ctx_map(ctx);
+    if (map->version != used)
+        for (size_t i = 0; i < n; i++)
+            if (items[i].status == SHARD_ECONNECT) {
+                items[i].status = SHARD_EMOVED; /* "still to ask" */
+                k++;
+            }
+    shard_map_free(map);
+    return k;
+}
+
 int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item **out)
 {
     shard_item *items;
@@ -264,12 +298,17 @@ int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
         items[i].status = SHARD_EMOVED; /* "still to ask" */
     shard_clear_error();
     /* Items on a moving shard are asked again, after the map flips, within
-     * the retry budget. */
+     * the retry budget; so are those of a pair whose master a failover
+     * replaced. */
     double deadline = now_seconds() + ctx->opts.retry_budget_ms / 1000.0;
     for (unsigned round = 0;; round++) {
         struct timespec ts = {0, 10000000L << (round < 5 ? round : 5)};
-        if ((rc = mget_round(ctx, ids, n, items, &pending)) || !pending ||
-            round + 1 >= ctx->opts.retry_max * 2 || now_seconds() >= deadline)
+        uint64_t used = 0;
+        if ((rc = mget_round(ctx, ids, n, items, &pending, &used)))
+            break;
+        if (!pending)
+            pending = reask_unreachable(ctx, items, n, used);
+        if (!pending || round + 1 >= ctx->opts.retry_max * 2 || now_seconds() >= deadline)
             break;
         nanosleep(&ts, NULL);
         shard_ctx_reload(ctx);

@@ -1,6 +1,7 @@
 /* Transactions bound to one shard: several writes that commit together. */
 #include "object.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +37,30 @@ static void txn_end(shard_txn *t, bool rollback)
     free(t);
 }
 
+/*
+ * A master that cannot be reached may have been replaced by a failover:
+ * reload the map (at most every 100 ms per context, the limit ctx_exec's
+ * reloads share) so that the next begin goes where the map now points.
+ * The failure's message is kept.
+ */
+static void reload_after_connect_failure(shard_ctx *ctx)
+{
+    char saved[1024];
+    double t = now_seconds();
+    bool due;
+
+    pthread_mutex_lock(&ctx->stop_lock);
+    due = t - ctx->last_error_reload >= 0.1;
+    if (due)
+        ctx->last_error_reload = t;
+    pthread_mutex_unlock(&ctx->stop_lock);
+    if (!due)
+        return;
+    snprintf(saved, sizeof saved, "%s", shard_errmsg());
+    shard_ctx_reload(ctx);
+    shard_fail(0, "%s", saved);
+}
+
 int shard_txn_begin(shard_ctx *ctx, unsigned shard, shard_txn **out)
 {
     shard_txn *t;
@@ -69,6 +94,8 @@ int shard_txn_begin(shard_ctx *ctx, unsigned shard, shard_txn **out)
         shard_fail_prefix(rc, "pair %s, %s: ", t->map->pairs[pi].name, t->db);
         t->failed = rc;
         txn_end(t, false);
+        if (rc == SHARD_ECONNECT)
+            reload_after_connect_failure(ctx);
         return rc;
     }
     *out = t;

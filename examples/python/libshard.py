@@ -308,7 +308,8 @@ class _MoveReport(Structure):
                 ("cutover_seconds", c_double), ("verify_seconds", c_double),
                 ("pause_ms", c_double), ("fence_attempts", c_uint),
                 ("rows_verified", c_uint64), ("mismatches", c_uint64),
-                ("map_version", c_uint64), ("source_dropped", c_int)]
+                ("map_version", c_uint64), ("source_dropped", c_int),
+                ("target_pair_healthy", c_int)]
 
 
 class _FailoverReport(Structure):
@@ -820,7 +821,7 @@ class Context(_Handle):
     file path) with shard_options built like SHARD_OPTIONS_INIT: keyword
     arguments override its defaults (connect_timeout_ms=3000,
     read_timeout_ms=10000, write_timeout_ms=10000, pool_size=16,
-    retry_budget_ms=5000, retry_max=6, refresh_interval_ms=30000,
+    retry_budget_ms=5000, retry_max=20, refresh_interval_ms=30000,
     log_level=LOG_WARN, log=None, user=None, password_env=None). log is a
     callable(level, message: str); user and password_env name another
     account than the map's (the password is read from that variable).
@@ -831,7 +832,7 @@ class Context(_Handle):
     _warn = True
     DEFAULTS = dict(connect_timeout_ms=3000, read_timeout_ms=10000,
                     write_timeout_ms=10000, pool_size=16, retry_budget_ms=5000,
-                    retry_max=6, refresh_interval_ms=30000, log_level=LOG_WARN)
+                    retry_max=20, refresh_interval_ms=30000, log_level=LOG_WARN)
 
     def __init__(self, location, *, log=None, user=None, password_env=None,
                  **options):
