@@ -139,10 +139,24 @@ static int parse_dbfmt(const char *s, const char *where, shard_dbfmt *f)
     return SHARD_OK;
 }
 
+/* On every operation's path: digits by hand. Lengths were checked when the
+ * format was parsed, so the name always fits. */
 void shard_dbfmt_name(const shard_dbfmt *f, unsigned n, char *buf)
 {
-    snprintf(buf, SHARD_DBNAME_MAX, f->zero ? "%s%0*u%s" : "%s%*u%s", f->prefix,
-             f->width, n, f->suffix);
+    char digits[12];
+    int nd = 0;
+    size_t len = strlen(f->prefix);
+
+    do {
+        digits[nd++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    memcpy(buf, f->prefix, len);
+    for (int pad = f->width - nd; pad > 0; pad--)
+        buf[len++] = '0'; /* a width always comes with the 0 flag */
+    while (nd)
+        buf[len++] = digits[--nd];
+    strcpy(buf + len, f->suffix);
 }
 
 static bool same_dbfmt(const shard_dbfmt *a, const shard_dbfmt *b)

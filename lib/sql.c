@@ -81,19 +81,34 @@ void sql_addf(sqlbuf *b, const char *fmt, ...)
     add_n(b, tmp, (size_t)n);
 }
 
+/* These run for every statement: plain copies, no printf. */
 void sql_table(sqlbuf *b, const char *db, const char *table)
 {
-    sql_addf(b, "`%s`.`%s`", db, table);
+    add_n(b, "`", 1);
+    sql_add(b, db);
+    add_n(b, "`.`", 3);
+    sql_add(b, table);
+    add_n(b, "`", 1);
 }
 
 void sql_u64(sqlbuf *b, uint64_t v)
 {
-    sql_addf(b, "%" PRIu64, v);
+    char tmp[24], *p = tmp + sizeof tmp;
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    add_n(b, p, (size_t)(tmp + sizeof tmp - p));
 }
 
 void sql_i64(sqlbuf *b, int64_t v)
 {
-    sql_addf(b, "%" PRId64, v);
+    if (v < 0) {
+        add_n(b, "-", 1);
+        sql_u64(b, (uint64_t)0 - (uint64_t)v);
+    } else {
+        sql_u64(b, (uint64_t)v);
+    }
 }
 
 void sql_hex(sqlbuf *b, const void *data, size_t len)

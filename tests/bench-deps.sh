@@ -3,7 +3,7 @@
 # bench_get compares libshard with. As root on Debian it installs it;
 # otherwise it says what to install.
 set -u
-PKGS="sysbench"
+PKGS="sysbench mydumper"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
