@@ -351,21 +351,38 @@ static void backoff(unsigned attempt, double deadline)
     nanosleep(&ts, NULL);
 }
 
-static void reload_soon(shard_ctx *ctx)
+/* Reload unless another thread did within 100 ms (force: always). Keeps
+ * the caller's error message. Returns whether this call reloaded. */
+static bool reload_soon(shard_ctx *ctx, bool force)
 {
     char saved[1024];
     double t = now_seconds();
 
     pthread_mutex_lock(&ctx->stop_lock);
-    if (t - ctx->last_error_reload < 0.1) {
+    if (!force && t - ctx->last_error_reload < 0.1) {
         pthread_mutex_unlock(&ctx->stop_lock);
-        return;
+        return false;
     }
     ctx->last_error_reload = t;
     pthread_mutex_unlock(&ctx->stop_lock);
     snprintf(saved, sizeof saved, "%s", shard_errmsg()); /* keep the real error */
     shard_ctx_reload(ctx);
     shard_fail(0, "%s", saved);
+    return true;
+}
+
+/* The pair now serving a shard differs from old_pair? (message set) */
+static bool route_changed(shard_ctx *ctx, unsigned shard, bool mod, const char *old_pair)
+{
+    shard_map *map = ctx_map(ctx);
+    long pi = mod ? shard_map_mod_pair_index(map, shard) : shard_map_pair_index(map, shard);
+    bool changed = pi >= 0 && strcmp(map->pairs[pi].name, old_pair) != 0;
+
+    if (changed)
+        shard_fail(SHARD_EMOVED, "shard %u moved from %s to %s", shard, old_pair,
+                   map->pairs[pi].name);
+    shard_map_free(map);
+    return changed;
 }
 
 /*
@@ -380,22 +397,14 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
     MYSQL_RES *res;
     MYSQL_ROW row;
     bool fenced = false;
-    shard_map *map;
-    long pi;
+    bool reloaded;
 
     if (rc != SHARD_ESERVER || (c->last_errno != ER_NO_SUCH_TABLE &&
                                 c->last_errno != ER_BAD_DB_ERROR))
         return rc;
-    reload_soon(ctx);
-    map = ctx_map(ctx);
-    pi = mod ? shard_map_mod_pair_index(map, shard) : shard_map_pair_index(map, shard);
-    if (pi >= 0 && strcmp(map->pairs[pi].name, old_pair) != 0) {
-        shard_fail(SHARD_EMOVED, "shard %u moved from %s to %s", shard, old_pair,
-                   map->pairs[pi].name);
-        shard_map_free(map);
+    reloaded = reload_soon(ctx, false);
+    if (route_changed(ctx, shard, mod, old_pair))
         return SHARD_EMOVED;
-    }
-    shard_map_free(map);
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.TABLES WHERE"
              " TABLE_SCHEMA = '%s' AND TABLE_NAME LIKE '\\_moved\\_%%'", db);
     if (mysql_real_query(c->my, sql, (unsigned long)strlen(sql)) == 0 &&
@@ -404,10 +413,14 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
         fenced = row && row[0] && strcmp(row[0], "0") != 0;
         mysql_free_result(res);
     }
-    if (!fenced)
-        return rc;
-    return shard_fail(SHARD_EMOVED, "shard %u on %s is fenced by a move in progress", shard,
-                      old_pair);
+    if (fenced)
+        return shard_fail(SHARD_EMOVED, "shard %u on %s is fenced by a move in progress",
+                          shard, old_pair);
+    /* Not fenced: dropped after a move whose map this context has not read
+     * yet (the rate limit skipped it), or really missing. Read it now. */
+    if (!reloaded && (reload_soon(ctx, true), route_changed(ctx, shard, mod, old_pair)))
+        return SHARD_EMOVED;
+    return rc;
 }
 
 int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
@@ -463,7 +476,7 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
         /* Moved, or a server that does not answer: maybe the map changed
          * (a move, a failover). Reload, at most every 100 ms per context. */
         if (rc == SHARD_EMOVED || rc == SHARD_ECONNECT)
-            reload_soon(ctx);
+            reload_soon(ctx, false);
         backoff(attempt, deadline);
     }
 }

@@ -219,8 +219,11 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
         goto out;
     }
     tw = now_seconds();
-    if (pos[0] && (rc = wait_applied(sb, pos, &reached)))
+    if (pos[0] && (rc = wait_applied(sb, pos, &reached))) {
+        if (ms)
+            conn_query_str(ms, "SET GLOBAL read_only = 0"); /* give the master back */
         goto out;
+    }
     r->wait_ms = (now_seconds() - tw) * 1000.0;
     if (pos[0] && !reached) {
         if (ms)

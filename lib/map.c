@@ -623,6 +623,11 @@ int shard_map_parse(shard_map **out, const char *json, size_t len)
          * parsing, as an error with no text at all. */
         if (json_error_code(&jerr) == json_error_out_of_memory || !jerr.text[0])
             return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+        /* jansson quotes the text "near" the error: it may be a secret
+         * that was wrongly written into the map, so it is left out. */
+        char *near = strstr(jerr.text, " near '");
+        if (near)
+            *near = '\0';
         return BAD("invalid JSON at line %d, column %d: %s", jerr.line, jerr.column,
                    jerr.text);
     }

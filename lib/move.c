@@ -962,6 +962,30 @@ static int start_filtered(mv *m, shard_conn *t)
     return rc ? rc : runf(t, "START SLAVE '%s'", m->name);
 }
 
+/* MASTER_SSL options of CHANGE MASTER from the map's credentials.tls. */
+static int add_tls(shard_conn *t, sqlbuf *q, const shard_tlsdef *tls)
+{
+    const char *names[] = {"master_ssl_ca", "master_ssl_cert", "master_ssl_key"};
+    const char *vals[] = {tls->ca, tls->cert, tls->key};
+
+    sql_add(q, ", master_ssl = 1");
+    for (int i = 0; i < 3; i++) {
+        char *esc;
+        if (!vals[i])
+            continue;
+        esc = shard_malloc(strlen(vals[i]) * 2 + 1);
+        if (!esc)
+            return shard_fail(SHARD_ENOMEM, "out of memory");
+        mysql_real_escape_string(t->my, esc, vals[i], (unsigned long)strlen(vals[i]));
+        sql_addf(q, ", %s = '", names[i]);
+        sql_add(q, esc);
+        sql_add(q, "'");
+        free(esc);
+    }
+    sql_addf(q, ", master_ssl_verify_server_cert = %d", tls->verify ? 1 : 0);
+    return 0;
+}
+
 static int repl_setup(mv *m)
 {
     shard_conn *t = NULL;
@@ -1021,6 +1045,12 @@ static int repl_setup(mv *m)
         sql_addf(&q, "'%s', master_password = '", esc);
         sql_add(&q, pesc);
         sql_add(&q, "', master_use_gtid = slave_pos, master_connect_retry = 1");
+        /* The map's TLS settings apply to the moved rows' trip too (the
+         * paths must be valid on the target server). */
+        if (m->map->tls.enabled && (rc = add_tls(t, &q, &m->map->tls))) {
+            sql_free(&q);
+            goto restart;
+        }
         memset(pesc, 0, strlen(pesc));
         free(esc);
         free(pesc);
@@ -1079,9 +1109,12 @@ static int repl_health(mv *m, shard_conn *t)
                             "stop it and abort the move", m->name);
             break;
         }
+        /* Reconnecting is normal (a restarted source); refused credentials
+         * are not, and would otherwise only show as a catch-up timeout. */
         if ((strcmp(f[i].name, "Last_SQL_Error") == 0 ||
              strcmp(f[i].name, "Last_IO_Error") == 0) && row[i] && row[i][0] &&
-            !strstr(row[i], "error reconnecting") && !strstr(row[i], "error connecting")) {
+            ((!strstr(row[i], "error reconnecting") && !strstr(row[i], "error connecting")) ||
+             strstr(row[i], "Access denied"))) {
             rc = shard_fail(SHARD_ESERVER, "replication connection %s: %s", m->name, row[i]);
             break;
         }

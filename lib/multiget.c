@@ -148,17 +148,45 @@ static int group_once(group *g)
     return rc;
 }
 
-/* Reads are idempotent: retry transient failures within the budget. */
+/* Reload the context's map, keeping the thread's message. */
+static void reload_keep_error(shard_ctx *ctx)
+{
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", shard_errmsg());
+    shard_ctx_reload(ctx);
+    shard_fail(0, "%s", saved);
+}
+
+/* Whether the context's map is newer than the snapshot the group uses. */
+static bool map_changed(const group *g)
+{
+    shard_map *map = ctx_map(g->ctx);
+    bool changed = map->version != g->map->version;
+    shard_map_free(map);
+    return changed;
+}
+
+/* Reads are idempotent: retry transient failures within the budget. A
+ * master that cannot be reached may have been replaced by a failover: the
+ * map is reloaded once, and when it changed the group stops, for the next
+ * round to ask the pair's new master. */
 static void *group_run(void *arg)
 {
     group *g = arg;
     double deadline = now_seconds() + g->ctx->opts.retry_budget_ms / 1000.0;
     unsigned attempt = 0;
+    bool reloaded = false;
 
     for (;;) {
         g->rc = group_once(g);
         if (g->rc == 0 || g->rc == SHARD_EMOVED || !error_transient(g->rc) ||
             ++attempt >= g->ctx->opts.retry_max || now_seconds() >= deadline)
+            break;
+        if (g->rc == SHARD_ECONNECT && !reloaded) {
+            reloaded = true;
+            reload_keep_error(g->ctx);
+        }
+        if (g->rc == SHARD_ECONNECT && map_changed(g))
             break;
         struct timespec ts = {0, 10000000L << (attempt < 5 ? attempt : 5)};
         nanosleep(&ts, NULL);
@@ -252,15 +280,13 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
 }
 
 /*
- * Items whose pair could not be reached (after its retries) are asked again
- * when the reloaded map is newer than the one the round used: a failover
- * may have promoted the pair's standby. Returns how many; the round's
- * message is kept.
+ * Items whose pair could not be reached are asked again when the map (which
+ * their group reloaded) is newer than the one the round used: a failover
+ * may have promoted the pair's standby. Returns how many.
  */
 static size_t reask_unreachable(shard_ctx *ctx, shard_item *items, size_t n,
                                 uint64_t used)
 {
-    char saved[512];
     shard_map *map;
     size_t k = 0;
     bool any = false;
@@ -269,9 +295,6 @@ static size_t reask_unreachable(shard_ctx *ctx, shard_item *items, size_t n,
         any = items[i].status == SHARD_ECONNECT;
     if (!any)
         return 0;
-    snprintf(saved, sizeof saved, "%s", shard_errmsg());
-    shard_ctx_reload(ctx);
-    shard_fail(0, "%s", saved);
     map = ctx_map(ctx);
     if (map->version != used)
         for (size_t i = 0; i < n; i++)
@@ -304,11 +327,13 @@ int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
     for (unsigned round = 0;; round++) {
         struct timespec ts = {0, 10000000L << (round < 5 ? round : 5)};
         uint64_t used = 0;
+        bool more;
         if ((rc = mget_round(ctx, ids, n, items, &pending, &used)))
             break;
-        if (!pending)
+        more = round + 1 < ctx->opts.retry_max * 2 && now_seconds() < deadline;
+        if (!pending && more)
             pending = reask_unreachable(ctx, items, n, used);
-        if (!pending || round + 1 >= ctx->opts.retry_max * 2 || now_seconds() >= deadline)
+        if (!pending || !more)
             break;
         nanosleep(&ts, NULL);
         shard_ctx_reload(ctx);

@@ -34,8 +34,12 @@ struct store_mysql {
 
 static int bad(const char *uri, const char *why)
 {
-    return shard_fail(SHARD_EINVAL, "map store \"%.200s\": %s (expected "
-                      "mysql://USER@HOST:PORT/DATABASE/TABLE?password_env=VAR)", uri, why);
+    /* Quote only what follows USER@: a location that (wrongly) carries a
+     * password there must not put it in a message. */
+    const char *at = strchr(uri, '@');
+    return shard_fail(SHARD_EINVAL, "map store \"mysql://%s%.200s\": %s (expected "
+                      "mysql://USER@HOST:PORT/DATABASE/TABLE?password_env=VAR)",
+                      at ? "...@" : "", at ? at + 1 : "", why);
 }
 
 /* Copy [s, s+n) into dst (size cap), checking each byte against ok. */
@@ -158,6 +162,7 @@ static int fail_my(store_mysql *m, MYSQL *my)
 {
     unsigned e = mysql_errno(my);
     int code = e == ER_LOCK_DEADLOCK || e == ER_LOCK_WAIT_TIMEOUT ? SHARD_ECONFLICT
+             : e == CR_SSL_CONNECTION_ERROR                      ? SHARD_ETLS
              : e >= 2000 && e < 3000                             ? SHARD_ECONNECT
              : e == ER_ACCESS_DENIED_ERROR || e == ER_DBACCESS_DENIED_ERROR ||
                        e == ER_TABLEACCESS_DENIED_ERROR

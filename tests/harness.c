@@ -363,7 +363,7 @@ static int ensure_password(void)
 
 /* ------------------------------------------------------------ API */
 
-harness *harness_start_ex(int npairs, int shards, int mod_shards)
+static harness *start(int npairs, int shards, int mod_shards, const char *certdir)
 {
     if (npairs < 1) {
         fprintf(stderr, "harness: npairs must be >= 1\n");
@@ -413,7 +413,7 @@ harness *harness_start_ex(int npairs, int shards, int mod_shards)
     snprintf(np, sizeof np, "%d", npairs);
     snprintf(ns, sizeof ns, "%d", shards);
     snprintf(nm, sizeof nm, "%d", mod_shards);
-    const char *args[9];
+    const char *args[11];
     int n = 0;
     args[n++] = "start";
     args[n++] = h->dir;
@@ -425,6 +425,10 @@ harness *harness_start_ex(int npairs, int shards, int mod_shards)
     if (mod_shards > 0) {
         args[n++] = "--mod-shards";
         args[n++] = nm;
+    }
+    if (certdir) {
+        args[n++] = "--tls";
+        args[n++] = certdir;
     }
     args[n] = NULL;
 
@@ -438,6 +442,20 @@ harness *harness_start_ex(int npairs, int shards, int mod_shards)
         return NULL;
     }
     return h;
+}
+
+harness *harness_start_ex(int npairs, int shards, int mod_shards)
+{
+    return start(npairs, shards, mod_shards, NULL);
+}
+
+harness *harness_start_tls(int npairs, int shards, int mod_shards, const char *certdir)
+{
+    if (!certdir || !*certdir) {
+        fprintf(stderr, "harness: harness_start_tls needs a certificate folder\n");
+        return NULL;
+    }
+    return start(npairs, shards, mod_shards, certdir);
 }
 
 harness *harness_start(int npairs)

@@ -40,6 +40,11 @@ harness *harness_start(int npairs);
  * (--mod-shards); 0 means the default. */
 harness *harness_start_ex(int npairs, int shards, int mod_shards);
 
+/* Same, with servers that also accept TLS connections using the
+ * certificates in certdir (ca.pem, server-cert.pem, server-key.pem: what
+ * tests/tls.sh makes); harness_restart() keeps them. */
+harness *harness_start_tls(int npairs, int shards, int mod_shards, const char *certdir);
+
 const char *harness_map_path(const harness *h); /* DIR/map.json */
 const char *harness_dir(const harness *h);      /* DIR */
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/servers.sh: throwaway MariaDB master-master pairs for libshard tests.
 #
-#   servers.sh start DIR NPAIRS [--shards N] [--mod-shards M]
+#   servers.sh start DIR NPAIRS [--shards N] [--mod-shards M] [--tls CERTDIR]
 #   servers.sh stop DIR [NAME]       (no NAME: all, then DIR is removed)
 #   servers.sh kill|restart|pause|resume DIR NAME
 #   servers.sh sql DIR NAME [CLIENT-ARGS...]      (SQL on stdin, batch output)
@@ -10,6 +10,11 @@
 # of servers s(2P-1) (master) and s(2P) (standby), replicating each other with
 # GTID. DIR/servers lists "NAME PAIR ROLE PORT SOCKET PIDFILE" per server and
 # DIR/map.json is a shard map (DESIGN.md section 4) for what was started.
+#
+# --tls CERTDIR: the servers also accept TLS, with CERTDIR/ca.pem,
+# CERTDIR/server-cert.pem and CERTDIR/server-key.pem (tests/tls.sh makes
+# them); `restart` keeps them (DIR/tls names CERTDIR). Nothing requires TLS
+# and the map stays the same: tests add "tls" to the credentials themselves.
 #
 # The application account `shard` (on 127.0.0.1 and localhost) gets the
 # password in $LIBSHARD_PASSWORD (required by `start`). The launcher itself
@@ -33,7 +38,7 @@ note() { echo "$PROG: $*" >&2; }
 
 usage() {
     cat >&2 <<EOF
-usage: $PROG start DIR NPAIRS [--shards N] [--mod-shards M]
+usage: $PROG start DIR NPAIRS [--shards N] [--mod-shards M] [--tls CERTDIR]
        $PROG stop DIR [NAME]
        $PROG kill|restart|pause|resume DIR NAME
        $PROG sql DIR NAME [CLIENT-ARGS...]   (SQL on stdin)
@@ -137,6 +142,12 @@ server_args() {
         --character-set-server=utf8mb4
         --collation-server=utf8mb4_general_ci
     )
+    if [[ -r $DIR/tls ]]; then
+        local certs
+        certs=$(cat "$DIR/tls")
+        ARGS+=("--ssl-ca=$certs/ca.pem" "--ssl-cert=$certs/server-cert.pem"
+            "--ssl-key=$certs/server-key.pem")
+    fi
 }
 
 # launch K PORT: start server K in the background
@@ -362,7 +373,7 @@ bootstrap() {
 
 cmd_start() {
     (($# >= 2)) || usage
-    local dir=$1 npairs=$2 nshards=64 nmod=16
+    local dir=$1 npairs=$2 nshards=64 nmod=16 certs=""
     shift 2
     while (($#)); do
         case $1 in
@@ -370,6 +381,8 @@ cmd_start() {
         --shards=*) nshards=${1#*=}; shift ;;
         --mod-shards) (($# >= 2)) || usage; nmod=$2; shift 2 ;;
         --mod-shards=*) nmod=${1#*=}; shift ;;
+        --tls) (($# >= 2)) || usage; certs=$2; shift 2 ;;
+        --tls=*) certs=${1#*=}; shift ;;
         *) usage ;;
         esac
     done
@@ -381,6 +394,13 @@ cmd_start() {
     fi
     if ! is_uint "$nmod" || ((nmod < npairs || nmod > 65536)); then
         die "--mod-shards must be NPAIRS..65536"
+    fi
+    if [[ -n $certs ]]; then
+        local f
+        for f in ca.pem server-cert.pem server-key.pem; do
+            [[ -r $certs/$f ]] || die "--tls $certs: no readable $f there (see tests/tls.sh)"
+        done
+        certs=$(abs_dir "$certs")
     fi
     if [[ -z ${LIBSHARD_PASSWORD:-} ]]; then
         echo "$PROG: LIBSHARD_PASSWORD is not set: it is the password given" \
@@ -396,6 +416,7 @@ cmd_start() {
     DIR=$(abs_dir "$dir")
     [[ $DIR != *[[:space:]]* ]] || die "$DIR: whitespace in the path"
     : >"$DIR/$MARKER"
+    if [[ -n $certs ]]; then printf '%s\n' "$certs" >"$DIR/tls"; fi
     local nserv=$((2 * npairs)) k
     local longest="$DIR/s$nserv/sock"
     ((${#longest} < 108)) || die "$longest: too long for a unix socket"
