@@ -1167,10 +1167,10 @@ static int cmd_move_status(const args *a)
     if ((rc = open_ctx(a, &ctx, NULL)))
         return rc;
     rc = shard_move_status(ctx, &text);
+    if (text) /* also on SHARD_EPARTIAL: what could be read, and the errors */
+        fputs(text, stdout);
     if (rc)
         rc = lib_error(rc);
-    else
-        fputs(text, stdout);
     shard_free(text);
     shard_ctx_free(ctx);
     return rc;

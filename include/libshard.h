@@ -533,7 +533,9 @@ SHARD_EXPORT int shard_move_resume(shard_ctx *ctx, uint64_t move_id,
  */
 SHARD_EXPORT int shard_move_abort(shard_ctx *ctx, uint64_t move_id);
 /* Every move journaled on the pairs' masters, one JSON object per line;
- * caller frees *text with shard_free(). */
+ * caller frees *text with shard_free(). A master that cannot be asked gives
+ * a line {"pair": ..., "error": ...} and the call returns SHARD_EPARTIAL,
+ * with *text still set. */
 SHARD_EXPORT int shard_move_status(shard_ctx *ctx, char **text);
 /* The phase's name ("copying", ...), static. */
 SHARD_EXPORT const char *shard_move_phase_name(int phase);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* A pooled connection idle longer than this is pinged before use, so that a
  * restarted server is noticed before a statement is sent, not after. */
@@ -79,18 +80,34 @@ static unsigned to_seconds(unsigned ms)
     return ms ? (ms + 999) / 1000 : 0;
 }
 
-static int set_tls(MYSQL *my, const shard_tlsdef *tls)
+/* A file the map names must be readable: say so rather than let the TLS
+ * library fall back to other CAs and fail vaguely. */
+static int tls_file(const char *what, const char *path)
+{
+    if (path && access(path, R_OK) != 0)
+        return shard_fail(SHARD_ETLS, "credentials.tls.%s %s cannot be read: %s", what, path,
+                          strerror(errno));
+    return 0;
+}
+
+static int set_tls(MYSQL *my, const shard_tlsdef *tls, const char *label)
 {
     my_bool yes = 1, verify = tls->verify;
+    int rc;
 
     if (!tls->enabled)
         return 0;
+    if ((rc = tls_file("ca", tls->ca)) || (rc = tls_file("cert", tls->cert)) ||
+        (rc = tls_file("key", tls->key)))
+        return shard_fail_prefix(rc, "%s: ", label);
+    /* verify: false means no verification at all: the CA is not given, as
+     * the client library checks the chain whenever it has one. */
     if ((tls->key && mysql_optionsv(my, MYSQL_OPT_SSL_KEY, tls->key)) ||
         (tls->cert && mysql_optionsv(my, MYSQL_OPT_SSL_CERT, tls->cert)) ||
-        (tls->ca && mysql_optionsv(my, MYSQL_OPT_SSL_CA, tls->ca)) ||
+        (tls->ca && tls->verify && mysql_optionsv(my, MYSQL_OPT_SSL_CA, tls->ca)) ||
         mysql_optionsv(my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify) ||
         mysql_optionsv(my, MYSQL_OPT_SSL_ENFORCE, &yes))
-        return -1;
+        return shard_fail(SHARD_ETLS, "%s: cannot set TLS options", label);
     return 0;
 }
 
@@ -138,10 +155,8 @@ static int conn_open(shard_ctx *ctx, shard_server *srv, shard_conn **out)
     mysql_optionsv(c->my, MYSQL_INIT_COMMAND,
                    "SET SESSION sql_mode='STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,"
                    "NO_AUTO_VALUE_ON_ZERO'");
-    if (set_tls(c->my, &map->tls)) {
-        rc = shard_fail(SHARD_ETLS, "%s: cannot set TLS options", srv->label);
+    if ((rc = set_tls(c->my, &map->tls, srv->label)))
         goto fail;
-    }
     t0 = now_seconds();
     if (!mysql_real_connect(c->my, ep->socket[0] ? NULL : ep->host, ctx_user(ctx, map),
                             ctx->password, NULL, ep->port,

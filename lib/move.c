@@ -10,6 +10,7 @@
 #include "object.h"
 
 #include <errno.h>
+#include <mysqld_error.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1907,7 +1908,8 @@ int shard_move_status(shard_ctx *ctx, char **text)
 {
     shard_map *map;
     sqlbuf out;
-    int rc = 0;
+    int rc = 0, qrc;
+    bool partial = false;
 
     if (!ctx || !text)
         return shard_fail(SHARD_EINVAL, "shard_move_status: NULL argument");
@@ -1919,13 +1921,38 @@ int shard_move_status(shard_ctx *ctx, char **text)
         MYSQL_RES *res;
         MYSQL_ROW row;
 
-        if (!s || conn_get(ctx, s, &c))
+        if (!s || conn_get(ctx, s, &c)) {
+            /* Say which master could not be asked, rather than nothing. */
+            json_t *o = json_pack("{s:s,s:s}", "pair", map->pairs[p].name, "error",
+                                  shard_errmsg());
+            char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+            if (line) {
+                sql_add(&out, line);
+                sql_add(&out, "\n");
+            }
+            free(line);
+            json_decref(o);
+            partial = true;
             continue;
-        if (conn_query_str(c, "SELECT id, source_pair, target_pair, first_shard, last_shard,"
-                              " phase, rows_copied, rows_verified, mismatches, pause_ms,"
-                              " message, updated_at FROM " CONTROL_DB ".moves ORDER BY id") ==
-                0 &&
-            (res = mysql_store_result(c->my))) {
+        }
+        qrc = conn_query_str(c, "SELECT id, source_pair, target_pair, first_shard,"
+                                " last_shard, phase, rows_copied, rows_verified, mismatches,"
+                                " pause_ms, message, updated_at FROM " CONTROL_DB ".moves"
+                                " ORDER BY id");
+        if (qrc && c->last_errno != ER_NO_SUCH_TABLE && c->last_errno != ER_BAD_DB_ERROR) {
+            /* Not "no journal here": e.g. no right to read it. Say so. */
+            json_t *o = json_pack("{s:s,s:s}", "pair", map->pairs[p].name, "error",
+                                  shard_errmsg());
+            char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+            if (line) {
+                sql_add(&out, line);
+                sql_add(&out, "\n");
+            }
+            free(line);
+            json_decref(o);
+            partial = true;
+        }
+        if (qrc == 0 && (res = mysql_store_result(c->my))) {
             while ((row = mysql_fetch_row(res))) {
                 json_t *o = json_pack("{s:I,s:s,s:s,s:i,s:i,s:s,s:I,s:I,s:I,s:f,s:s,s:s}",
                     "id", (json_int_t)strtoll(row[0], NULL, 10), "source", row[1],
@@ -1952,5 +1979,8 @@ int shard_move_status(shard_ctx *ctx, char **text)
     if ((rc = sql_check(&out)) == 0)
         rc = copy_out(out.s ? out.s : "", out.len, text, NULL);
     sql_free(&out);
+    if (rc == 0 && partial)
+        rc = shard_fail(SHARD_EPARTIAL, "some masters could not be asked: see their "
+                        "\"error\" lines");
     return rc;
 }
