@@ -63,7 +63,7 @@ RUN :=
 endif
 
 .PHONY: all check check-run unit-check server-check abi-check doc-check deps demo \
-        bench loadtest fuzz install uninstall clean
+        bench loadtest fuzz check-tsan install uninstall clean
 .SUFFIXES:
 
 all: $(B)/libshard.a $(B)/$(SOFILE) $(EXAMPLES)
@@ -110,6 +110,15 @@ check-run: all $(UNIT_TESTS) $(SERVER_TESTS)
 	@LIBSHARD_TESTS_DIR=tests SHARDCTL=$(B)/shardctl B=$(B) RUN="$(RUN)" \
 	    sh tests/run.sh $(UNIT_TESTS) $(SERVER_TESTS) tests/abi_check.sh tests/doc_check.sh \
 	    examples/python/check.sh
+
+# ThreadSanitizer over the tests where threads share a context (not part of
+# make check: run it as make check-tsan).
+TSAN_TESTS := server_data server_store server_move server_failover
+check-tsan: deps
+	@$(MAKE) --no-print-directory SANITIZE=thread all \
+	    $(addprefix build-thread/tests/,$(TSAN_TESTS))
+	@LIBSHARD_TESTS_DIR=tests TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
+	    sh tests/run.sh $(addprefix build-thread/tests/,$(TSAN_TESTS))
 
 # ---- demo and benchmarks ------------------------------------------------
 

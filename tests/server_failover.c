@@ -8,6 +8,7 @@
 #include <check.h>
 #include <libshard.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,7 @@ static void master_is(const char *pair, int port)
 
 typedef struct writer {
     unsigned shard;
-    volatile int *stop;
+    atomic_int *stop;
     int errors;
     char err[300];
     double worst;
@@ -54,7 +55,7 @@ typedef struct writer {
 static void *write_loop(void *arg)
 {
     writer *w = arg;
-    for (int i = 0; !*w->stop; i++) {
+    for (int i = 0; !atomic_load(w->stop); i++) {
         char json[64];
         uint64_t id;
         double t0 = now();
@@ -108,7 +109,7 @@ START_TEST(planned_failover_under_writes)
 {
     shard_ctx *admin = admin_ctx();
     shard_failover_report r;
-    volatile int stop = 0;
+    atomic_int stop = 0;
     writer w[2] = {{0, &stop, 0, "", 0}, {1, &stop, 0, "", 0}};
     pthread_t t[2];
     char *out = NULL;
@@ -123,7 +124,7 @@ START_TEST(planned_failover_under_writes)
     rc = shard_pair_failover(admin, "MySQL001", 0, &r);
     shard_ctx_free(admin);
     usleep(500000);
-    stop = 1;
+    atomic_store(&stop, 1);
     for (int i = 0; i < 2; i++) {
         pthread_join(t[i], NULL);
         ck_assert_msg(w[i].errors == 0, "writer %d: %d errors: %s", i, w[i].errors, w[i].err);

@@ -11,6 +11,7 @@
 #include <check.h>
 #include <libshard.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,7 +224,7 @@ static void resume_ok(shard_move_report *r)
 
 typedef struct writer {
     unsigned shards[2];
-    volatile int *stop;
+    atomic_int *stop;
     int errors;
     char err[256];
     double worst; /* the longest single call, seconds */
@@ -233,7 +234,7 @@ typedef struct writer {
 static void *write_loop(void *arg)
 {
     writer *wr = arg;
-    for (long i = 0; !*wr->stop; i++) {
+    for (long i = 0; !atomic_load(wr->stop); i++) {
         unsigned s = wr->shards[i % 2];
         char json[64];
         uint64_t id;
@@ -273,7 +274,7 @@ START_TEST(move_under_concurrent_writes)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_move_report r;
-    volatile int stop = 0;
+    atomic_int stop = 0;
     writer wr[4] = {{{0, 1}, &stop, 0, "", 0, 0}, {{1, 2}, &stop, 0, "", 0, 0},
                     {{0, 6}, &stop, 0, "", 0, 0}, {{1, 7}, &stop, 0, "", 0, 0}};
     pthread_t t[4];
@@ -287,7 +288,7 @@ START_TEST(move_under_concurrent_writes)
     usleep(300000);
     rc = shard_move(ctx, 0, 1, "MySQL002", &o, &r, NULL);
     usleep(300000);
-    stop = 1;
+    atomic_store(&stop, 1);
     for (int i = 0; i < 4; i++) {
         pthread_join(t[i], NULL);
         ck_assert_msg(wr[i].errors == 0, "writer %d: %d errors, last: %s", i, wr[i].errors,

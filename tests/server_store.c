@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <libshard.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,14 +260,14 @@ END_TEST
 typedef struct reader {
     shard_ctx *ctx;
     uint64_t id;
-    volatile int *stop;
+    atomic_int *stop;
     long ok, failed;
 } reader;
 
 static void *read_loop(void *arg)
 {
     reader *r = arg;
-    while (!*r->stop) {
+    while (!atomic_load(r->stop)) {
         char *json = NULL;
         if (shard_object_get(r->ctx, r->id, &json, NULL) == 0)
             r->ok++;
@@ -283,7 +284,7 @@ START_TEST(reload_under_load)
     char dir[] = "/tmp/libshard-store-XXXXXX", path[128];
     shard_ctx *ctx = NULL;
     shard_store *st = NULL;
-    volatile int stop = 0;
+    atomic_int stop = 0;
     reader r[4];
     pthread_t t[4];
     uint64_t id;
@@ -304,7 +305,7 @@ START_TEST(reload_under_load)
         shard_map_free(m);
         ck_assert_int_eq(shard_ctx_reload(ctx), 0);
     }
-    stop = 1;
+    atomic_store(&stop, 1);
     for (int i = 0; i < 4; i++) {
         pthread_join(t[i], NULL);
         ck_assert_int_eq(r[i].failed, 0);
