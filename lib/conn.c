@@ -135,11 +135,14 @@ static int conn_open(shard_ctx *ctx, shard_server *srv, shard_conn **out)
     shard_map *map = ctx_map(ctx);
     const shard_endpoint *ep = &srv->ep;
     shard_conn *c;
+    char *pw = NULL;
     double t0;
     int rc;
 
     c = shard_calloc(1, sizeof *c);
-    if (!c || !(c->my = mysql_init(NULL))) {
+    if (!c || !(c->my = mysql_init(NULL)) || ctx_password_copy(ctx, &pw)) {
+        if (c && c->my)
+            mysql_close(c->my);
         free(c);
         shard_map_free(map);
         return shard_fail(SHARD_ENOMEM, "%s: out of memory for a connection", srv->label);
@@ -159,18 +162,19 @@ static int conn_open(shard_ctx *ctx, shard_server *srv, shard_conn **out)
         goto fail;
     t0 = now_seconds();
     if (!mysql_real_connect(c->my, ep->socket[0] ? NULL : ep->host, ctx_user(ctx, map),
-                            ctx->password, NULL, ep->port,
-                            ep->socket[0] ? ep->socket : NULL, 0)) {
+                            pw, NULL, ep->port, ep->socket[0] ? ep->socket : NULL, 0)) {
         rc = conn_fail(c->my, srv->label, t0, ctx->opts.connect_timeout_ms, &c->last_errno);
         shard_fail_prefix(rc, "cannot connect: ");
         goto fail;
     }
     if ((rc = read_max_packet(c)))
         goto fail;
+    shard_wipe_free(pw);
     shard_map_free(map);
     *out = c;
     return 0;
 fail:
+    shard_wipe_free(pw);
     shard_map_free(map);
     mysql_close(c->my);
     free(c);

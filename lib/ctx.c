@@ -98,7 +98,7 @@ static int read_password(const shard_ctx *ctx, const shard_map *map, char **out)
     return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
 }
 
-static void wipe_free(char *s)
+void shard_wipe_free(char *s)
 {
     if (s) {
         volatile char *p = s;
@@ -106,6 +106,20 @@ static void wipe_free(char *s)
             *p++ = 0;
         free(s);
     }
+}
+
+/* The password, copied under the lock a reload swaps (and wipes) it under:
+ * a connection being opened keeps a copy of its own. */
+int ctx_password_copy(shard_ctx *ctx, char **out)
+{
+    int rc = 0;
+
+    *out = NULL;
+    pthread_mutex_lock(&ctx->map_lock);
+    if (ctx->password && !(*out = shard_strdup(ctx->password)))
+        rc = SHARD_ENOMEM;
+    pthread_mutex_unlock(&ctx->map_lock);
+    return rc;
 }
 
 shard_server *ctx_server(shard_ctx *ctx, const shard_map *map, size_t pair)
@@ -160,12 +174,12 @@ static int swap_map(shard_ctx *ctx, shard_map *fresh)
     if (ctx->map && fresh->version <= ctx->map->version) {
         pthread_mutex_unlock(&ctx->map_lock);
         shard_map_free(fresh);
-        wipe_free(password);
+        shard_wipe_free(password);
         return 0;
     }
     old = ctx->map;
     ctx->map = fresh;
-    /* The old password stays valid for connections being opened now. */
+    /* Connections being opened hold copies (ctx_password_copy). */
     {
         char *oldpw = ctx->password;
         ctx->password = password;
@@ -176,7 +190,7 @@ static int swap_map(shard_ctx *ctx, shard_map *fresh)
         ctx_log(ctx, SHARD_LOG_INFO, "shard map version %llu replaces version %llu",
                 (unsigned long long)fresh->version, (unsigned long long)old->version);
     shard_map_free(old);
-    wipe_free(password);
+    shard_wipe_free(password);
     return 0;
 }
 
@@ -311,7 +325,7 @@ void shard_ctx_free(shard_ctx *ctx)
     }
     shard_map_free(ctx->map);
     shard_store_free(ctx->store);
-    wipe_free(ctx->password);
+    shard_wipe_free(ctx->password);
     free(ctx->user);
     free(ctx->password_env);
     pthread_mutex_destroy(&ctx->map_lock);
@@ -466,10 +480,10 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
         if (rc != SHARD_EINVAL && rc != SHARD_ENOTFOUND && rc != SHARD_EEXISTS)
             shard_fail_prefix(rc, "pair %s, %s: ", map->pairs[pi].name, db);
         shard_map_free(map);
+        if (ambiguous && (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT))
+            return shard_fail_prefix(rc, "the write may or may not have been applied: ");
         if (!error_transient(rc))
             return rc;
-        if (rc == SHARD_ECONNECT && ambiguous)
-            return shard_fail_prefix(rc, "the write may or may not have been applied: ");
         if (++attempt >= ctx->opts.retry_max || now_seconds() >= deadline)
             return shard_fail_prefix(rc, "gave up after %u attempts: ", attempt);
         ctx_log(ctx, SHARD_LOG_DEBUG, "retrying after: %s", shard_errmsg());

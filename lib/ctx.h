@@ -49,6 +49,8 @@ struct shard_ctx {
     char *password_env;       /* opts.password_env, copied */
 };
 
+/* A copy of the current password (NULL: none): shard_wipe_free() it. */
+int ctx_password_copy(shard_ctx *ctx, char **out);
 /* The account connections use: the options' override, else the map's. */
 const char *ctx_user(const shard_ctx *ctx, const shard_map *map);
 

@@ -232,6 +232,12 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
                         "was left in charge", p->standby.text, pos, FAILOVER_WAIT_S);
         goto out;
     }
+    /* A dead master may come back with transactions it never sent: the
+     * promoted server must not take them (they would overwrite newer,
+     * acknowledged writes). Its link from the old master stops here; the
+     * pair is not redundant again until an operator rebuilds that server. */
+    if (!ms && (rc = conn_query_str(sb, "STOP SLAVE")))
+        goto out;
     if ((rc = conn_query_str(sb, "SET GLOBAL read_only = 0")) ||
         (rc = publish_swap(ctx, pair, p->master.text, &r->map_version))) {
         /* Not promoted after all: the old master takes writes again. */

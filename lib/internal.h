@@ -27,6 +27,8 @@ void *shard_calloc(size_t n, size_t size);
 void *shard_realloc(void *p, size_t n);
 char *shard_strdup(const char *s);
 char *shard_strndup(const char *s, size_t n);
+/* Zero a secret, then free it (NULL is fine). */
+void shard_wipe_free(char *s);
 
 /* Identifier rule for table, mapping and object names: [a-z][a-z0-9_]*. */
 bool shard_ident_valid(const char *s);

@@ -818,9 +818,16 @@ static int copy_phase(mv *m)
             if (w[i].rc)
                 rc = shard_fail(w[i].rc, "%s", w[i].err);
     }
+    {
+        char saved[1024];
+        snprintf(saved, sizeof saved, "%s", shard_errmsg());
+        for (unsigned i = 0; i < n; i++)
+            if (w[i].src)
+                runf(w[i].src, "COMMIT"); /* ends the snapshot; may fail on a dead source */
+        if (rc)
+            shard_fail(rc, "%s", saved);
+    }
     for (unsigned i = 0; i < n; i++) {
-        if (w[i].src)
-            runf(w[i].src, "COMMIT");
         dclose(w[i].src);
         dclose(w[i].dst);
     }
@@ -1031,12 +1038,19 @@ static int repl_setup(mv *m)
                  " master_user = ", m->name, SP(m)->master.host, SP(m)->master.port);
     {
         const char *user = ctx_user(m->ctx, m->map);
-        char *esc = shard_malloc(strlen(user) * 2 + 1);
-        const char *pw = m->ctx->password ? m->ctx->password : "";
-        char *pesc = shard_malloc(strlen(pw) * 2 + 1);
+        char *esc = shard_malloc(strlen(user) * 2 + 1), *pwcopy = NULL;
+        const char *pw;
+        char *pesc;
+        if (ctx_password_copy(m->ctx, &pwcopy)) {
+            free(esc);
+            esc = NULL;
+        }
+        pw = pwcopy ? pwcopy : "";
+        pesc = shard_malloc(strlen(pw) * 2 + 1);
         if (!esc || !pesc) {
             free(esc);
             free(pesc);
+            shard_wipe_free(pwcopy);
             sql_free(&q);
             rc = shard_fail(SHARD_ENOMEM, "out of memory");
             goto restart;
@@ -1052,9 +1066,9 @@ static int repl_setup(mv *m)
             sql_free(&q);
             goto restart;
         }
-        memset(pesc, 0, strlen(pesc));
+        shard_wipe_free(pesc);
+        shard_wipe_free(pwcopy);
         free(esc);
-        free(pesc);
     }
     rc = run(t, &q);
     memset(q.s, 0, q.len); /* it held the password */
