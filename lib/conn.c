@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <errmsg.h>
 #include <mysqld_error.h>
 #include <stdlib.h>
@@ -328,5 +329,21 @@ int conn_select(shard_conn *c, const sqlbuf *sql, MYSQL_RES **res)
     *res = mysql_store_result(c->my);
     if (!*res)
         return conn_fail(c->my, c->srv->label, now_seconds(), 0, &c->last_errno);
+    return 0;
+}
+
+int conn_value(shard_conn *c, const char *sql, char *out, size_t size)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int rc = conn_query_str(c, sql);
+
+    if (rc)
+        return rc;
+    if (!(res = mysql_store_result(c->my)))
+        return shard_fail(SHARD_ESERVER, "%s: %s", c->srv->label, mysql_error(c->my));
+    row = mysql_fetch_row(res);
+    snprintf(out, size, "%s", row && row[0] ? row[0] : "");
+    mysql_free_result(res);
     return 0;
 }

@@ -73,6 +73,8 @@ int conn_query(shard_conn *c, const sqlbuf *sql);
 int conn_query_str(shard_conn *c, const char *sql);
 /* Run a statement and store its whole result (*res: mysql_free_result). */
 int conn_select(shard_conn *c, const sqlbuf *sql, MYSQL_RES **res);
+/* Run a query; the first column of its first row into out ("" for NULL/none). */
+int conn_value(shard_conn *c, const char *sql, char *out, size_t size);
 /* Fail with SHARD_ETOOBIG when the statement exceeds the server's packet limit. */
 int conn_fits(shard_conn *c, size_t len);
 

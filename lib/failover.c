@@ -14,22 +14,6 @@
 #define FAILOVER_WAIT_S 30
 #define PUBLISH_TRIES 5
 
-static int one_value(shard_conn *c, const char *sql, char *out, size_t size)
-{
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    int rc = conn_query_str(c, sql);
-
-    if (rc)
-        return rc;
-    if (!(res = mysql_store_result(c->my)))
-        return shard_fail(SHARD_ESERVER, "%s: %s", c->srv->label, mysql_error(c->my));
-    row = mysql_fetch_row(res);
-    snprintf(out, size, "%s", row && row[0] ? row[0] : "");
-    mysql_free_result(res);
-    return 0;
-}
-
 static bool gtid_ok(const char *s)
 {
     for (; *s; s++)
@@ -96,7 +80,7 @@ static int wait_applied(shard_conn *sb, const char *pos, bool *reached)
     if (!gtid_ok(pos))
         return shard_fail(SHARD_ESERVER, "unexpected GTID position \"%.100s\"", pos);
     snprintf(sql, sizeof sql, "SELECT MASTER_GTID_WAIT('%s', %d)", pos, FAILOVER_WAIT_S);
-    if ((rc = one_value(sb, sql, out, sizeof out)))
+    if ((rc = conn_value(sb, sql, out, sizeof out)))
         return rc;
     *reached = strcmp(out, "0") == 0;
     return 0;
@@ -200,8 +184,8 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
          * (for accounts without READ_ONLY ADMIN), so the standby can catch up
          * with everything there is. */
         if ((rc = conn_query_str(ms, "SET GLOBAL read_only = 1")) ||
-            (rc = one_value(ms, "SELECT @@gtid_binlog_pos", pos, sizeof pos)) ||
-            (rc = one_value(sb, "SELECT @@gtid_current_pos", sbpos, sizeof sbpos)))
+            (rc = conn_value(ms, "SELECT @@gtid_binlog_pos", pos, sizeof pos)) ||
+            (rc = conn_value(sb, "SELECT @@gtid_current_pos", sbpos, sizeof sbpos)))
             goto out;
         r->old_master_fenced = 1;
         r->lag_transactions = behind(pos, sbpos);

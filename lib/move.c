@@ -113,22 +113,6 @@ static int runf(shard_conn *c, const char *fmt, ...)
     return conn_query_str(c, sql);
 }
 
-/* The first column of the first row ("" when NULL or no row). */
-static int value(shard_conn *c, const char *sql, char *out, size_t size)
-{
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    int rc = conn_query_str(c, sql);
-
-    if (rc)
-        return rc;
-    if (!(res = mysql_store_result(c->my)))
-        return shard_fail(SHARD_ESERVER, "%s: %s", c->srv->label, mysql_error(c->my));
-    row = mysql_fetch_row(res);
-    snprintf(out, size, "%s", row && row[0] ? row[0] : "");
-    mysql_free_result(res);
-    return 0;
-}
 
 /* GTID positions come from the servers; check before putting them in SQL. */
 static int gtid_check(const char *pos)
@@ -189,7 +173,7 @@ static int journal_open(mv *m)
         /* Move IDs are unique across targets: each journal counts from its
          * server_id * 10^9 (ALTER only raises the counter, never lowers it). */
         char id[32];
-        if ((rc = value(m->ctl, "SELECT @@server_id", id, sizeof id)) ||
+        if ((rc = conn_value(m->ctl, "SELECT @@server_id", id, sizeof id)) ||
             (rc = runf(m->ctl, "ALTER TABLE " CONTROL_DB ".moves AUTO_INCREMENT = %llu",
                        strtoull(id, NULL, 10) * 1000000000ULL + 1)))
             return shard_fail_prefix(rc, "move journal on %s: ", DP(m)->name);
@@ -209,7 +193,7 @@ static int journal_lock(mv *m)
         char sql[128];
         snprintf(sql, sizeof sql, "SELECT GET_LOCK('libshard move %llu', 0)",
                  (unsigned long long)m->id);
-        rc = value(m->ctl, sql, got, sizeof got);
+        rc = conn_value(m->ctl, sql, got, sizeof got);
     }
     if (rc)
         return rc;
@@ -502,7 +486,7 @@ static int create_target(mv *m, shard_conn *src)
         db_of(m, s, db);
         snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.TABLES WHERE"
                  " TABLE_SCHEMA = '%s'", db);
-        if ((rc = value(t, sql, exists, sizeof exists)))
+        if ((rc = conn_value(t, sql, exists, sizeof exists)))
             break;
         if (strcmp(exists, "0") != 0)
             rc = shard_fail(SHARD_EEXISTS, "target %s already has tables in %s: drop them "
@@ -659,7 +643,7 @@ static int count_table(shard_conn *src, mtable *t)
     char sql[300], n[32];
     int rc;
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM `%s`.`%s`", t->db, t->name);
-    if ((rc = value(src, sql, n, sizeof n)))
+    if ((rc = conn_value(src, sql, n, sizeof n)))
         return rc;
     t->rows = strtoull(n, NULL, 10);
     return 0;
@@ -748,16 +732,16 @@ static int open_snapshots(mv *m, worker *w, unsigned n)
         if ((rc = runf(w[i].src, "SET SESSION net_write_timeout = 3600, time_zone = '+00:00'")) == 0)
             rc = runf(w[i].src, "START TRANSACTION WITH CONSISTENT SNAPSHOT");
     if (rc == 0)
-        rc = value(w[0].src, "SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS"
+        rc = conn_value(w[0].src, "SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS"
                              " WHERE VARIABLE_NAME = 'BINLOG_SNAPSHOT_FILE'", file, sizeof file);
     if (rc == 0)
-        rc = value(w[0].src, "SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS"
+        rc = conn_value(w[0].src, "SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS"
                              " WHERE VARIABLE_NAME = 'BINLOG_SNAPSHOT_POSITION'", pos, sizeof pos);
     if (rc == 0 && (!name_ok(pos) || strpbrk(file, "'\\"))) /* both server-made */
         rc = shard_fail(SHARD_ESERVER, "unexpected binlog snapshot %s:%s", file, pos);
     if (rc == 0) {
         snprintf(sql, sizeof sql, "SELECT BINLOG_GTID_POS('%s', %s)", file, pos);
-        rc = value(w[0].src, sql, m->snap, sizeof m->snap);
+        rc = conn_value(w[0].src, sql, m->snap, sizeof m->snap);
     }
     if (rc == 0)
         rc = gtid_check(m->snap);
@@ -957,7 +941,7 @@ static int start_filtered(mv *m, shard_conn *t)
     if (rc == 0) {
         char sql[128];
         snprintf(sql, sizeof sql, "SELECT @@%s.replicate_do_db", m->name);
-        rc = value(t, sql, have, sizeof have);
+        rc = conn_value(t, sql, have, sizeof have);
     }
     if (rc == 0) {
         sql_init(&q);
@@ -1010,7 +994,7 @@ static int repl_setup(mv *m)
         goto out;
     {
         char d[32];
-        if ((rc = value(t, "SELECT @@gtid_domain_id", d, sizeof d)))
+        if ((rc = conn_value(t, "SELECT @@gtid_domain_id", d, sizeof d)))
             goto out;
         keep[nkeep++] = strtoul(d, NULL, 10);
     }
@@ -1018,7 +1002,7 @@ static int repl_setup(mv *m)
         shard_conn *sb = NULL;
         char d[32];
         if ((rc = dconn(m, &DP(m)->standby, &sb)) == 0)
-            rc = value(sb, "SELECT @@gtid_domain_id", d, sizeof d);
+            rc = conn_value(sb, "SELECT @@gtid_domain_id", d, sizeof d);
         dclose(sb);
         if (rc)
             goto out;
@@ -1027,7 +1011,7 @@ static int repl_setup(mv *m)
     /* gtid_slave_pos can only change with every connection stopped,
      * including the pair's own link: stopped for as short as possible. */
     if ((rc = runf(t, "STOP ALL SLAVES")) ||
-        (rc = value(t, "SELECT @@gtid_slave_pos", cur, sizeof cur)) ||
+        (rc = conn_value(t, "SELECT @@gtid_slave_pos", cur, sizeof cur)) ||
         (rc = merge_gtid(cur, m->snap, keep, nkeep, merged, sizeof merged)) ||
         (rc = runf(t, "SET GLOBAL gtid_slave_pos = '%s'", merged)))
         goto restart;
@@ -1147,7 +1131,7 @@ static int wait_for(shard_conn *t, const char *pos, double s, bool *reached)
     if ((rc = gtid_check(pos)))
         return rc;
     snprintf(sql, sizeof sql, "SELECT MASTER_GTID_WAIT('%s', %.3f)", pos, s);
-    if ((rc = value(t, sql, out, sizeof out)))
+    if ((rc = conn_value(t, sql, out, sizeof out)))
         return rc;
     *reached = strcmp(out, "0") == 0;
     return 0;
@@ -1155,7 +1139,7 @@ static int wait_for(shard_conn *t, const char *pos, double s, bool *reached)
 
 static int source_pos(shard_conn *src, char *pos, size_t size)
 {
-    int rc = value(src, "SELECT @@gtid_binlog_pos", pos, size);
+    int rc = conn_value(src, "SELECT @@gtid_binlog_pos", pos, size);
     return rc ? rc : gtid_check(pos);
 }
 
@@ -1217,7 +1201,7 @@ static int fenced(mv *m, shard_conn *src, int *yes)
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.TABLES WHERE"
              " TABLE_SCHEMA = '%s' AND TABLE_NAME = '" SHARD_FENCE_PREFIX "%s'",
              m->tables[0].db, m->tables[0].name);
-    if ((rc = value(src, sql, n, sizeof n)))
+    if ((rc = conn_value(src, sql, n, sizeof n)))
         return rc;
     *yes = strcmp(n, "0") != 0;
     return 0;
@@ -1427,7 +1411,7 @@ static int verify(mv *m, shard_conn *src, shard_conn *v)
             char sql[300], n[32];
             snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM `%s`.`" SHARD_FENCE_PREFIX "%s`",
                      m->tables[i].db, m->tables[i].name);
-            if ((rc = value(src, sql, n, sizeof n)) == 0)
+            if ((rc = conn_value(src, sql, n, sizeof n)) == 0)
                 m->total += strtoull(n, NULL, 10);
         }
     if (rc == 0)
@@ -1671,7 +1655,7 @@ static int plan_text(mv *m, char **plan)
         snprintf(sql, sizeof sql, "SELECT DATA_LENGTH + INDEX_LENGTH FROM"
                  " information_schema.TABLES WHERE TABLE_SCHEMA = '%s' AND TABLE_NAME = '%s'",
                  m->tables[i].db, m->tables[i].name);
-        if ((rc = value(src, sql, bytes, sizeof bytes)))
+        if ((rc = conn_value(src, sql, bytes, sizeof bytes)))
             goto out;
         sql_addf(&p, "table %s.%s: %llu rows, %s bytes on disk\n", m->tables[i].db,
                  m->tables[i].name, (unsigned long long)m->tables[i].rows, bytes);
@@ -1727,7 +1711,7 @@ int shard_move(shard_ctx *ctx, unsigned first, unsigned last, const char *target
         snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM " CONTROL_DB ".moves WHERE phase < %d"
                  " AND source_pair = '%s' AND target_pair = '%s'", SHARD_MOVE_DONE,
                  SP(&m)->name, DP(&m)->name);
-        if ((rc = value(m.ctl, sql, busy, sizeof busy)))
+        if ((rc = conn_value(m.ctl, sql, busy, sizeof busy)))
             goto out;
         if (strcmp(busy, "0") != 0) {
             rc = shard_fail(SHARD_EBUSY, "an unfinished move from %s to %s exists: resume "
@@ -1918,6 +1902,20 @@ out:
     return rc;
 }
 
+/* One JSON object as a line of out; takes the reference (NULL: skipped). */
+static void add_json_line(sqlbuf *out, json_t *o)
+{
+    char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER |
+                                       JSON_REAL_PRECISION(6))
+                   : NULL;
+    if (line) {
+        sql_add(out, line);
+        sql_add(out, "\n");
+    }
+    free(line);
+    json_decref(o);
+}
+
 int shard_move_status(shard_ctx *ctx, char **text)
 {
     shard_map *map;
@@ -1937,15 +1935,8 @@ int shard_move_status(shard_ctx *ctx, char **text)
 
         if (!s || conn_get(ctx, s, &c)) {
             /* Say which master could not be asked, rather than nothing. */
-            json_t *o = json_pack("{s:s,s:s}", "pair", map->pairs[p].name, "error",
-                                  shard_errmsg());
-            char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-            if (line) {
-                sql_add(&out, line);
-                sql_add(&out, "\n");
-            }
-            free(line);
-            json_decref(o);
+            add_json_line(&out, json_pack("{s:s,s:s}", "pair", map->pairs[p].name, "error",
+                                          shard_errmsg()));
             partial = true;
             continue;
         }
@@ -1955,20 +1946,14 @@ int shard_move_status(shard_ctx *ctx, char **text)
                                 " ORDER BY id");
         if (qrc && c->last_errno != ER_NO_SUCH_TABLE && c->last_errno != ER_BAD_DB_ERROR) {
             /* Not "no journal here": e.g. no right to read it. Say so. */
-            json_t *o = json_pack("{s:s,s:s}", "pair", map->pairs[p].name, "error",
-                                  shard_errmsg());
-            char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-            if (line) {
-                sql_add(&out, line);
-                sql_add(&out, "\n");
-            }
-            free(line);
-            json_decref(o);
+            add_json_line(&out, json_pack("{s:s,s:s}", "pair", map->pairs[p].name, "error",
+                                          shard_errmsg()));
             partial = true;
         }
         if (qrc == 0 && (res = mysql_store_result(c->my))) {
             while ((row = mysql_fetch_row(res))) {
-                json_t *o = json_pack("{s:I,s:s,s:s,s:i,s:i,s:s,s:I,s:I,s:I,s:f,s:s,s:s}",
+                add_json_line(&out, json_pack(
+                    "{s:I,s:s,s:s,s:i,s:i,s:s,s:I,s:I,s:I,s:f,s:s,s:s}",
                     "id", (json_int_t)strtoll(row[0], NULL, 10), "source", row[1],
                     "target", row[2], "first", atoi(row[3]), "last", atoi(row[4]),
                     "phase", shard_move_phase_name(atoi(row[5])),
@@ -1976,14 +1961,7 @@ int shard_move_status(shard_ctx *ctx, char **text)
                     "rows_verified", (json_int_t)strtoll(row[7], NULL, 10),
                     "mismatches", (json_int_t)strtoll(row[8], NULL, 10),
                     "pause_ms", strtod(row[9], NULL), "message", row[10],
-                    "updated_at", row[11]);
-                char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)) : NULL;
-                if (line) {
-                    sql_add(&out, line);
-                    sql_add(&out, "\n");
-                }
-                free(line);
-                json_decref(o);
+                    "updated_at", row[11]));
             }
             mysql_free_result(res);
         }
