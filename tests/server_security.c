@@ -34,8 +34,8 @@
  *    GRANT RELOAD, BINLOG ADMIN, REPLICATION SLAVE, REPLICATION SLAVE ADMIN,
  *          SLAVE MONITOR ON *.* TO mover;
  *  The target master replicates from the source master as this account,
- *  without TLS (the catch-up connection ignores credentials.tls): it must
- *  not REQUIRE SSL. Reasons, privilege by privilege, at MOVER_GRANTS.
+ *  with the map's credentials.tls (paths valid on the target server).
+ *  Reasons, privilege by privilege, at MOVER_GRANTS.
  *
  *  failover (shard_pair_failover), on both servers of the pair:
  *    GRANT SLAVE MONITOR, READ_ONLY ADMIN ON *.* TO failover;
