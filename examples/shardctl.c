@@ -999,8 +999,9 @@ static void print_report(const shard_move_report *r)
 {
     printf("move %" PRIu64 ": shards %u-%u from %s to %s: %s\n", r->move_id, r->first,
            r->last, r->source, r->target, shard_move_phase_name(r->phase));
-    printf("  copied %" PRIu64 " rows, %" PRIu64 " bytes in %d tables in %.2f s (%.0f rows/s, "
-           "%.1f MB/s)\n", r->rows_copied, r->bytes_copied, (int)r->tables, r->copy_seconds,
+    printf("  copied %" PRIu64 " row%s, %" PRIu64 " bytes in %d table%s in %.2f s (%.0f rows/s, "
+           "%.1f MB/s)\n", r->rows_copied, r->rows_copied == 1 ? "" : "s", r->bytes_copied,
+           (int)r->tables, r->tables == 1 ? "" : "s", r->copy_seconds,
            r->copy_seconds > 0 ? (double)r->rows_copied / r->copy_seconds : 0,
            r->copy_seconds > 0 ? (double)r->bytes_copied / r->copy_seconds / 1e6 : 0);
     printf("  catch-up %.2f s, cut-over %.2f s, pause %.1f ms (%u fence attempt%s)\n",

@@ -891,15 +891,18 @@ int shard_map_summary(const shard_map *map, char **text)
         return shard_fail(SHARD_EINVAL, "shard_map_summary: NULL argument");
     for (size_t i = 0; i < map->nmappings; i++)
         nrev += map->mappings[i].reverse != NULL;
+#define S(n) ((n) == 1 ? "" : "s")
     n = snprintf(buf, sizeof buf,
-                 "map version %llu: %u open shards, ID shards 0..%u in %zu ranges on "
-                 "%zu pairs, %zu object types, %zu mappings (%zu with reverse), ",
-                 (unsigned long long)map->version, map->open_shards,
-                 map->ranges[map->nranges - 1].hi, map->nranges, map->npairs,
-                 map->nobjects, map->nmappings, nrev);
+                 "map version %llu: %u open shard%s, ID shards 0..%u in %zu range%s on "
+                 "%zu pair%s, %zu object type%s, %zu mapping%s (%zu with reverse), ",
+                 (unsigned long long)map->version, map->open_shards, S(map->open_shards),
+                 map->ranges[map->nranges - 1].hi, map->nranges, S(map->nranges),
+                 map->npairs, S(map->npairs), map->nobjects, S(map->nobjects),
+                 map->nmappings, S(map->nmappings), nrev);
     if (map->mod_count)
-        snprintf(buf + n, sizeof buf - (size_t)n, "%u mod shards with %zu tables",
-                 map->mod_count, map->nmod_tables);
+        snprintf(buf + n, sizeof buf - (size_t)n, "%u mod shard%s with %zu table%s",
+                 map->mod_count, S(map->mod_count), map->nmod_tables, S(map->nmod_tables));
+#undef S
     else
         snprintf(buf + n, sizeof buf - (size_t)n, "no mod shards");
     *text = shard_strdup(buf);
