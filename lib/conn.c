@@ -2,7 +2,7 @@
  * Connections: one bounded pool per server, shared by every thread; one
  * connection serves every shard database on its server (qualified names).
  */
-#include "ctx.h"
+#include "object.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -184,6 +184,9 @@ fail:
 
 static void conn_close(shard_conn *c)
 {
+    for (int i = 0; i < CONN_STMTS; i++)
+        if (c->stmts[i].st)
+            mysql_stmt_close(c->stmts[i].st);
     mysql_close(c->my);
     free(c);
 }
@@ -346,4 +349,125 @@ int conn_value(shard_conn *c, const char *sql, char *out, size_t size)
     snprintf(out, size, "%s", row && row[0] ? row[0] : "");
     mysql_free_result(res);
     return 0;
+}
+
+/* ---- prepared statements ---------------------------------------------------- */
+
+static void stmt_drop(conn_stmt *cs)
+{
+    if (cs->st)
+        mysql_stmt_close(cs->st);
+    memset(cs, 0, sizeof *cs);
+}
+
+static int stmt_fail(shard_conn *c, MYSQL_STMT *st, double t0)
+{
+    unsigned e = mysql_stmt_errno(st);
+    int code = code_of(e);
+
+    c->last_errno = e;
+    if (code == SHARD_ECONNECT && c->read_timeout_ms &&
+        (now_seconds() - t0) * 1000.0 >= c->read_timeout_ms * 0.9)
+        return shard_fail(SHARD_ETIMEOUT, "%s: no answer within %u ms (error %u: %s)",
+                          c->srv->label, c->read_timeout_ms, e, mysql_stmt_error(st));
+    return shard_fail(code, "%s: error %u (%s): %s", c->srv->label, e,
+                      mysql_stmt_sqlstate(st), mysql_stmt_error(st));
+}
+
+/* The cached statement for key, prepared now if need be. */
+static int stmt_for(shard_conn *c, const char *key, const sqlbuf *sql, conn_stmt **out)
+{
+    conn_stmt *slot = &c->stmts[0];
+    double t0 = now_seconds();
+    int rc;
+
+    for (int i = 0; i < CONN_STMTS; i++) {
+        conn_stmt *cs = &c->stmts[i];
+        if (cs->st && strcmp(cs->key, key) == 0) {
+            cs->used = ++c->stmt_clock;
+            *out = cs;
+            return 0;
+        }
+        if (!cs->st || (slot->st && cs->used < slot->used))
+            slot = cs;
+    }
+    if ((rc = sql_check(sql)))
+        return rc;
+    stmt_drop(slot);
+    if (!(slot->st = mysql_stmt_init(c->my)))
+        return shard_fail(SHARD_ENOMEM, "%s: out of memory for a statement", c->srv->label);
+    if (mysql_stmt_prepare(slot->st, sql->s, (unsigned long)sql->len)) {
+        rc = stmt_fail(c, slot->st, t0);
+        stmt_drop(slot);
+        return rc;
+    }
+    snprintf(slot->key, sizeof slot->key, "%s", key);
+    slot->used = ++c->stmt_clock;
+    *out = slot;
+    return 0;
+}
+
+int conn_stmt_get(shard_conn *c, const char *key, const sqlbuf *sql, uint64_t arg,
+                  char **out, size_t *len)
+{
+    unsigned long long param = arg;
+    char small[8192];
+    unsigned long length = 0;
+    my_bool is_null = 0, error = 0;
+    MYSQL_BIND p, r;
+    conn_stmt *cs = NULL;
+    double t0 = now_seconds();
+    int rc, f;
+
+    if ((rc = stmt_for(c, key, sql, &cs)))
+        return rc;
+    memset(&p, 0, sizeof p);
+    p.buffer_type = MYSQL_TYPE_LONGLONG;
+    p.buffer = &param;
+    p.is_unsigned = 1;
+    memset(&r, 0, sizeof r);
+    r.buffer_type = MYSQL_TYPE_STRING;
+    r.buffer = small;
+    r.buffer_length = sizeof small;
+    r.length = &length;
+    r.is_null = &is_null;
+    r.error = &error;
+    if (mysql_stmt_bind_param(cs->st, &p) || mysql_stmt_execute(cs->st) ||
+        mysql_stmt_bind_result(cs->st, &r)) {
+        rc = stmt_fail(c, cs->st, t0);
+        stmt_drop(cs); /* e.g. its table was renamed away: prepare afresh */
+        return rc;
+    }
+    f = mysql_stmt_fetch(cs->st);
+    if (f == MYSQL_NO_DATA || (f == 0 && is_null)) {
+        rc = shard_fail(SHARD_ENOTFOUND, "no row");
+    } else if (f == 0) {
+        rc = copy_out(small, length, out, len);
+    } else if (f == MYSQL_DATA_TRUNCATED) {
+        /* Larger than the stack buffer: fetch the column again, whole. */
+        char *big = shard_malloc(length + 1);
+        if (!big) {
+            rc = shard_fail(SHARD_ENOMEM, "out of memory for a %lu-byte result", length);
+        } else {
+            r.buffer = big;
+            r.buffer_length = length;
+            if (mysql_stmt_fetch_column(cs->st, &r, 0, 0)) {
+                free(big);
+                rc = stmt_fail(c, cs->st, t0);
+            } else {
+                big[length] = '\0';
+                *out = big;
+                if (len)
+                    *len = length;
+                rc = 0;
+            }
+        }
+    } else {
+        rc = stmt_fail(c, cs->st, t0);
+    }
+    if (mysql_stmt_free_result(cs->st) && rc == 0)
+        rc = stmt_fail(c, cs->st, t0);
+    if (rc && rc != SHARD_ENOTFOUND && rc != SHARD_ENOMEM)
+        stmt_drop(cs);
+    return rc;
 }

@@ -10,8 +10,20 @@
 
 typedef struct shard_server shard_server;
 
+/* Prepared statements kept per connection, least recently used replaced:
+ * bounded, as a server allows only so many (max_prepared_stmt_count). */
+#define CONN_STMTS 32
+
+typedef struct conn_stmt {
+    char key[140]; /* db.table */
+    MYSQL_STMT *st;
+    uint64_t used;
+} conn_stmt;
+
 typedef struct shard_conn {
     MYSQL *my;
+    conn_stmt stmts[CONN_STMTS];
+    uint64_t stmt_clock;
     shard_server *srv;
     struct shard_conn *next;    /* in the idle list */
     unsigned long max_packet;   /* the server's max_allowed_packet */
@@ -73,6 +85,13 @@ int conn_query(shard_conn *c, const sqlbuf *sql);
 int conn_query_str(shard_conn *c, const char *sql);
 /* Run a statement and store its whole result (*res: mysql_free_result). */
 int conn_select(shard_conn *c, const sqlbuf *sql, MYSQL_RES **res);
+/*
+ * The single column of the single row a prepared statement `sql` (cached
+ * under `key`) returns for the unsigned integer parameter `arg`, in a
+ * caller-owned NUL-terminated *out (shard_free). SHARD_ENOTFOUND: no row.
+ */
+int conn_stmt_get(shard_conn *c, const char *key, const sqlbuf *sql, uint64_t arg,
+                  char **out, size_t *len);
 /* Run a query; the first column of its first row into out ("" for NULL/none). */
 int conn_value(shard_conn *c, const char *sql, char *out, size_t size);
 /* Fail with SHARD_ETOOBIG when the statement exceeds the server's packet limit. */

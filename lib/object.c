@@ -132,9 +132,25 @@ int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
     sql_add(&q, "SELECT data FROM ");
     sql_table(&q, db, table);
     sql_add(&q, " WHERE local_id = ");
+    if (!for_update) {
+        /* The hot path: a prepared statement per table, kept on the
+         * connection (binary protocol, parsed once). */
+        char key[140];
+        sql_add(&q, "?");
+        snprintf(key, sizeof key, "%s.%s", db, table);
+        rc = conn_stmt_get(c, key, &q, shard_id_local(id), json, len);
+        sql_free(&q);
+        if (rc == 0 && object_deleted(*json, len ? *len : strlen(*json))) {
+            free(*json);
+            *json = NULL;
+            rc = SHARD_ENOTFOUND;
+        }
+        if (rc == SHARD_ENOTFOUND)
+            rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
+        return rc;
+    }
     sql_u64(&q, shard_id_local(id));
-    if (for_update)
-        sql_add(&q, " FOR UPDATE");
+    sql_add(&q, " FOR UPDATE");
     rc = conn_select(c, &q, &res);
     sql_free(&q);
     if (rc)

@@ -257,6 +257,14 @@ static void *write_loop(void *arg)
                 pthread_mutex_unlock(&wlock);
                 rc = shard_mapping_add(ctx, "user_likes_pins", id, id, i);
             }
+            if (rc == 0) {
+                /* A read through the prepared-statement path across the fence. */
+                char *got = NULL;
+                rc = shard_object_get(ctx, id, &got, NULL);
+                if (rc == 0 && strcmp(got, res) != 0)
+                    rc = SHARD_EINTERNAL;
+                shard_free(got);
+            }
             shard_free(res);
         }
         if (now() - t0 > wr->worst)
