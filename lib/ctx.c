@@ -156,6 +156,20 @@ static uint64_t current_version(shard_ctx *ctx)
     return v;
 }
 
+/* Does the new map name the same password variable as the current one? */
+static bool same_password_env(shard_ctx *ctx, const shard_map *fresh)
+{
+    bool same;
+
+    pthread_mutex_lock(&ctx->map_lock);
+    /* Never at open (no map yet): a missing variable then is an error. The
+     * options' account keeps its variable across map versions. */
+    same = ctx->map && (ctx->user || (ctx->map->password_env && fresh->password_env &&
+                                      strcmp(ctx->map->password_env, fresh->password_env) == 0));
+    pthread_mutex_unlock(&ctx->map_lock);
+    return same;
+}
+
 static int swap_map(shard_ctx *ctx, shard_map *fresh)
 {
     char *password = NULL;
@@ -166,7 +180,13 @@ static int swap_map(shard_ctx *ctx, shard_map *fresh)
         shard_map_free(fresh);
         return 0;
     }
-    if ((rc = read_password(ctx, fresh, &password))) {
+    if ((rc = read_password(ctx, fresh, &password)) && same_password_env(ctx, fresh)) {
+        /* Applications often clear secrets from their environment after
+         * start-up: the same variable, gone now, still means the password
+         * read then. */
+        rc = ctx_password_copy(ctx, &password);
+    }
+    if (rc) {
         shard_map_free(fresh);
         return rc;
     }
@@ -367,13 +387,16 @@ static void backoff(unsigned attempt, double deadline)
 
 /* Reload unless another thread did within 100 ms (force: always). Keeps
  * the caller's error message. Returns whether this call reloaded. */
-static bool reload_soon(shard_ctx *ctx, bool force)
+bool ctx_reload_soon(shard_ctx *ctx, bool force)
 {
     char saved[1024];
     double t = now_seconds();
 
     pthread_mutex_lock(&ctx->stop_lock);
-    if (!force && t - ctx->last_error_reload < 0.1) {
+    /* At most every 100 ms; a forced one (a table missing where the map
+     * says it is) at most every second, so a missing table cannot turn
+     * every failing call into a read of the map store. */
+    if (t - ctx->last_error_reload < (force ? 1.0 : 0.1)) {
         pthread_mutex_unlock(&ctx->stop_lock);
         return false;
     }
@@ -416,7 +439,7 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
     if (rc != SHARD_ESERVER || (c->last_errno != ER_NO_SUCH_TABLE &&
                                 c->last_errno != ER_BAD_DB_ERROR))
         return rc;
-    reloaded = reload_soon(ctx, false);
+    reloaded = ctx_reload_soon(ctx, false);
     if (route_changed(ctx, shard, mod, old_pair))
         return SHARD_EMOVED;
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.TABLES WHERE"
@@ -432,9 +455,17 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
                           shard, old_pair);
     /* Not fenced: dropped after a move whose map this context has not read
      * yet (the rate limit skipped it), or really missing. Read it now. */
-    if (!reloaded && (reload_soon(ctx, true), route_changed(ctx, shard, mod, old_pair)))
+    if (!reloaded && (ctx_reload_soon(ctx, true), route_changed(ctx, shard, mod, old_pair)))
         return SHARD_EMOVED;
     return rc;
+}
+
+/* A connect timeout (not a pool wait) on a server that may be gone: the
+ * map may point elsewhere by now, and nothing was sent. */
+static bool retryable_connect(shard_ctx *ctx, shard_conn *c)
+{
+    (void)ctx;
+    return c == NULL && strstr(shard_errmsg(), "cannot connect") != NULL;
 }
 
 int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
@@ -466,6 +497,8 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
             return shard_fail(SHARD_ENOMEM, "out of memory");
         }
         rc = conn_get(ctx, srv, &c);
+        if (rc == SHARD_ETIMEOUT && retryable_connect(ctx, c))
+            rc = SHARD_ECONNECT; /* nothing was sent: safe to try again */
         if (rc == 0) {
             exec_env env = {c, map, db, shard, false};
             rc = fn(&env, arg);
@@ -490,7 +523,7 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
         /* Moved, or a server that does not answer: maybe the map changed
          * (a move, a failover). Reload, at most every 100 ms per context. */
         if (rc == SHARD_EMOVED || rc == SHARD_ECONNECT)
-            reload_soon(ctx, false);
+            ctx_reload_soon(ctx, false);
         backoff(attempt, deadline);
     }
 }

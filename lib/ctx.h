@@ -118,6 +118,9 @@ typedef struct exec_env {
 
 typedef int (*exec_fn)(exec_env *env, void *arg);
 int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg);
+/* Reload the map unless one was read within 100 ms (force: 1 s); keeps the
+ * thread's error message. Returns whether it reloaded. */
+bool ctx_reload_soon(shard_ctx *ctx, bool force);
 /* Turn "no such table/database" into SHARD_EMOVED when the shard moved or
  * is fenced; any other rc comes back unchanged. */
 int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shard,

@@ -121,6 +121,20 @@ static int publish_swap(shard_ctx *ctx, const char *pair, const char *old_master
     return rc;
 }
 
+static bool promoted_in_store(shard_ctx *ctx, const char *pair, const char *standby)
+{
+    shard_map *cur = NULL;
+    bool yes = false;
+    long pi;
+
+    if (shard_store_load(ctx->store, &cur))
+        return true; /* cannot tell: keep the old master fenced, the safe side */
+    pi = shard_map_find_pair(cur, pair);
+    yes = pi >= 0 && strcmp(cur->pairs[pi].master.text, standby) == 0;
+    shard_map_free(cur);
+    return yes;
+}
+
 int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
                         shard_failover_report *report)
 {
@@ -183,23 +197,29 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
         /* Fence: from now on the old master takes no more application writes
          * (for accounts without READ_ONLY ADMIN), so the standby can catch up
          * with everything there is. */
-        if ((rc = conn_query_str(ms, "SET GLOBAL read_only = 1")) ||
-            (rc = conn_value(ms, "SELECT @@gtid_binlog_pos", pos, sizeof pos)) ||
-            (rc = conn_value(sb, "SELECT @@gtid_current_pos", sbpos, sizeof sbpos)))
+        if ((rc = conn_query_str(ms, "SET GLOBAL read_only = 1")))
             goto out;
+        if ((rc = conn_value(ms, "SELECT @@gtid_binlog_pos", pos, sizeof pos)) ||
+            (rc = conn_value(sb, "SELECT @@gtid_current_pos", sbpos, sizeof sbpos))) {
+            conn_query_str(ms, "SET GLOBAL read_only = 0"); /* give the master back */
+            goto out;
+        }
         r->old_master_fenced = 1;
         r->lag_transactions = behind(pos, sbpos);
-    } else if (flags & SHARD_FAILOVER_FORCE) {
+    } else if ((flags & SHARD_FAILOVER_FORCE) && (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT)) {
         ctx_log(ctx, SHARD_LOG_WARN, "failover of %s: master %s does not answer (%s); "
                 "promoting the standby: writes it never sent are lost", pair, p->master.text,
                 shard_errmsg());
         /* Apply everything the standby received. */
         if ((rc = slave_field(sb, "Gtid_IO_Pos", pos, sizeof pos)))
             goto out;
-    } else {
+    } else if (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT) {
         rc = shard_fail_prefix(rc, "master %s of %s does not answer; promoting the standby "
                                "anyway (--force) loses the writes it never sent: ",
                                p->master.text, pair);
+        goto out;
+    } else { /* it answered, but refused us (privileges, TLS): it is not dead */
+        rc = shard_fail_prefix(rc, "master %s of %s: ", p->master.text, pair);
         goto out;
     }
     tw = now_seconds();
@@ -224,8 +244,9 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
         goto out;
     if ((rc = conn_query_str(sb, "SET GLOBAL read_only = 0")) ||
         (rc = publish_swap(ctx, pair, p->master.text, &r->map_version))) {
-        /* Not promoted after all: the old master takes writes again. */
-        if (ms)
+        /* Not promoted after all? Only then does the old master take writes
+         * again: a publish may have landed though its answer was lost. */
+        if (ms && !promoted_in_store(ctx, pair, p->standby.text))
             conn_query_str(ms, "SET GLOBAL read_only = 0");
         goto out;
     }

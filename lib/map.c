@@ -159,20 +159,35 @@ void shard_dbfmt_name(const shard_dbfmt *f, unsigned n, char *buf)
     strcpy(buf + len, f->suffix);
 }
 
+/* Does one of x, y extend the other by digits only, at the front (prefix)
+ * or at the back (suffix)? */
+static bool digit_extension(const char *x, const char *y, bool at_end)
+{
+    size_t lx = strlen(x), ly = strlen(y);
+    const char *longer = lx >= ly ? x : y, *shorter = lx >= ly ? y : x;
+    size_t d = (lx >= ly ? lx : ly) - (lx >= ly ? ly : lx);
+
+    if (at_end ? strcmp(longer + d, shorter) != 0 : strncmp(longer, shorter, strlen(shorter)))
+        return false;
+    for (size_t i = 0; i < d; i++) {
+        char c = at_end ? longer[i] : longer[strlen(shorter) + i];
+        if (c < '0' || c > '9')
+            return false;
+    }
+    return true;
+}
+
+/*
+ * Could two formats name some shard alike (an ID database and a mod-shard
+ * database sharing a name would be moved, and dropped, together)? A name is
+ * prefix + digits + suffix, so only when the prefixes and the suffixes each
+ * differ by digits alone: "db%05d" and "db0%04d" do; "db%05d" and
+ * "modshard%05d" do not.
+ */
 static bool same_dbfmt(const shard_dbfmt *a, const shard_dbfmt *b)
 {
-    char x[SHARD_DBNAME_MAX], y[SHARD_DBNAME_MAX];
-    /* Two formats collide when they name any shard alike; checking the
-     * prefix/suffix pair and a sample covers every way that can happen. */
-    if (strcmp(a->prefix, b->prefix) != 0 || strcmp(a->suffix, b->suffix) != 0)
-        return false;
-    for (unsigned n = 0; n < 100000; n = n * 10 + 7) {
-        shard_dbfmt_name(a, n, x);
-        shard_dbfmt_name(b, n, y);
-        if (strcmp(x, y) == 0)
-            return true;
-    }
-    return false;
+    return digit_extension(a->prefix, b->prefix, false) &&
+           digit_extension(a->suffix, b->suffix, true);
 }
 
 static int parse_endpoint(const char *s, const char *where, shard_endpoint *ep)

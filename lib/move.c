@@ -84,7 +84,15 @@ static void progress(mv *m, int phase, uint64_t done, uint64_t total)
 static int dconn(mv *m, const shard_endpoint *ep, shard_conn **out)
 {
     shard_server *s = ctx_server_at(m->ctx, ep);
-    return s ? conn_get(m->ctx, s, out) : shard_fail(SHARD_ENOMEM, "out of memory");
+    int rc = s ? conn_get(m->ctx, s, out) : shard_fail(SHARD_ENOMEM, "out of memory");
+
+    /* Some sit idle through an hours-long copy: the server must not drop
+     * them (the journal's lock lives on one). Never pooled, so no leak. */
+    if (rc == 0 && (rc = conn_query_str(*out, "SET SESSION wait_timeout = 604800"))) {
+        conn_put(*out, false);
+        *out = NULL;
+    }
+    return rc;
 }
 
 static void dclose(shard_conn *c)
@@ -433,8 +441,15 @@ static int list_tables(mv *m, shard_conn *src)
             const char *name = row[0];
             if (strncmp(name, SHARD_FENCE_PREFIX, strlen(SHARD_FENCE_PREFIX)) == 0)
                 name += strlen(SHARD_FENCE_PREFIX);
-            else if (name[0] == '_' || !name_ok(name))
-                continue; /* not ours */
+            if (!name[0] || name[0] == '_' || !name_ok(name))
+                continue; /* not ours: never put into a statement */
+            if (m->ntables && strcmp(m->tables[m->ntables - 1].name, name) == 0 &&
+                strcmp(m->tables[m->ntables - 1].db, db) == 0) {
+                mysql_free_result(res);
+                return shard_fail(SHARD_ESERVER, "%s holds both %s and %s%s: a table was "
+                                  "created under the fence; resolve it by hand", db, name,
+                                  SHARD_FENCE_PREFIX, name);
+            }
             if (m->ntables == cap) {
                 mtable *t = shard_realloc(m->tables, (cap = cap ? cap * 2 : 64) * sizeof *t);
                 if (!t) {
@@ -598,13 +613,25 @@ static int copy_table(worker *w, mtable *t)
     while (rc == 0 && (row = mysql_fetch_row(res))) {
         unsigned long *lens = mysql_fetch_lengths(res);
         uint64_t bytes = 0;
+        for (unsigned i = 0; i < n; i++)
+            bytes += lens[i];
+        /* Flush first when this row (hex doubles it) would not fit. */
+        if (rows && q.len + 2 * bytes + 8 * n + 16 >= limit) {
+            if ((rc = conn_query(w->dst, &q)))
+                break;
+            pthread_mutex_lock(&m->lock);
+            m->done += rows;
+            m->r->rows_copied += rows;
+            pthread_mutex_unlock(&m->lock);
+            progress(m, SHARD_MOVE_COPYING, m->done, m->total);
+            q.len = head;
+            rows = 0;
+        }
         if (rows)
             sql_add(&q, ",");
         if ((rc = add_row(&q, row, lens, f, n)) || (rc = sql_check(&q)))
             break;
         rows++;
-        for (unsigned i = 0; i < n; i++)
-            bytes += lens[i];
         pthread_mutex_lock(&m->lock);
         m->r->bytes_copied += bytes;
         pthread_mutex_unlock(&m->lock);
@@ -772,6 +799,12 @@ static int copy_phase(mv *m)
 
     if (n > 64)
         n = 64;
+    /* Each worker holds a source and a target connection from the pools,
+     * next to the mover's own three: stay inside pool_size. */
+    if (m->ctx->opts.pool_size > 4 && n > m->ctx->opts.pool_size - 4)
+        n = m->ctx->opts.pool_size - 4;
+    if (m->ctx->opts.pool_size <= 4)
+        n = 1;
     if (n > m->ntables)
         n = m->ntables ? (unsigned)m->ntables : 1;
     w = shard_calloc(n, sizeof *w);
@@ -928,7 +961,7 @@ static int start_connection(shard_conn *t, const char *name)
 static int start_filtered(mv *m, shard_conn *t)
 {
     sqlbuf q;
-    char have[4096];
+    char *have = NULL;
     int rc;
 
     runf(t, "STOP SLAVE '%s'", m->name);
@@ -938,19 +971,21 @@ static int start_filtered(mv *m, shard_conn *t)
     sql_add(&q, "'");
     rc = run(t, &q);
     sql_free(&q);
+    sql_init(&q);
+    do_db_list(m, &q);
+    if (rc == 0 && !(have = shard_malloc(q.len + 2)))
+        rc = shard_fail(SHARD_ENOMEM, "out of memory");
     if (rc == 0) {
         char sql[128];
         snprintf(sql, sizeof sql, "SELECT @@%s.replicate_do_db", m->name);
-        rc = conn_value(t, sql, have, sizeof have);
+        /* One byte more than expected: a longer filter does not fit and differs. */
+        rc = conn_value(t, sql, have, q.len + 2);
     }
-    if (rc == 0) {
-        sql_init(&q);
-        do_db_list(m, &q);
-        if (strcmp(have, q.s) != 0)
-            rc = shard_fail(SHARD_EINTERNAL, "replication filter is \"%.200s\", expected "
-                            "\"%.200s\"", have, q.s);
-        sql_free(&q);
-    }
+    if (rc == 0 && strcmp(have, q.s) != 0)
+        rc = shard_fail(SHARD_EINTERNAL, "replication filter is \"%.200s\", expected "
+                        "\"%.200s\"", have, q.s);
+    sql_free(&q);
+    free(have);
     return rc ? rc : runf(t, "START SLAVE '%s'", m->name);
 }
 
@@ -1047,6 +1082,10 @@ static int repl_setup(mv *m)
         /* The map's TLS settings apply to the moved rows' trip too (the
          * paths must be valid on the target server). */
         if (m->map->tls.enabled && (rc = add_tls(t, &q, &m->map->tls))) {
+            shard_wipe_free(pesc);
+            shard_wipe_free(pwcopy);
+            free(esc);
+            memset(q.s, 0, q.len);
             sql_free(&q);
             goto restart;
         }
@@ -1253,6 +1292,49 @@ static int publish(mv *m)
 /* Fence, let the target apply up to the fence, open the verification
  * snapshot, flip the map. Returns 0 once flipped, SHARD_EBUSY when the
  * fence could not be taken in time (traffic continues as it was). */
+/* MASTER_GTID_WAIT in steps shorter than any read timeout. */
+static int wait_steps(shard_conn *t, const char *pos, unsigned seconds, bool *reached)
+{
+    int rc = 0;
+    *reached = false;
+    for (unsigned waited = 0; rc == 0 && !*reached && waited < seconds; waited += 2)
+        rc = wait_for(t, pos, 2.0, reached);
+    return rc;
+}
+
+/* Does the stored map already route the moved range to the target? */
+static bool flipped_in_store(mv *m)
+{
+    shard_map *cur = NULL;
+    bool all = true;
+
+    if (shard_store_load(m->ctx->store, &cur))
+        return false;
+    for (unsigned s = m->first; s <= m->last && all; s++) {
+        long p = shard_map_pair_index(cur, s);
+        all = p >= 0 && strcmp(cur->pairs[p].name, DP(m)->name) == 0;
+    }
+    shard_map_free(cur);
+    return all;
+}
+
+/* Cut-over failed before the flip: traffic goes back to the source. */
+static int lift_fence(mv *m, shard_conn *src, int rc)
+{
+    char msg[600];
+    int urc;
+
+    snprintf(msg, sizeof msg, "%s", shard_errmsg());
+    urc = fence_set(m, src, false);
+    m->fence[0] = '\0';
+    journal_save(m, SHARD_MOVE_CATCHUP, urc ? "the fence could not be lifted" :
+                                              "cut-over failed: fence lifted");
+    if (urc)
+        return shard_fail(urc, "cut-over failed (%s) and the fence could not be lifted: %s; "
+                          "resume or abort the move", msg, shard_errmsg());
+    return shard_fail(rc == SHARD_EBUSY ? SHARD_EBUSY : rc, "%s (fence lifted)", msg);
+}
+
 static int cut_over(mv *m, shard_conn *src, shard_conn *t, shard_conn *v)
 {
     double t0;
@@ -1269,22 +1351,22 @@ static int cut_over(mv *m, shard_conn *src, shard_conn *t, shard_conn *v)
                           "longer than %u s", m->r->fence_attempts, m->o.fence_timeout_s);
     if (rc)
         return rc;
-    if ((rc = source_pos(src, m->fence, sizeof m->fence)) ||
-        (rc = journal_save(m, SHARD_MOVE_FENCED, NULL)) ||
-        (rc = wait_for(t, m->fence, FENCE_WAIT_S, &reached)))
-        return rc;
-    if (!reached) {
-        int urc = fence_set(m, src, false);
-        m->fence[0] = '\0';
-        journal_save(m, SHARD_MOVE_CATCHUP, "target did not reach the fence: fence lifted");
-        return urc ? urc : shard_fail(SHARD_EBUSY, "the target did not apply up to the fence "
-                                      "within %d s; fence lifted", FENCE_WAIT_S);
-    }
+    if ((rc = source_pos(src, m->fence, sizeof m->fence)) == 0 &&
+        (rc = journal_save(m, SHARD_MOVE_FENCED, NULL)) == 0)
+        rc = wait_steps(t, m->fence, FENCE_WAIT_S, &reached);
+    if (rc == 0 && !reached)
+        rc = shard_fail(SHARD_EBUSY, "the target did not apply up to the fence within %d s",
+                        FENCE_WAIT_S);
     /* The target now holds exactly the source's final state: snapshot it
      * for verification before any client can write there. */
-    if ((rc = runf(v, "SET SESSION time_zone = '+00:00'")) ||
-        (rc = runf(v, "START TRANSACTION WITH CONSISTENT SNAPSHOT")) || (rc = publish(m)))
-        return rc;
+    if (rc == 0 && ((rc = runf(v, "SET SESSION time_zone = '+00:00'")) == 0))
+        rc = runf(v, "START TRANSACTION WITH CONSISTENT SNAPSHOT");
+    if (rc == 0)
+        rc = publish(m);
+    if (rc && !flipped_in_store(m))
+        return lift_fence(m, src, rc);
+    if (rc) /* the map did flip (an ambiguous publish answer): carry on */
+        rc = 0;
     m->r->pause_ms = (now() - t0) * 1000.0;
     m->r->cutover_seconds = now() - t0;
     if ((rc = journal_save(m, SHARD_MOVE_FLIPPED, NULL)))
@@ -1501,8 +1583,20 @@ static int cleanup(mv *m, shard_conn *src)
     if (rc == 0 && !(m->o.flags & SHARD_MOVE_KEEP_SOURCE)) {
         /* Logged, so the source's standby drops them too. */
         for (unsigned s = m->first; rc == 0 && s <= m->last; s++) {
-            char db[SHARD_DBNAME_MAX];
+            char db[SHARD_DBNAME_MAX], sql[300], live[16];
             db_of(m, s, db);
+            /* A table that is not fenced was created after the fence: it may
+             * hold writes the target never saw. Keep the database. */
+            snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.TABLES WHERE"
+                     " TABLE_SCHEMA = '%s' AND TABLE_NAME NOT LIKE '\\_moved\\_%%'", db);
+            if ((rc = conn_value(src, sql, live, sizeof live)))
+                break;
+            if (strcmp(live, "0") != 0) {
+                rc = shard_fail(SHARD_EBUSY, "source %s still has %s unfenced table(s) in %s "
+                                "(created after the fence?): not dropped; check and drop it "
+                                "by hand, then resume", SP(m)->name, live, db);
+                break;
+            }
             rc = runf(src, "SET SESSION sql_log_bin = 1");
             if (rc == 0)
                 rc = runf(src, "DROP DATABASE IF EXISTS `%s`", db);
@@ -1547,8 +1641,8 @@ static int drive(mv *m)
         if (rc || (rc = copy_phase(m)) || (rc = repl_setup(m)) ||
             (rc = journal_save(m, SHARD_MOVE_CATCHUP, NULL)))
             goto out;
-    } else if ((rc = list_tables(m, src))) {
-        goto out;
+    } else if (m->phase < SHARD_MOVE_CLEANING && (rc = list_tables(m, src))) {
+        goto out; /* (cleaning only drops databases, some maybe already gone) */
     }
     if (m->phase == SHARD_MOVE_CATCHUP || m->phase == SHARD_MOVE_FENCED) {
         int is_fenced = 0;
@@ -1558,7 +1652,7 @@ static int drive(mv *m)
             /* Killed after fencing: finish this cut-over. */
             bool reached = false;
             double t0 = now();
-            if ((rc = wait_for(t, m->fence, FENCE_WAIT_S, &reached)))
+            if ((rc = wait_steps(t, m->fence, FENCE_WAIT_S, &reached)))
                 goto out;
             if (!reached) {
                 rc = shard_fail(SHARD_ETIMEOUT, "the target did not reach the fence");
@@ -1881,7 +1975,7 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
     m.r = &r;
     if ((rc = load_move(ctx, move_id, &m, NULL)))
         goto out;
-    if (m.phase >= SHARD_MOVE_FLIPPED) {
+    if (m.phase >= SHARD_MOVE_FLIPPED || flipped_in_store(&m)) {
         rc = shard_fail(SHARD_EBUSY, "move %llu already switched the map to %s: it can only "
                         "be resumed", (unsigned long long)m.id, DP(&m)->name);
         goto out;
@@ -1908,11 +2002,15 @@ static void add_json_line(sqlbuf *out, json_t *o)
     char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER |
                                        JSON_REAL_PRECISION(6))
                    : NULL;
+    json_malloc_t jm;
+    json_free_t jf;
+
     if (line) {
         sql_add(out, line);
         sql_add(out, "\n");
+        json_get_alloc_funcs(&jm, &jf);
+        jf(line);
     }
-    free(line);
     json_decref(o);
 }
 

@@ -117,6 +117,21 @@ static int apply_id_shard(schema_job *j, shard_conn **c, sqlbuf *q, unsigned sha
     int rc;
 
     shard_dbfmt_name(&m->dbfmt, shard, db);
+    {
+        /* A database fenced by a move must stay as the move left it: new
+         * tables there would take writes the target never sees. */
+        char sql[300], fenced[16];
+        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.TABLES WHERE"
+                 " TABLE_SCHEMA = '%s' AND TABLE_NAME LIKE '\\_moved\\_%%'", db);
+        if ((rc = conn_value(*c, sql, fenced, sizeof fenced)))
+            return rc;
+        if (strcmp(fenced, "0") != 0) {
+            ctx_log(j->ctx, SHARD_LOG_WARN, "schema: %s is fenced by a move: left as it is",
+                    db);
+            j->done += tables_per_db(m);
+            return 0;
+        }
+    }
     if ((rc = create_db(j, c, q, db)))
         return rc;
     for (size_t i = 0; i < m->nobjects; i++) {

@@ -21,6 +21,10 @@ static int txn_fail(shard_txn *t, int rc)
         rc = ctx_check_moved(t->ctx, t->conn, t->db, t->shard, false,
                              pi >= 0 ? t->map->pairs[pi].name : "", rc);
     }
+    /* Read-only (a failover's fence) or gone: the caller begins again, and
+     * that must go where the map now points. */
+    if (rc == SHARD_EMOVED || rc == SHARD_ECONNECT)
+        ctx_reload_soon(t->ctx, false);
     if (rc && !t->failed)
         t->failed = rc;
     return rc;
@@ -35,30 +39,6 @@ static void txn_end(shard_txn *t, bool rollback)
     conn_put(t->conn, healthy);
     shard_map_free(t->map);
     free(t);
-}
-
-/*
- * A master that cannot be reached may have been replaced by a failover:
- * reload the map (at most every 100 ms per context, the limit ctx_exec's
- * reloads share) so that the next begin goes where the map now points.
- * The failure's message is kept.
- */
-static void reload_after_connect_failure(shard_ctx *ctx)
-{
-    char saved[1024];
-    double t = now_seconds();
-    bool due;
-
-    pthread_mutex_lock(&ctx->stop_lock);
-    due = t - ctx->last_error_reload >= 0.1;
-    if (due)
-        ctx->last_error_reload = t;
-    pthread_mutex_unlock(&ctx->stop_lock);
-    if (!due)
-        return;
-    snprintf(saved, sizeof saved, "%s", shard_errmsg());
-    shard_ctx_reload(ctx);
-    shard_fail(0, "%s", saved);
 }
 
 int shard_txn_begin(shard_ctx *ctx, unsigned shard, shard_txn **out)
@@ -94,8 +74,8 @@ int shard_txn_begin(shard_ctx *ctx, unsigned shard, shard_txn **out)
         shard_fail_prefix(rc, "pair %s, %s: ", t->map->pairs[pi].name, t->db);
         t->failed = rc;
         txn_end(t, false);
-        if (rc == SHARD_ECONNECT)
-            reload_after_connect_failure(ctx);
+        if (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT || rc == SHARD_EMOVED)
+            ctx_reload_soon(ctx, false); /* a failover may have moved the master */
         return rc;
     }
     *out = t;

@@ -197,6 +197,8 @@ static const broken corpus[] = {
     {"mod_shards/count", "20", "mod_shards.ranges: mod shards 16..19 are not covered"},
     {"mod_shards/count", "8", "mod_shards.ranges[0].range: [0, 15] outside 0..7"},
     {"mod_shards/database_format", "\"db%05d\"", "names the same databases"},
+    {"mod_shards/database_format", "\"db0%04d\"", "names the same databases"},
+    {"mod_shards/database_format", "\"db%d\"", "names the same databases"},
     {"mod_shards/database_format", "\"mod%x\"", "mod_shards.database_format"},
     {"mod_shards/tables", "[\"ok\", \"Bad\"]", "mod_shards.tables[1]"},
     {"mod_shards/tables", "[\"a\", \"a\"]", "mod_shards.tables[1]: \"a\" is listed twice"},
