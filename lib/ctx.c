@@ -393,10 +393,9 @@ bool ctx_reload_soon(shard_ctx *ctx, bool force)
     double t = now_seconds();
 
     pthread_mutex_lock(&ctx->stop_lock);
-    /* At most every 100 ms; a forced one (a table missing where the map
-     * says it is) at most every second, so a missing table cannot turn
-     * every failing call into a read of the map store. */
-    if (t - ctx->last_error_reload < (force ? 1.0 : 0.1)) {
+    /* At most every 100 ms per context (force: always), so failing calls
+     * cannot turn into a stream of map-store reads. */
+    if (!force && t - ctx->last_error_reload < 0.1) {
         pthread_mutex_unlock(&ctx->stop_lock);
         return false;
     }
@@ -454,9 +453,12 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
         return shard_fail(SHARD_EMOVED, "shard %u on %s is fenced by a move in progress",
                           shard, old_pair);
     /* Not fenced: dropped after a move whose map this context has not read
-     * yet (the rate limit skipped it), or really missing. Read it now. */
-    if (!reloaded && (ctx_reload_soon(ctx, true), route_changed(ctx, shard, mod, old_pair)))
-        return SHARD_EMOVED;
+     * yet (the rate limit skipped the reload), or really missing. Without a
+     * fresh map we cannot tell: try again (a retry reloads, rate-limited),
+     * so a missing table costs the retry budget, never a wrong answer. */
+    if (!reloaded)
+        return shard_fail(SHARD_EMOVED, "shard %u: %s is missing on %s; checking whether the "
+                          "shard moved", shard, db, old_pair);
     return rc;
 }
 

@@ -118,7 +118,7 @@ typedef struct exec_env {
 
 typedef int (*exec_fn)(exec_env *env, void *arg);
 int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg);
-/* Reload the map unless one was read within 100 ms (force: 1 s); keeps the
+/* Reload the map unless one was read within 100 ms (force: always); keeps the
  * thread's error message. Returns whether it reloaded. */
 bool ctx_reload_soon(shard_ctx *ctx, bool force);
 /* Turn "no such table/database" into SHARD_EMOVED when the shard moved or
