@@ -588,6 +588,24 @@ static int insert_head(sqlbuf *q, const mtable *t, MYSQL_FIELD *f, unsigned n)
     return 0;
 }
 
+/* Send the batch of *rows rows, count them, and start the next batch. */
+static int flush_batch(worker *w, sqlbuf *q, size_t head, unsigned *rows)
+{
+    mv *m = w->m;
+    int rc = conn_query(w->dst, q);
+
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&m->lock);
+    m->done += *rows;
+    m->r->rows_copied += *rows;
+    pthread_mutex_unlock(&m->lock);
+    progress(m, SHARD_MOVE_COPYING, m->done, m->total);
+    q->len = head;
+    *rows = 0;
+    return 0;
+}
+
 static int copy_table(worker *w, mtable *t)
 {
     mv *m = w->m;
@@ -616,17 +634,9 @@ static int copy_table(worker *w, mtable *t)
         for (unsigned i = 0; i < n; i++)
             bytes += lens[i];
         /* Flush first when this row (hex doubles it) would not fit. */
-        if (rows && q.len + 2 * bytes + 8 * n + 16 >= limit) {
-            if ((rc = conn_query(w->dst, &q)))
-                break;
-            pthread_mutex_lock(&m->lock);
-            m->done += rows;
-            m->r->rows_copied += rows;
-            pthread_mutex_unlock(&m->lock);
-            progress(m, SHARD_MOVE_COPYING, m->done, m->total);
-            q.len = head;
-            rows = 0;
-        }
+        if (rows && q.len + 2 * bytes + 8 * n + 16 >= limit &&
+            (rc = flush_batch(w, &q, head, &rows)))
+            break;
         if (rows)
             sql_add(&q, ",");
         if ((rc = add_row(&q, row, lens, f, n)) || (rc = sql_check(&q)))
@@ -635,31 +645,15 @@ static int copy_table(worker *w, mtable *t)
         pthread_mutex_lock(&m->lock);
         m->r->bytes_copied += bytes;
         pthread_mutex_unlock(&m->lock);
-        if (rows >= m->o.batch_rows || q.len >= limit) {
-            if ((rc = conn_query(w->dst, &q)))
-                break;
-            pthread_mutex_lock(&m->lock);
-            m->done += rows;
-            m->r->rows_copied += rows;
-            pthread_mutex_unlock(&m->lock);
-            progress(m, SHARD_MOVE_COPYING, m->done, m->total);
-            q.len = head;
-            rows = 0;
-        }
+        if ((rows >= m->o.batch_rows || q.len >= limit) &&
+            (rc = flush_batch(w, &q, head, &rows)))
+            break;
     }
     if (rc == 0 && mysql_errno(w->src->my))
         rc = shard_fail(SHARD_ECONNECT, "reading %s.%s: %s", t->db, t->name,
                         mysql_error(w->src->my));
-    if (rc == 0 && rows) {
-        rc = conn_query(w->dst, &q);
-        if (rc == 0) {
-            pthread_mutex_lock(&m->lock);
-            m->done += rows;
-            m->r->rows_copied += rows;
-            pthread_mutex_unlock(&m->lock);
-            progress(m, SHARD_MOVE_COPYING, m->done, m->total);
-        }
-    }
+    if (rc == 0 && rows)
+        rc = flush_batch(w, &q, head, &rows);
     mysql_free_result(res);
     sql_free(&q);
     return rc ? shard_fail_prefix(rc, "copying %s.%s: ", t->db, t->name) : 0;

@@ -38,12 +38,16 @@
 
 #include "harness.h"
 
+#define BENCH_NAME "bench_get"
+#include "bench_util.h"
+
 extern char **environ;
 
 #define SHARDS 4          /* ID shards on the one pair */
 #define PINS_PER_SHARD 5000
 #define PIN_TYPE 1        /* "pins" in the harness map */
 #define INSERT_BATCH 500  /* rows per multi-row INSERT while loading */
+#define CONNECT_TIMEOUT 10 /* seconds, raw libmariadb connections */
 #define MAX_THREADS 2
 #define MAX_ROUNDS 256
 
@@ -60,181 +64,12 @@ static char Sbdir[600]; /* private: sysbench's option file (password) and output
 
 /* ------------------------------------------------------------ helpers */
 
-/* Something failed outright: the harness's atexit handler stops the servers. */
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-
-    fprintf(stderr, "bench_get: ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(1);
-}
-
 static pid_t Server_pid; /* s1's mariadbd, for its CPU time */
 
-static double cpu_self(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* CPU seconds (user + system) the server has used, from /proc; 0 if unknown. */
+/* CPU seconds (user + system) the server has used; 0 if unknown. */
 static double cpu_server(void)
 {
-    char path[64], buf[1024], *p;
-    unsigned long long ut, st;
-    FILE *f;
-    size_t n;
-
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)Server_pid);
-    if (!Server_pid || !(f = fopen(path, "r")))
-        return 0;
-    n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* after "pid (comm) ": state is field 3, utime 14 and stime 15 */
-    if (!(p = strrchr(buf, ')')) ||
-        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-        return 0;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
-static pid_t read_pid(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    int pid = 0;
-
-    if (f) {
-        if (fscanf(f, "%d", &pid) != 1)
-            pid = 0;
-        fclose(f);
-    }
-    return (pid_t)pid;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n)
-{
-    double s[MAX_ROUNDS];
-
-    memcpy(s, v, (size_t)n * sizeof *v);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
-static uint64_t xorshift(uint64_t *x)
-{
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
-}
-
-/* The application account over TCP, as libshard connects. */
-static MYSQL *raw_connect(int port)
-{
-    unsigned timeout = 10;
-    MYSQL *my = mysql_init(NULL);
-
-    if (!my)
-        die("mysql_init failed");
-    mysql_optionsv(my, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
-    mysql_optionsv(my, MYSQL_OPT_READ_TIMEOUT, &timeout);
-    mysql_optionsv(my, MYSQL_OPT_WRITE_TIMEOUT, &timeout);
-    mysql_optionsv(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-    if (!mysql_real_connect(my, "127.0.0.1", "shard", getenv("LIBSHARD_PASSWORD"), NULL,
-                            (unsigned)port, NULL, 0))
-        die("connect to 127.0.0.1:%d: %s", port, mysql_error(my));
-    return my;
-}
-
-static void raw_exec(MYSQL *my, const char *sql, size_t len)
-{
-    if (mysql_real_query(my, sql, (unsigned long)len))
-        die("%.60s...: %s", sql, mysql_error(my));
-    mysql_free_result(mysql_store_result(my));
-}
-
-/* A pin of about 200 bytes of JSON, without "active" (never soft-deleted). */
-static int pin_json(char *buf, size_t size, unsigned shard, unsigned local)
-{
-    return snprintf(buf, size,
-                    "{\"title\":\"Pin %u of shard %u\",\"link\":\"https://example.com/p/%u/%u\","
-                    "\"board\":%u,\"tags\":[\"travel\",\"food\",\"ideas\"],\"note\":\"Lorem "
-                    "ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod.\"}",
-                    local, shard, shard, local, local % 977 + 1);
-}
-
-/* Rows straight into the shard's table with multi-row INSERTs (local IDs
- * 1..n): much quicker than creating them one by one through the API. */
-static void load_pins(MYSQL *my, const char *db, unsigned shard, unsigned n)
-{
-    size_t cap = 64 + (size_t)INSERT_BATCH * 300, len = 0;
-    char *q = malloc(cap);
-
-    if (!q)
-        die("out of memory");
-    for (unsigned local = 1; local <= n; local++) {
-        char js[256];
-        bool first = len == 0;
-        int jl = pin_json(js, sizeof js, shard, local);
-        if (first)
-            len = (size_t)snprintf(q, cap, "INSERT INTO `%s`.`pins` (local_id, data) VALUES ",
-                                   db);
-        /* The JSON holds no quote or backslash: it goes in as it is. */
-        len += (size_t)snprintf(q + len, cap - len, "%s(%u,'%.*s')", first ? "" : ",", local,
-                                jl, js);
-        if (local % INSERT_BATCH == 0 || local == n) {
-            raw_exec(my, q, len);
-            len = 0;
-        }
-    }
-    free(q);
-}
-
-/* Wait until the standby has applied everything its master wrote, so that
- * replication does not steal CPU from the measurements. */
-static void wait_standby(const char *master, int domain, const char *standby)
-{
-    char *pos = NULL, *out = NULL, *p, sql[512], want[128] = "";
-    char prefix[16];
-
-    snprintf(prefix, sizeof prefix, "%d-", domain);
-    if (harness_sql(H, master, "SELECT @@gtid_binlog_pos", &pos) != 0)
-        die("%s: cannot read @@gtid_binlog_pos", master);
-    for (p = strtok(pos, ",\n"); p; p = strtok(NULL, ",\n"))
-        if (strncmp(p, prefix, strlen(prefix)) == 0)
-            snprintf(want, sizeof want, "%s", p);
-    free(pos);
-    if (!want[0])
-        return; /* the master wrote nothing of its own */
-    snprintf(sql, sizeof sql, "SELECT MASTER_GTID_WAIT('%s', 60)", want);
-    if (harness_sql(H, standby, sql, &out) != 0 || strncmp(out, "0", 1) != 0)
-        die("%s did not catch up with %s (%s)", standby, master, want);
-    free(out);
+    return cpu_of(Server_pid);
 }
 
 /* ------------------------------------------------------------ timed phases */
@@ -659,20 +494,20 @@ static void bench_get_vs_sysbench(phase *lib, const char *cnf, unsigned rows)
 static size_t load(const shard_map *map, int port, const char *cnf, uint64_t *ids,
                    char (*dbs)[32])
 {
-    MYSQL *my = raw_connect(port);
+    MYSQL *my = raw_connect(port, CONNECT_TIMEOUT, false);
     size_t nids = 0;
 
     for (unsigned s = 0; s < SHARDS; s++) {
         if (shard_map_database(map, s, dbs[s], sizeof dbs[s]))
             die("shard_map_database(%u): %s", s, shard_errmsg());
-        load_pins(my, dbs[s], s, PINS_PER_SHARD);
+        load_pins(my, dbs[s], s, PINS_PER_SHARD, INSERT_BATCH);
         for (unsigned l = 1; l <= PINS_PER_SHARD; l++)
             if (shard_id_make(s, PIN_TYPE, l, &ids[nids++]))
                 die("shard_id_make(%u, %u, %u) failed", s, PIN_TYPE, l);
     }
     raw_exec(my, "CREATE DATABASE IF NOT EXISTS sbtest", 36);
     sysbench_prepare(cnf, (unsigned)nids);
-    wait_standby("s1", 1, "s2");
+    wait_standby(H, "s1", 1, "s2");
     for (unsigned s = 0; s < SHARDS; s++) {
         char q[128];
         int n = snprintf(q, sizeof q, "SELECT SUM(LENGTH(data)) FROM `%s`.`pins`", dbs[s]);
@@ -708,7 +543,7 @@ int main(void)
     nids = load(map, port, cnf, ids, dbs);
 
     for (int i = 0; i < MAX_THREADS; i++)
-        raw[i] = raw_connect(port);
+        raw[i] = raw_connect(port, CONNECT_TIMEOUT, false);
     phase lib = {.side = LIBSHARD, .ctx = ctx, .ids = ids, .nids = nids};
     phase rawp = {.side = RAW, .raw = raw, .dbs = dbs, .ids = ids, .nids = nids};
     /* Warm-up of both code paths and libshard's pool. */

@@ -61,10 +61,14 @@
 
 #include "harness.h"
 
+#define BENCH_NAME "bench_move"
+#include "bench_util.h"
+
 #define THREADS 4            /* libshard copy_threads = mydumper/myloader -t = LOAD DATA conns */
 #define DEFAULT_BIG_ROWS 200000 /* rows on shards 0-1: the "10x" data */
 #define RSS_FACTOR 10        /* shards 2-3 hold BIG_ROWS / RSS_FACTOR rows */
 #define INSERT_BATCH 1000    /* rows per multi-row INSERT while loading */
+#define CONNECT_TIMEOUT 600  /* seconds, raw libmariadb connections */
 #define WRITERS 2            /* concurrent writers during the cut-over move */
 #define WRITER_PAUSE_S 0.003 /* between one writer's calls */
 #define DEFAULT_ROUNDS 4     /* samples of every copy figure */
@@ -105,21 +109,6 @@ static void cleanup_tmpdir(void)
     }
 }
 
-/* Something failed outright: the harness's atexit handler stops the servers. */
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-
-    fprintf(stderr, "bench_move: ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(1);
-}
-
-static double now(void);
-
 /* Progress on stderr, stamped with CLOCK_MONOTONIC (what `perf record -k
  * CLOCK_MONOTONIC` stamps samples with, to cut a profile by step). */
 static void note(const char *fmt, ...)
@@ -133,82 +122,12 @@ static void note(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-/* CPU seconds (user + system) a process has used, from /proc; 0 if unknown. */
-static double cpu_of(pid_t pid)
-{
-    char path[64], buf[1024], *p;
-    unsigned long long ut, st;
-    FILE *f;
-    size_t n;
-
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    if (pid <= 0 || !(f = fopen(path, "r")))
-        return 0;
-    n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* after "pid (comm) ": state is field 3, utime 14 and stime 15 */
-    if (!(p = strrchr(buf, ')')) ||
-        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-        return 0;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 /* The four servers' CPU seconds so far (index 1..4 = s1..s4). */
 static void cpu_servers(double out[5])
 {
     out[0] = 0;
     for (int k = 1; k <= 4; k++)
         out[k] = cpu_of(Srv_pid[k]);
-}
-
-static double cpu_self(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t xorshift(uint64_t *x)
-{
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
-}
-
-/* The application account over TCP, as libshard connects. */
-static MYSQL *raw_connect(int port, bool local_infile)
-{
-    unsigned timeout = 600, one = 1;
-    MYSQL *my = mysql_init(NULL);
-
-    if (!my)
-        die("mysql_init failed");
-    mysql_optionsv(my, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
-    mysql_optionsv(my, MYSQL_OPT_READ_TIMEOUT, &timeout);
-    mysql_optionsv(my, MYSQL_OPT_WRITE_TIMEOUT, &timeout);
-    mysql_optionsv(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-    if (local_infile)
-        mysql_optionsv(my, MYSQL_OPT_LOCAL_INFILE, &one);
-    if (!mysql_real_connect(my, "127.0.0.1", "shard", getenv("LIBSHARD_PASSWORD"), NULL,
-                            (unsigned)port, NULL, 0))
-        die("connect to 127.0.0.1:%d: %s", port, mysql_error(my));
-    return my;
 }
 
 static void exec_len(MYSQL *my, const char *sql, size_t len)
@@ -263,7 +182,8 @@ static long long value_ll(MYSQL *my, const char *sql)
  * and is not waited for). */
 static void sync_standby(int master_port, int standby_port)
 {
-    MYSQL *m = raw_connect(master_port, false), *s = raw_connect(standby_port, false);
+    MYSQL *m = raw_connect(master_port, CONNECT_TIMEOUT, false);
+    MYSQL *s = raw_connect(standby_port, CONNECT_TIMEOUT, false);
     char *dom = value(m, "SELECT @@gtid_domain_id");
     char *pos = value(m, "SELECT @@gtid_binlog_pos");
     char want[256] = "", sql[400];
@@ -296,7 +216,7 @@ static int standby_port_of(int pair) { return Port[2 * pair]; }
 
 static void drop_dbs(int pair, const char *prefix, unsigned first, unsigned last)
 {
-    MYSQL *my = raw_connect(master_port_of(pair), false);
+    MYSQL *my = raw_connect(master_port_of(pair), CONNECT_TIMEOUT, false);
     for (unsigned s = first; s <= last; s++)
         execf(my, "DROP DATABASE IF EXISTS `%s%05u`", prefix, s);
     mysql_close(my);
@@ -305,7 +225,7 @@ static void drop_dbs(int pair, const char *prefix, unsigned first, unsigned last
 
 static long long count_rows(int pair, const char *prefix, unsigned first, unsigned last)
 {
-    MYSQL *my = raw_connect(master_port_of(pair), false);
+    MYSQL *my = raw_connect(master_port_of(pair), CONNECT_TIMEOUT, false);
     long long n = 0;
     for (unsigned s = first; s <= last; s++)
         for (int t = 0; t < NDATA; t++) {
@@ -349,7 +269,7 @@ typedef struct loadjob {
 static void *load_main(void *arg)
 {
     loadjob *j = arg;
-    MYSQL *my = raw_connect(j->port, false);
+    MYSQL *my = raw_connect(j->port, CONNECT_TIMEOUT, false);
     size_t cap = (size_t)INSERT_BATCH * 300 + 256;
     char *sql = malloc(cap);
     uint64_t rng = 0x9E3779B97F4A7C15ull ^ ((uint64_t)j->shard << 32) ^ (uintptr_t)j->table;
@@ -728,7 +648,7 @@ static void dump_and_load(int src, int dst, dumpres *out)
 /* One TSV file per data table of shards 0-1 (LOAD DATA's default format). */
 static long long export_tsv(int pair)
 {
-    MYSQL *my = raw_connect(master_port_of(pair), false);
+    MYSQL *my = raw_connect(master_port_of(pair), CONNECT_TIMEOUT, false);
     long long rows = 0;
 
     execf(my, "SET SESSION time_zone = '+00:00'");
@@ -805,7 +725,8 @@ typedef struct ldres {
  * table (THREADS of them), binary log on. */
 static void load_data(int src, int dst, ldres *out)
 {
-    MYSQL *s = raw_connect(master_port_of(src), false), *d = raw_connect(master_port_of(dst), false);
+    MYSQL *s = raw_connect(master_port_of(src), CONNECT_TIMEOUT, false);
+    MYSQL *d = raw_connect(master_port_of(dst), CONNECT_TIMEOUT, false);
     ldjob jobs[THREADS];
     pthread_barrier_t go;
     int n = 0;
@@ -833,7 +754,7 @@ static void load_data(int src, int dst, ldres *out)
     pthread_barrier_init(&go, NULL, THREADS + 1);
     for (unsigned sh = 0; sh <= 1; sh++)
         for (int t = 0; t < NDATA; t++, n++) {
-            jobs[n].my = raw_connect(master_port_of(dst), true);
+            jobs[n].my = raw_connect(master_port_of(dst), CONNECT_TIMEOUT, true);
             jobs[n].go = &go;
             execf(jobs[n].my, "SET SESSION time_zone = '+00:00'");
             snprintf(jobs[n].sql, sizeof jobs[n].sql,
@@ -914,21 +835,6 @@ static void *write_loop(void *arg)
 
 static double maxd(double a, double b) { return a > b ? a : b; }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n)
-{
-    double s[MAX_ROUNDS];
-
-    memcpy(s, v, (size_t)n * sizeof *v);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
 /* "a/b/c" of n values */
 static const char *list(char *buf, size_t size, const double *v, int n)
 {
@@ -985,18 +891,11 @@ int main(int argc, char **argv)
     note("servers in %s", harness_dir(H));
     for (int k = 1; k <= 4; k++) {
         char name[8], path[PATH_MAX + 32];
-        FILE *f;
-        int pid = 0;
         snprintf(name, sizeof name, "s%d", k);
         if ((Port[k] = harness_port(H, name)) < 0)
             die("no port for %s", name);
         snprintf(path, sizeof path, "%s/%s/mariadbd.pid", harness_dir(H), name);
-        if ((f = fopen(path, "r"))) {
-            if (fscanf(f, "%d", &pid) != 1)
-                pid = 0;
-            fclose(f);
-        }
-        Srv_pid[k] = (pid_t)pid;
+        Srv_pid[k] = read_pid(path);
     }
     {
         const char *tmp = getenv("TMPDIR");

@@ -36,11 +36,15 @@
 
 #include "harness.h"
 
+#define BENCH_NAME "bench_multiget"
+#include "bench_util.h"
+
 #define PAIRS 4
 #define SHARDS 16         /* 4 per pair */
 #define PINS_PER_SHARD 1250
 #define PIN_TYPE 1        /* "pins" in the harness map */
 #define INSERT_BATCH 500  /* rows per multi-row INSERT while loading */
+#define CONNECT_TIMEOUT 10 /* seconds, raw libmariadb connections */
 #define BATCH 1000        /* IDs per multi-get */
 #define ROUNDS 30
 #define CPU_REPEAT 100    /* back-to-back multi-gets for the CPU figures */
@@ -51,180 +55,12 @@ static pid_t Master_pid[PAIRS];
 
 /* ------------------------------------------------------------ helpers */
 
-/* Something failed outright: the harness's atexit handler stops the servers. */
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-
-    fprintf(stderr, "bench_multiget: ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(1);
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double cpu_self(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* CPU seconds (user + system) a process has used, from /proc; 0 if unknown. */
-static double cpu_of(pid_t pid)
-{
-    char path[64], buf[1024], *p;
-    unsigned long long ut, st;
-    FILE *f;
-    size_t n;
-
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    if (!pid || !(f = fopen(path, "r")))
-        return 0;
-    n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* after "pid (comm) ": state is field 3, utime 14 and stime 15 */
-    if (!(p = strrchr(buf, ')')) ||
-        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-        return 0;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 static double cpu_masters(void)
 {
     double sum = 0;
     for (int p = 0; p < PAIRS; p++)
         sum += cpu_of(Master_pid[p]);
     return sum;
-}
-
-static pid_t read_pid(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    int pid = 0;
-
-    if (f) {
-        if (fscanf(f, "%d", &pid) != 1)
-            pid = 0;
-        fclose(f);
-    }
-    return (pid_t)pid;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n)
-{
-    double s[ROUNDS];
-
-    memcpy(s, v, (size_t)n * sizeof *v);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
-static uint64_t xorshift(uint64_t *x)
-{
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
-}
-
-/* The application account over TCP, as libshard connects. */
-static MYSQL *raw_connect(int port)
-{
-    unsigned timeout = 10;
-    MYSQL *my = mysql_init(NULL);
-
-    if (!my)
-        die("mysql_init failed");
-    mysql_optionsv(my, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
-    mysql_optionsv(my, MYSQL_OPT_READ_TIMEOUT, &timeout);
-    mysql_optionsv(my, MYSQL_OPT_WRITE_TIMEOUT, &timeout);
-    mysql_optionsv(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-    if (!mysql_real_connect(my, "127.0.0.1", "shard", getenv("LIBSHARD_PASSWORD"), NULL,
-                            (unsigned)port, NULL, 0))
-        die("connect to 127.0.0.1:%d: %s", port, mysql_error(my));
-    return my;
-}
-
-static void raw_exec(MYSQL *my, const char *sql, size_t len)
-{
-    if (mysql_real_query(my, sql, (unsigned long)len))
-        die("%.60s...: %s", sql, mysql_error(my));
-    mysql_free_result(mysql_store_result(my));
-}
-
-/* A pin of about 200 bytes of JSON, without "active" (never soft-deleted). */
-static int pin_json(char *buf, size_t size, unsigned shard, unsigned local)
-{
-    return snprintf(buf, size,
-                    "{\"title\":\"Pin %u of shard %u\",\"link\":\"https://example.com/p/%u/%u\","
-                    "\"board\":%u,\"tags\":[\"travel\",\"food\",\"ideas\"],\"note\":\"Lorem "
-                    "ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod.\"}",
-                    local, shard, shard, local, local % 977 + 1);
-}
-
-/* Rows straight into the shard's table with multi-row INSERTs (local IDs
- * 1..n): much quicker than creating them one by one through the API. */
-static void load_pins(MYSQL *my, const char *db, unsigned shard, unsigned n)
-{
-    size_t cap = 64 + (size_t)INSERT_BATCH * 300, len = 0;
-    char *q = malloc(cap);
-
-    if (!q)
-        die("out of memory");
-    for (unsigned local = 1; local <= n; local++) {
-        char js[256];
-        bool first = len == 0;
-        int jl = pin_json(js, sizeof js, shard, local);
-        if (first)
-            len = (size_t)snprintf(q, cap, "INSERT INTO `%s`.`pins` (local_id, data) VALUES ",
-                                   db);
-        /* The JSON holds no quote or backslash: it goes in as it is. */
-        len += (size_t)snprintf(q + len, cap - len, "%s(%u,'%.*s')", first ? "" : ",", local,
-                                jl, js);
-        if (local % INSERT_BATCH == 0 || local == n) {
-            raw_exec(my, q, len);
-            len = 0;
-        }
-    }
-    free(q);
-}
-
-/* Wait until the standby has applied everything its master wrote, so that
- * replication does not steal CPU from the measurements. */
-static void wait_standby(const char *master, int domain, const char *standby)
-{
-    char *pos = NULL, *out = NULL, *p, sql[512], want[128] = "";
-    char prefix[16];
-
-    snprintf(prefix, sizeof prefix, "%d-", domain);
-    if (harness_sql(H, master, "SELECT @@gtid_binlog_pos", &pos) != 0)
-        die("%s: cannot read @@gtid_binlog_pos", master);
-    for (p = strtok(pos, ",\n"); p; p = strtok(NULL, ",\n"))
-        if (strncmp(p, prefix, strlen(prefix)) == 0)
-            snprintf(want, sizeof want, "%s", p);
-    free(pos);
-    if (!want[0])
-        return; /* the master wrote nothing of its own */
-    snprintf(sql, sizeof sql, "SELECT MASTER_GTID_WAIT('%s', 60)", want);
-    if (harness_sql(H, standby, sql, &out) != 0 || strncmp(out, "0", 1) != 0)
-        die("%s did not catch up with %s (%s)", standby, master, want);
-    free(out);
 }
 
 /* ------------------------------------------------------------ contenders */
@@ -394,7 +230,7 @@ static void raw_start(raw_crew *c)
     for (int p = 0; p < PAIRS; p++) {
         char name[16];
         snprintf(name, sizeof name, "s%d", 2 * p + 1);
-        c->my[p] = raw_connect(harness_port(H, name));
+        c->my[p] = raw_connect(harness_port(H, name), CONNECT_TIMEOUT, false);
         args[p] = (raw_arg){c, p};
         if (pthread_create(&c->thread[p], NULL, raw_work, &args[p]) != 0)
             die("pthread_create failed");
@@ -476,7 +312,7 @@ static size_t load(const shard_map *map, uint64_t *all, long pair_of[SHARDS])
         snprintf(standby, sizeof standby, "s%d", 2 * p + 2);
         snprintf(path, sizeof path, "%s/%s/mariadbd.pid", harness_dir(H), master);
         Master_pid[p] = read_pid(path);
-        my = raw_connect(harness_port(H, master));
+        my = raw_connect(harness_port(H, master), CONNECT_TIMEOUT, false);
         for (unsigned s = 0; s < SHARDS; s++) {
             const char *pname = NULL;
             char db[32], q[128];
@@ -489,7 +325,7 @@ static size_t load(const shard_map *map, uint64_t *all, long pair_of[SHARDS])
             pair_of[s] = p;
             if (shard_map_database(map, s, db, sizeof db))
                 die("shard_map_database(%u): %s", s, shard_errmsg());
-            load_pins(my, db, s, PINS_PER_SHARD);
+            load_pins(my, db, s, PINS_PER_SHARD, INSERT_BATCH);
             for (unsigned l = 1; l <= PINS_PER_SHARD; l++)
                 if (shard_id_make(s, PIN_TYPE, l, &all[nall++]))
                     die("shard_id_make(%u, %u, %u) failed", s, PIN_TYPE, l);
@@ -498,7 +334,7 @@ static size_t load(const shard_map *map, uint64_t *all, long pair_of[SHARDS])
             raw_exec(my, q, (size_t)n);
         }
         mysql_close(my);
-        wait_standby(master, 2 * p + 1, standby);
+        wait_standby(H, master, 2 * p + 1, standby);
     }
     if (nall != SHARDS * PINS_PER_SHARD)
         die("the map does not spread %d shards over %d pairs", SHARDS, PAIRS);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "run_cmd.h"
 
 #define NPAIRS 2
 #define ID_SHARDS 8  /* 0-3 on MySQL001 (s1), 4-7 on MySQL002 (s3) */
@@ -33,73 +34,10 @@ static harness *H;
 /* Running shardctl                                                    */
 /* ------------------------------------------------------------------ */
 
-typedef struct run_result {
-    char *out;  /* everything written to stdout, NUL-terminated */
-    char *err;  /* everything written to stderr */
-    int status; /* exit status, or -1 when it did not exit normally */
-} run_result;
-
 typedef struct run_opts {
     int no_map_env;       /* LIBSHARD_MAP unset (else: the harness's map) */
     const char *password; /* LIBSHARD_PASSWORD for the child; NULL: inherited */
 } run_opts;
-
-static const char *shardctl_path(void)
-{
-    const char *p = getenv("SHARDCTL");
-    return p && *p ? p : "build/shardctl";
-}
-
-static void buf_append(char **buf, size_t *len, size_t *cap, const char *data, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t ncap = (*cap ? *cap : 256);
-        while (ncap < *len + n + 1)
-            ncap *= 2;
-        *buf = realloc(*buf, ncap);
-        ck_assert_ptr_nonnull(*buf);
-        *cap = ncap;
-    }
-    memcpy(*buf + *len, data, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-}
-
-/* Reads both pipes to their end at once, so a full pipe never blocks the child. */
-static void drain(int outfd, int errfd, run_result *r)
-{
-    struct pollfd p[2] = {{.fd = outfd, .events = POLLIN}, {.fd = errfd, .events = POLLIN}};
-    char *bufs[2] = {NULL, NULL};
-    size_t len[2] = {0, 0}, cap[2] = {0, 0};
-    int open_fds = 2;
-
-    for (int i = 0; i < 2; i++)
-        buf_append(&bufs[i], &len[i], &cap[i], "", 0);
-    while (open_fds > 0) {
-        int ready = poll(p, 2, 60000);
-        ck_assert_msg(ready != 0, "shardctl wrote nothing and did not exit for 60 s");
-        if (ready < 0) {
-            ck_assert_msg(errno == EINTR, "poll: %s", strerror(errno));
-            continue;
-        }
-        for (int i = 0; i < 2; i++) {
-            char chunk[4096];
-            ssize_t n;
-            if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            n = read(p[i].fd, chunk, sizeof chunk);
-            if (n > 0) {
-                buf_append(&bufs[i], &len[i], &cap[i], chunk, (size_t)n);
-            } else if (n == 0 || errno != EINTR) {
-                close(p[i].fd);
-                p[i].fd = -1;
-                open_fds--;
-            }
-        }
-    }
-    r->out = bufs[0];
-    r->err = bufs[1];
-}
 
 /* No output of any run may contain the password (when it is long enough
  * that finding it cannot be a coincidence). */
@@ -114,72 +52,19 @@ static void assert_no_password(const run_result *r, const char *pw)
 /* Runs shardctl with argv (NULL-terminated, without the program name). */
 static run_result run_argv(const run_opts *o, const char *const *argv)
 {
-    const char *prog = shardctl_path();
-    const char *args[64];
-    int outp[2], errp[2];
-    run_result r = {NULL, NULL, -1};
-    int n = 0, wst;
-    pid_t pid;
+    run_spec s = {.map_env = o->no_map_env ? NULL : harness_map_path(H),
+                  .password = o->password,
+                  .timeout_s = 60};
+    run_result r = run_cmd(&s, argv);
 
-    ck_assert_msg(access(prog, X_OK) == 0, "cannot run %s (set SHARDCTL): %s", prog,
-                  strerror(errno));
-    args[n++] = prog;
-    for (; *argv; argv++) {
-        ck_assert_int_lt(n, 62);
-        args[n++] = *argv;
-    }
-    args[n] = NULL;
-
-    ck_assert_int_eq(pipe(outp), 0);
-    ck_assert_int_eq(pipe(errp), 0);
-    pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        if (dup2(outp[1], 1) < 0 || dup2(errp[1], 2) < 0)
-            _exit(126);
-        close(outp[0]);
-        close(outp[1]);
-        close(errp[0]);
-        close(errp[1]);
-        if (o->no_map_env)
-            unsetenv("LIBSHARD_MAP");
-        else
-            setenv("LIBSHARD_MAP", harness_map_path(H), 1);
-        if (o->password)
-            setenv("LIBSHARD_PASSWORD", o->password, 1);
-        execv(prog, (char *const *)args);
-        _exit(127);
-    }
-    close(outp[1]);
-    close(errp[1]);
-    drain(outp[0], errp[0], &r);
-    while (waitpid(pid, &wst, 0) < 0)
-        ck_assert_int_eq(errno, EINTR);
-    r.status = WIFEXITED(wst) ? WEXITSTATUS(wst) : -1;
-    ck_assert_msg(r.status != 126 && r.status != 127, "could not exec %s", prog);
     assert_no_password(&r, getenv("LIBSHARD_PASSWORD"));
     if (o->password)
         assert_no_password(&r, o->password);
     return r;
 }
 
-static void run_free(run_result *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-#define ARGV(...) ((const char *const[]){__VA_ARGS__, NULL})
 /* shardctl with LIBSHARD_MAP naming the harness's map. */
 #define RUN(...) run_argv(&(run_opts){0, NULL}, ARGV(__VA_ARGS__))
-
-static size_t count_lines(const char *s)
-{
-    size_t n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
 
 /* stderr is exactly one non-empty line, mentioning `mention` when given. */
 static void assert_one_error_line(const run_result *r, const char *mention)
@@ -190,15 +75,6 @@ static void assert_one_error_line(const run_result *r, const char *mention)
     if (mention)
         ck_assert_msg(strstr(r->err, mention) != NULL, "stderr \"%s\" does not mention \"%s\"",
                       r->err, mention);
-}
-
-/* Success: exit 0, stdout exactly `out`, nothing on stderr. */
-static void expect_ok(run_result r, const char *out)
-{
-    ck_assert_msg(r.status == 0, "exit status %d, stderr: %s", r.status, r.err);
-    ck_assert_str_eq(r.err, "");
-    ck_assert_str_eq(r.out, out);
-    run_free(&r);
 }
 
 /* Bad usage or input: exit 2, nothing on stdout, one line on stderr. */

@@ -22,10 +22,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "map.h"    /* map_reassign */
-#include "object.h" /* object_parse, merge_patch, object_dump */
-
-extern atomic_long shard__alloc_budget; /* lib/alloc.c test hook */
+#include "alloc_budget.h" /* shard__alloc_budget, budget_take, budget_malloc */
+#include "map.h"          /* map_reassign */
+#include "object.h"       /* object_parse, merge_patch, object_dump */
 
 /* A loop gives up here: no path needs anywhere near this many allocations. */
 #define MAX_ALLOCS 100000
@@ -49,22 +48,7 @@ static const char base_map[] =
 
 /* ---- one budget for libshard, jansson and OpenSSL ------------------------ */
 
-/* Mirrors lib/alloc.c: -1 never fails; n >= 0 allows n more, then fails. */
-static int budget_take(void)
-{
-    long b = atomic_load(&shard__alloc_budget);
-    if (b < 0)
-        return 1;
-    while (b > 0)
-        if (atomic_compare_exchange_weak(&shard__alloc_budget, &b, b - 1))
-            return 1;
-    return b != 0;
-}
-
-static void *budget_malloc(size_t n)
-{
-    return budget_take() ? malloc(n) : NULL;
-}
+/* budget_take() and budget_malloc(): tests/alloc_budget.h */
 
 static void *ossl_malloc(size_t n, const char *file, int line)
 {

@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-extern atomic_long shard__alloc_budget; /* lib/alloc.c test hook */
+#include "alloc_budget.h" /* shard__alloc_budget, budget_malloc */
 
 static const char base_map[] =
     "{\"version\": 7, \"open_shards\": 64, \"database_format\": \"db%05d\","
@@ -438,17 +438,6 @@ START_TEST(file_store_concurrent_publishers)
 }
 END_TEST
 
-/* jansson's allocations count against the same budget as libshard's. */
-static void *budget_malloc(size_t n)
-{
-    long b = atomic_load(&shard__alloc_budget);
-    if (b == 0)
-        return NULL;
-    if (b > 0)
-        atomic_fetch_sub(&shard__alloc_budget, 1);
-    return malloc(n);
-}
-
 /* Fail the Nth allocation for every N: a clean error, never a crash or leak. */
 START_TEST(parser_allocation_failures)
 {
@@ -457,7 +446,7 @@ START_TEST(parser_allocation_failures)
     int failures = 0;
 
     json_get_alloc_funcs(&om, &of);
-    json_set_alloc_funcs(budget_malloc, free);
+    json_set_alloc_funcs(budget_malloc, free); /* tests/alloc_budget.h */
     for (long n = 0;; n++) {
         shard_map *m = NULL;
         char *sum = NULL;

@@ -19,15 +19,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "run_cmd.h"
+
 /* ------------------------------------------------------------------ */
 /* Running shardctl                                                    */
 /* ------------------------------------------------------------------ */
-
-typedef struct run_result {
-    char *out;  /* everything written to stdout, NUL-terminated */
-    char *err;  /* everything written to stderr */
-    int status; /* exit status, or -1 when it did not exit normally */
-} run_result;
 
 /* How the child's environment and stdout are set up. */
 typedef struct run_opts {
@@ -35,146 +31,17 @@ typedef struct run_opts {
     int stdout_full;     /* stdout is /dev/full (writes fail with ENOSPC) */
 } run_opts;
 
-static const char *shardctl_path(void)
-{
-    const char *p = getenv("SHARDCTL");
-    return p && *p ? p : "build/shardctl";
-}
-
-static void buf_append(char **buf, size_t *len, size_t *cap, const char *data, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t ncap = (*cap ? *cap : 256);
-        while (ncap < *len + n + 1)
-            ncap *= 2;
-        *buf = realloc(*buf, ncap);
-        ck_assert_ptr_nonnull(*buf);
-        *cap = ncap;
-    }
-    memcpy(*buf + *len, data, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-}
-
-/* Reads both pipes to their end at once, so a full pipe never blocks the child. */
-static void drain(int outfd, int errfd, run_result *r)
-{
-    struct pollfd p[2] = {{.fd = outfd, .events = POLLIN}, {.fd = errfd, .events = POLLIN}};
-    char *bufs[2] = {NULL, NULL};
-    size_t len[2] = {0, 0}, cap[2] = {0, 0};
-    int open_fds = 2;
-
-    for (int i = 0; i < 2; i++)
-        buf_append(&bufs[i], &len[i], &cap[i], "", 0);
-    if (outfd < 0) {
-        p[0].fd = -1;
-        open_fds = 1;
-    }
-    while (open_fds > 0) {
-        int ready = poll(p, 2, 30000);
-        ck_assert_msg(ready != 0, "shardctl wrote nothing and did not exit for 30 s");
-        if (ready < 0) {
-            ck_assert_msg(errno == EINTR, "poll: %s", strerror(errno));
-            continue;
-        }
-        for (int i = 0; i < 2; i++) {
-            char chunk[4096];
-            ssize_t n;
-            if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            n = read(p[i].fd, chunk, sizeof chunk);
-            if (n > 0) {
-                buf_append(&bufs[i], &len[i], &cap[i], chunk, (size_t)n);
-            } else if (n == 0 || errno != EINTR) {
-                close(p[i].fd);
-                p[i].fd = -1;
-                open_fds--;
-            }
-        }
-    }
-    r->out = bufs[0];
-    r->err = bufs[1];
-}
-
 /* Runs shardctl with argv (NULL-terminated, without the program name). */
 static run_result run_argv(const run_opts *o, const char *const *argv)
 {
-    const char *prog = shardctl_path();
-    const char *args[64];
-    int outp[2] = {-1, -1}, errp[2];
-    run_result r = {NULL, NULL, -1};
-    int n = 0, wst;
-    pid_t pid;
-
-    ck_assert_msg(access(prog, X_OK) == 0, "cannot run %s (set SHARDCTL): %s", prog,
-                  strerror(errno));
-    args[n++] = prog;
-    for (; *argv; argv++) {
-        ck_assert_int_lt(n, 62);
-        args[n++] = *argv;
-    }
-    args[n] = NULL;
-
-    ck_assert(o->stdout_full || pipe(outp) == 0);
-    ck_assert_int_eq(pipe(errp), 0);
-    pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        int out = o->stdout_full ? open("/dev/full", O_WRONLY) : outp[1];
-        if (out < 0 || dup2(out, 1) < 0 || dup2(errp[1], 2) < 0)
-            _exit(126);
-        if (!o->stdout_full) {
-            close(outp[0]);
-            close(outp[1]);
-        }
-        close(errp[0]);
-        close(errp[1]);
-        if (o->map_env)
-            setenv("LIBSHARD_MAP", o->map_env, 1);
-        else
-            unsetenv("LIBSHARD_MAP");
-        execv(prog, (char *const *)args);
-        _exit(127);
-    }
-    if (!o->stdout_full)
-        close(outp[1]);
-    close(errp[1]);
-    drain(outp[0], errp[0], &r);
-    while (waitpid(pid, &wst, 0) < 0)
-        ck_assert_int_eq(errno, EINTR);
-    r.status = WIFEXITED(wst) ? WEXITSTATUS(wst) : -1;
-    ck_assert_msg(r.status != 126 && r.status != 127, "could not exec %s", prog);
-    return r;
+    run_spec s = {.map_env = o->map_env, .stdout_full = o->stdout_full, .timeout_s = 30};
+    return run_cmd(&s, argv);
 }
 
-static void run_free(run_result *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-#define ARGV(...) ((const char *const[]){__VA_ARGS__, NULL})
 /* shardctl with LIBSHARD_MAP unset. */
 #define RUN(...) run_argv(&(run_opts){NULL, 0}, ARGV(__VA_ARGS__))
 /* shardctl with LIBSHARD_MAP set to env. */
 #define RUN_ENV(env, ...) run_argv(&(run_opts){(env), 0}, ARGV(__VA_ARGS__))
-
-static size_t count_lines(const char *s)
-{
-    size_t n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
-
-/* Success: exit 0, stdout exactly `out`, nothing on stderr. */
-static void expect_ok(run_result r, const char *out)
-{
-    ck_assert_msg(r.status == 0, "exit status %d, stderr: %s", r.status, r.err);
-    ck_assert_str_eq(r.err, "");
-    ck_assert_str_eq(r.out, out);
-    run_free(&r);
-}
 
 /*
  * Bad usage or input: exit 2, nothing on stdout, exactly one non-empty line

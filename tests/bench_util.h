@@ -1,0 +1,230 @@
+/*
+ * tests/bench_util.h: helpers shared by the benchmarks (tests/bench_*.c):
+ * dying with a message, clocks and CPU times, medians, a PRNG, raw
+ * libmariadb connections, and loading pins straight into shard tables.
+ *
+ * Every function is static: each benchmark is built on its own from its one
+ * .c file (the Makefile links only the harness and the libraries). Before
+ * including, define BENCH_NAME: the prefix of die()'s messages.
+ */
+#ifndef LIBSHARD_TESTS_BENCH_UTIL_H
+#define LIBSHARD_TESTS_BENCH_UTIL_H
+
+#include <mysql.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#ifndef BENCH_NAME
+#error "define BENCH_NAME before including bench_util.h"
+#endif
+
+/* Not every benchmark uses every helper. */
+#define BENCH_UTIL static __attribute__((unused))
+
+/* Something failed outright: the harness's atexit handler stops the servers. */
+BENCH_UTIL void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+BENCH_UTIL void die(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, BENCH_NAME ": ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+/* ------------------------------------------------------------ time */
+
+BENCH_UTIL double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+BENCH_UTIL void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* CPU seconds this process has used. */
+BENCH_UTIL double cpu_self(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* CPU seconds (user + system) a process has used, from /proc; 0 if unknown. */
+BENCH_UTIL double cpu_of(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long long ut, st;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    if (pid <= 0 || !(f = fopen(path, "r")))
+        return 0;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* after "pid (comm) ": state is field 3, utime 14 and stime 15 */
+    if (!(p = strrchr(buf, ')')) ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return 0;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The pid in a pid file (a server's mariadbd.pid); 0 if unreadable. */
+BENCH_UTIL pid_t read_pid(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+
+    if (f) {
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = 0;
+        fclose(f);
+    }
+    return (pid_t)pid;
+}
+
+/* ------------------------------------------------------------ figures */
+
+static int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of v[0..n), n >= 1 (v itself is left in its order). */
+BENCH_UTIL double median(const double *v, int n)
+{
+    double *s = malloc((size_t)n * sizeof *s), m;
+
+    if (!s)
+        die("out of memory");
+    memcpy(s, v, (size_t)n * sizeof *v);
+    qsort(s, (size_t)n, sizeof *s, bench_cmp_double);
+    m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    free(s);
+    return m;
+}
+
+BENCH_UTIL uint64_t xorshift(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* ------------------------------------------------------------ raw libmariadb */
+
+/* The application account over TCP, as libshard connects; timeout seconds
+ * for connect, read and write; LOAD DATA LOCAL INFILE allowed if asked. */
+BENCH_UTIL MYSQL *raw_connect(int port, unsigned timeout, bool local_infile)
+{
+    unsigned one = 1;
+    MYSQL *my = mysql_init(NULL);
+
+    if (!my)
+        die("mysql_init failed");
+    mysql_optionsv(my, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
+    mysql_optionsv(my, MYSQL_OPT_READ_TIMEOUT, &timeout);
+    mysql_optionsv(my, MYSQL_OPT_WRITE_TIMEOUT, &timeout);
+    mysql_optionsv(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    if (local_infile)
+        mysql_optionsv(my, MYSQL_OPT_LOCAL_INFILE, &one);
+    if (!mysql_real_connect(my, "127.0.0.1", "shard", getenv("LIBSHARD_PASSWORD"), NULL,
+                            (unsigned)port, NULL, 0))
+        die("connect to 127.0.0.1:%d: %s", port, mysql_error(my));
+    return my;
+}
+
+BENCH_UTIL void raw_exec(MYSQL *my, const char *sql, size_t len)
+{
+    if (mysql_real_query(my, sql, (unsigned long)len))
+        die("%.60s...: %s", sql, mysql_error(my));
+    mysql_free_result(mysql_store_result(my));
+}
+
+/* ------------------------------------------------------------ pins */
+
+/* A pin of about 200 bytes of JSON, without "active" (never soft-deleted). */
+BENCH_UTIL int pin_json(char *buf, size_t size, unsigned shard, unsigned local)
+{
+    return snprintf(buf, size,
+                    "{\"title\":\"Pin %u of shard %u\",\"link\":\"https://example.com/p/%u/%u\","
+                    "\"board\":%u,\"tags\":[\"travel\",\"food\",\"ideas\"],\"note\":\"Lorem "
+                    "ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod.\"}",
+                    local, shard, shard, local, local % 977 + 1);
+}
+
+/* Rows straight into the shard's table with multi-row INSERTs of batch rows
+ * (local IDs 1..n): much quicker than creating them one by one through the
+ * API. */
+BENCH_UTIL void load_pins(MYSQL *my, const char *db, unsigned shard, unsigned n, unsigned batch)
+{
+    size_t cap = 64 + (size_t)batch * 300, len = 0;
+    char *q = malloc(cap);
+
+    if (!q)
+        die("out of memory");
+    for (unsigned local = 1; local <= n; local++) {
+        char js[256];
+        bool first = len == 0;
+        int jl = pin_json(js, sizeof js, shard, local);
+        if (first)
+            len = (size_t)snprintf(q, cap, "INSERT INTO `%s`.`pins` (local_id, data) VALUES ",
+                                   db);
+        /* The JSON holds no quote or backslash: it goes in as it is. */
+        len += (size_t)snprintf(q + len, cap - len, "%s(%u,'%.*s')", first ? "" : ",", local,
+                                jl, js);
+        if (local % batch == 0 || local == n) {
+            raw_exec(my, q, len);
+            len = 0;
+        }
+    }
+    free(q);
+}
+
+/* Wait until the standby has applied everything its master wrote, so that
+ * replication does not steal CPU from the measurements. */
+BENCH_UTIL void wait_standby(harness *h, const char *master, int domain, const char *standby)
+{
+    char *pos = NULL, *out = NULL, *p, sql[512], want[128] = "";
+    char prefix[16];
+
+    snprintf(prefix, sizeof prefix, "%d-", domain);
+    if (harness_sql(h, master, "SELECT @@gtid_binlog_pos", &pos) != 0)
+        die("%s: cannot read @@gtid_binlog_pos", master);
+    for (p = strtok(pos, ",\n"); p; p = strtok(NULL, ",\n"))
+        if (strncmp(p, prefix, strlen(prefix)) == 0)
+            snprintf(want, sizeof want, "%s", p);
+    free(pos);
+    if (!want[0])
+        return; /* the master wrote nothing of its own */
+    snprintf(sql, sizeof sql, "SELECT MASTER_GTID_WAIT('%s', 60)", want);
+    if (harness_sql(h, standby, sql, &out) != 0 || strncmp(out, "0", 1) != 0)
+        die("%s did not catch up with %s (%s)", standby, master, want);
+    free(out);
+}
+
+#endif
