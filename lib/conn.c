@@ -212,6 +212,11 @@ static void timed_deadline(struct timespec *ts, unsigned ms)
 
 int conn_get(shard_ctx *ctx, shard_server *srv, shard_conn **out)
 {
+    return conn_get_ex(ctx, srv, out, NULL);
+}
+
+int conn_get_ex(shard_ctx *ctx, shard_server *srv, shard_conn **out, bool *connect_failed)
+{
     unsigned wait_ms = ctx->opts.connect_timeout_ms + ctx->opts.read_timeout_ms;
     struct timespec deadline;
     shard_conn *c;
@@ -240,6 +245,8 @@ int conn_get(shard_ctx *ctx, shard_server *srv, shard_conn **out)
             srv->total++;
             pthread_mutex_unlock(&srv->lock);
             rc = conn_open(ctx, srv, out);
+            if (connect_failed)
+                *connect_failed = rc != 0;
             if (rc) {
                 pthread_mutex_lock(&srv->lock);
                 srv->total--;

@@ -462,14 +462,6 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
     return rc;
 }
 
-/* A connect timeout (not a pool wait) on a server that may be gone: the
- * map may point elsewhere by now, and nothing was sent. */
-static bool retryable_connect(shard_ctx *ctx, shard_conn *c)
-{
-    (void)ctx;
-    return c == NULL && strstr(shard_errmsg(), "cannot connect") != NULL;
-}
-
 int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
 {
     double deadline = now_seconds() + ctx->opts.retry_budget_ms / 1000.0;
@@ -483,7 +475,7 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
         char db[SHARD_DBNAME_MAX];
         shard_server *srv;
         shard_conn *c = NULL;
-        bool ambiguous = false;
+        bool ambiguous = false, connect_failed = false;
 
         if (pi < 0) {
             rc = shard_fail(SHARD_ENOSHARD, "%sshard %u is not in any range of map "
@@ -498,9 +490,12 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
             shard_map_free(map);
             return shard_fail(SHARD_ENOMEM, "out of memory");
         }
-        rc = conn_get(ctx, srv, &c);
-        if (rc == SHARD_ETIMEOUT && retryable_connect(ctx, c))
-            rc = SHARD_ECONNECT; /* nothing was sent: safe to try again */
+        rc = conn_get_ex(ctx, srv, &c, &connect_failed);
+        /* A connect that timed out sent nothing, and the server may be gone
+         * for good (a failover): retry it, after a map reload. A wait for a
+         * busy pool is not retried. */
+        if (rc == SHARD_ETIMEOUT && connect_failed)
+            rc = SHARD_ECONNECT;
         if (rc == 0) {
             exec_env env = {c, map, db, shard, false};
             rc = fn(&env, arg);

@@ -77,6 +77,9 @@ uint64_t ctx_random(void);
 
 /* conn.c */
 int conn_get(shard_ctx *ctx, shard_server *srv, shard_conn **out);
+/* The same; *connect_failed (may be NULL) tells a failure to open a new
+ * connection (nothing was sent) from a wait for a busy pool. */
+int conn_get_ex(shard_ctx *ctx, shard_server *srv, shard_conn **out, bool *connect_failed);
 /* Back to the pool; a connection that failed is closed instead. */
 void conn_put(shard_conn *c, bool healthy);
 void server_close_all(shard_server *srv);

@@ -151,22 +151,35 @@ typedef struct list_args {
     uint64_t count;
 } list_args;
 
-static int list_fn(exec_env *env, void *arg)
+/* "SELECT what FROM the mapping's table WHERE from_id = from" into q, after
+ * checking the name against this map (forward or reverse). */
+static int rows_of(exec_env *env, const list_args *a, const char *what, sqlbuf *q)
 {
-    list_args *a = arg;
     const shard_mapdef *def = NULL;
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    sqlbuf q;
     int rc = mapping_table(env->map, a->name, false, &def);
 
     if (rc)
         return rc;
-    sql_init(&q);
-    sql_add(&q, "SELECT to_id, sequence FROM ");
-    sql_table(&q, env->db, a->name);
-    sql_add(&q, " WHERE from_id = ");
-    sql_u64(&q, a->from);
+    sql_init(q);
+    sql_add(q, "SELECT ");
+    sql_add(q, what);
+    sql_add(q, " FROM ");
+    sql_table(q, env->db, a->name);
+    sql_add(q, " WHERE from_id = ");
+    sql_u64(q, a->from);
+    return 0;
+}
+
+static int list_fn(exec_env *env, void *arg)
+{
+    list_args *a = arg;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    sqlbuf q;
+    int rc = rows_of(env, a, "to_id, sequence", &q);
+
+    if (rc)
+        return rc;
     if (a->before != SHARD_SEQ_NONE) {
         sql_add(&q, " AND sequence < ");
         sql_i64(&q, a->before);
@@ -217,19 +230,13 @@ int shard_mapping_list(shard_ctx *ctx, const char *name, uint64_t from, int64_t 
 static int count_fn(exec_env *env, void *arg)
 {
     list_args *a = arg;
-    const shard_mapdef *def = NULL;
     MYSQL_RES *res;
     MYSQL_ROW row;
     sqlbuf q;
-    int rc = mapping_table(env->map, a->name, false, &def);
+    int rc = rows_of(env, a, "COUNT(*)", &q);
 
     if (rc)
         return rc;
-    sql_init(&q);
-    sql_add(&q, "SELECT COUNT(*) FROM ");
-    sql_table(&q, env->db, a->name);
-    sql_add(&q, " WHERE from_id = ");
-    sql_u64(&q, a->from);
     rc = conn_select(env->conn, &q, &res);
     sql_free(&q);
     if (rc)
