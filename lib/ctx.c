@@ -15,13 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Per-thread PRNG for jitter and random shard choice (splitmix64). */
 static uint64_t rnd(void)
 {

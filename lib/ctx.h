@@ -72,7 +72,6 @@ void ctx_log(shard_ctx *ctx, int level, const char *fmt, ...) SHARD_PRINTF(3, 4)
 shard_server *ctx_server(shard_ctx *ctx, const shard_map *map, size_t pair);
 /* The pool of any server, e.g. a standby (created on first use). */
 shard_server *ctx_server_at(shard_ctx *ctx, const shard_endpoint *ep);
-double now_seconds(void);
 uint64_t ctx_random(void);
 
 /* conn.c */

@@ -8,6 +8,8 @@
 #include <stdarg.h>
 #include <stdbool.h>
 
+#include "util.h"
+
 #if defined(__GNUC__)
 #define SHARD_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else

@@ -136,12 +136,6 @@ static double now(void)
     return now_seconds();
 }
 
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* ---- the journal ---------------------------------------------------------- */
 
 static int journal_open(mv *m)

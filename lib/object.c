@@ -70,20 +70,6 @@ int object_dump(const json_t *obj, char **text, size_t *len)
     return rc;
 }
 
-int copy_out(const char *data, size_t len, char **out, size_t *outlen)
-{
-    char *buf = shard_malloc(len + 1);
-    if (!buf)
-        return shard_fail(SHARD_ENOMEM, "out of memory for a %zu-byte result", len);
-    if (len)
-        memcpy(buf, data, len);
-    buf[len] = '\0';
-    *out = buf;
-    if (outlen)
-        *outlen = len;
-    return 0;
-}
-
 int object_insert(shard_conn *c, const char *db, const char *table, unsigned shard,
                   unsigned type, const char *json, size_t len, uint64_t *id)
 {

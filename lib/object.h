@@ -20,8 +20,6 @@ int object_table(const shard_map *map, unsigned type, const char **table);
 int object_check_id(const shard_map *map, uint64_t id, const char **table);
 /* Serialise a JSON object compactly into a libshard-owned string. */
 int object_dump(const json_t *obj, char **text, size_t *len);
-/* Copy a result cell into a NUL-terminated caller-owned buffer. */
-int copy_out(const char *data, size_t len, char **out, size_t *outlen);
 
 /* The statements themselves, on a connection already routed to db. */
 int object_insert(shard_conn *c, const char *db, const char *table, unsigned shard,

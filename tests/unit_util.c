@@ -1,0 +1,110 @@
+/*
+ * Unit tests (no server) for lib/util.c: the fan-out every parallel part of
+ * the library uses, and saving and restoring the thread's error message.
+ */
+#include "internal.h" /* private: tests link libshard.a */
+
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ITEMS 1000
+
+typedef struct tally {
+    atomic_int seen[ITEMS];
+    atomic_uint workers_used; /* bit per worker */
+    size_t fail_at;           /* ITEMS: never */
+    atomic_int ran;
+} tally;
+
+static int count_fn(void *arg, size_t i, unsigned worker)
+{
+    tally *t = arg;
+    atomic_fetch_add(&t->seen[i], 1);
+    atomic_fetch_or(&t->workers_used, 1u << worker);
+    atomic_fetch_add(&t->ran, 1);
+    if (i == t->fail_at)
+        return shard_fail(SHARD_ESERVER, "item %zu failed on purpose", i);
+    return 0;
+}
+
+START_TEST(fanout_every_item_once)
+{
+    static tally t;
+    memset(&t, 0, sizeof t);
+    t.fail_at = ITEMS;
+    ck_assert_int_eq(fanout_run(ITEMS, 4, count_fn, &t), 0);
+    for (size_t i = 0; i < ITEMS; i++)
+        ck_assert_int_eq(atomic_load(&t.seen[i]), 1);
+    /* Workers are numbered 0..3: nothing outside that range. */
+    ck_assert_uint_eq(atomic_load(&t.workers_used) & ~0xFu, 0);
+    ck_assert(atomic_load(&t.workers_used) & 1u); /* the caller works too */
+}
+END_TEST
+
+START_TEST(fanout_first_failure_comes_back)
+{
+    static tally t;
+    memset(&t, 0, sizeof t);
+    t.fail_at = 10;
+    shard_fail(0, "before");
+    ck_assert_int_eq(fanout_run(ITEMS, 3, count_fn, &t), SHARD_ESERVER);
+    ck_assert_str_eq(shard_errmsg(), "item 10 failed on purpose");
+    /* Items stop being handed out: far fewer than all ran. */
+    ck_assert_int_lt(atomic_load(&t.ran), ITEMS);
+}
+END_TEST
+
+START_TEST(fanout_workers_bounded)
+{
+    ck_assert_uint_eq(fanout_workers(0, 8), 1);
+    ck_assert_uint_eq(fanout_workers(3, 8), 3);
+    ck_assert_uint_eq(fanout_workers(100, 0), 1);
+    ck_assert_uint_eq(fanout_workers(1000, 500), 64);
+    ck_assert_int_eq(fanout_run(0, 4, count_fn, NULL), 0); /* nothing to do */
+}
+END_TEST
+
+START_TEST(error_save_restore)
+{
+    shard_errsave s;
+    shard_fail(SHARD_ETIMEOUT, "the real cause");
+    shard_error_save(&s, SHARD_ETIMEOUT);
+    shard_fail(SHARD_EIO, "cleanup failed too");
+    ck_assert_int_eq(shard_error_restore(&s), SHARD_ETIMEOUT);
+    ck_assert_str_eq(shard_errmsg(), "the real cause");
+}
+END_TEST
+
+START_TEST(copy_out_terminates)
+{
+    char *out = NULL;
+    size_t len = 99;
+    ck_assert_int_eq(copy_out("a\0b", 3, &out, &len), 0);
+    ck_assert_uint_eq(len, 3);
+    ck_assert_int_eq(memcmp(out, "a\0b\0", 4), 0);
+    free(out);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("util");
+    TCase *tc = tcase_create("util");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_test(tc, fanout_every_item_once);
+    tcase_add_test(tc, fanout_first_failure_comes_back);
+    tcase_add_test(tc, fanout_workers_bounded);
+    tcase_add_test(tc, error_save_restore);
+    tcase_add_test(tc, copy_out_terminates);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
