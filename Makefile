@@ -22,7 +22,6 @@ MANDIR  ?= $(PREFIX)/share/man
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CPPFLAGS ?=
-LD      ?= ld
 OBJCOPY ?= objcopy
 AR      ?= ar
 PKGS    := libmariadb jansson libcrypto
@@ -85,13 +84,15 @@ $(B)/lib/%.o: lib/%.c $(LIB_HDR) include/libshard.h
 $(B)/lib $(B)/tests:
 	@mkdir -p $@
 
-# The installed static library holds one object in which every name but the
-# API is local, as the .so exports only the API: linked into several objects
-# first (ld -r), then every hidden symbol (everything not SHARD_EXPORT, the
-# library being compiled with -fvisibility=hidden) made local. An
-# application with its own now_seconds() or conn_get() links against it.
+# The installed static library, like the .so, has no global name but the
+# API: the objects are linked into one (a relocatable link, cc -r), whose
+# hidden symbols (everything not SHARD_EXPORT: the library is compiled with
+# -fvisibility=hidden) are then made local. An application with its own
+# now_seconds() or conn_get() links against it. Objects built with -flto are
+# compiled at this link (GCC), so that the symbols to localise exist.
+LTO_REL := $(if $(findstring -flto,$(CFLAGS)),$(CFLAGS) -flinker-output=nolto-rel)
 $(B)/libshard.o: $(LIB_OBJ)
-	$(LD) -r -o $@.tmp $^
+	$(CC) -r -nostdlib $(LTO_REL) -o $@.tmp $^
 	$(OBJCOPY) --localize-hidden $@.tmp $@
 	@rm -f $@.tmp
 
