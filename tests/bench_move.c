@@ -1,5 +1,5 @@
 /*
- * tests/bench_move.c: online shard moves (DESIGN.md section 6) measured side
+ * tests/bench_move.c: online shard moves (libshard-move(7)) measured side
  * by side with the usual tools, on two throwaway pairs started here.
  *
  *   bench copy-vs-myloader   (mydumper + myloader: same thread count, same
@@ -836,7 +836,7 @@ static void *write_loop(void *arg)
             snprintf(w->err, sizeof w->err, "%s: %s", shard_strerror(rc), shard_errmsg());
         }
         /* A steady application load, not a flood: the target's single
-         * replication applier must be able to keep up (DESIGN.md 6). */
+         * replication applier must be able to keep up (libshard-move(7)). */
         sleep_s(WRITER_PAUSE_S);
     }
     return NULL;

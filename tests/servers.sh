@@ -9,7 +9,7 @@
 # Servers listen on 127.0.0.1 and on a unix socket in DIR only. Pair P is made
 # of servers s(2P-1) (master) and s(2P) (standby), replicating each other with
 # GTID. DIR/servers lists "NAME PAIR ROLE PORT SOCKET PIDFILE" per server and
-# DIR/map.json is a shard map (DESIGN.md section 4) for what was started.
+# DIR/map.json is a shard map (libshard(3), "The shard map") for what was started.
 #
 # --tls CERTDIR: the servers also accept TLS, with CERTDIR/ca.pem,
 # CERTDIR/server-cert.pem and CERTDIR/server-key.pem (tests/tls.sh makes
