@@ -595,8 +595,6 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
         rc = shard_fail(SHARD_EINVAL, "pair %s has no standby to promote", pair);
         goto out;
     }
-    if (!(flags & SHARD_FAILOVER_FORCE) && (rc = check_no_move(ctx, map, pair)))
-        goto out;
     snprintf(r->pair, sizeof r->pair, "%s", pair);
     snprintf(r->old_master, sizeof r->old_master, "%s", p->master.text);
     snprintf(r->new_master, sizeof r->new_master, "%s", p->standby.text);
@@ -613,8 +611,10 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
     rc = s ? conn_get(ctx, s, &ms) : SHARD_ENOMEM;
     if (rc == 0) {
         /* Nothing has changed yet: refuse here what the fence or the ids
-         * could not survive. */
-        if ((rc = check_ids_disjoint(p, ms, sb)) || (rc = check_fence_holds(map, p, ms)))
+         * could not survive. (A dead master is reported above all: --force
+         * is the way past it.) */
+        if ((!(flags & SHARD_FAILOVER_FORCE) && (rc = check_no_move(ctx, map, pair))) ||
+            (rc = check_ids_disjoint(p, ms, sb)) || (rc = check_fence_holds(map, p, ms)))
             goto out;
         /* Fence: from now on the old master takes no more application writes,
          * so the standby can catch up with everything there is. */
