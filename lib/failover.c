@@ -439,10 +439,6 @@ static int raise_one(void *arg, size_t i, unsigned worker)
     target = align_up(base + ID_MARGIN, &j->ids);
     if (target > SHARD_MAX_LOCAL + 1)
         target = SHARD_MAX_LOCAL + 1; /* creates fail from now on: nothing is reused */
-    if (next >= target) {
-        sql_free(&q);
-        return 0;
-    }
     sql_reset(&q);
     sql_add(&q, "ALTER TABLE ");
     sql_table(&q, db, o->name);
