@@ -28,7 +28,7 @@
  * (shard_pair_failover(3), "Local ids"). */
 #define ID_MARGIN UINT64_C(10000000)
 #define RAISE_WORKERS 4
-#define ROLE_DEPTH 8
+#define MAX_ROLES 32
 
 static bool gtid_ok(const char *s)
 {
@@ -168,7 +168,7 @@ typedef struct grant_scan {
     shard_conn *c;
     bool super_bypasses;  /* SUPER writes through read_only (before MariaDB 10.11, MySQL) */
     bool mysql;           /* MySQL: CONNECTION_ADMIN does too */
-    char seen[32][200];   /* roles already looked at */
+    char seen[MAX_ROLES][200]; /* roles already looked at */
     int nseen;
     char priv[64];        /* what was found ("" none) */
     char via[200];        /* the role that carries it ("" directly) */
@@ -238,30 +238,31 @@ static bool take_quoted(const char **p, char *out, size_t size)
     return true;
 }
 
-static int scan_account(grant_scan *g, const char *user, const char *host, const char *via,
-                        int depth);
+static int scan_account(grant_scan *g, const char *user, const char *host, const char *via);
 
-/* A role grant ("GRANT `r`[@`h`][,`r2`...] TO ..."): scan each role. */
-static int scan_role_line(grant_scan *g, const char *line, int depth)
+/* A role grant ("GRANT `r`[@`h`][,`r2`...] TO ..."): scan each role once.
+ * Whatever cannot be read fails: an unread grant could be the one. */
+static int scan_role_line(grant_scan *g, const char *line)
 {
     const char *p = line + 6;
     int rc;
 
     while (*p == '`' && !g->priv[0]) {
-        char role[100], host[256] = "";
-        bool seen = false;
-        if (!take_quoted(&p, role, sizeof role))
-            return 0;
-        if (*p == '@') { /* MySQL: roles have hosts */
+        char role[200], host[256] = "";
+        bool seen = false, ok = take_quoted(&p, role, sizeof role);
+        if (ok && *p == '@') { /* MySQL: role@host */
             p++;
-            if (!take_quoted(&p, host, sizeof host))
-                return 0;
+            ok = take_quoted(&p, host, sizeof host);
         }
+        if (!ok)
+            return shard_fail(SHARD_ESERVER, "unexpected grant \"%.200s\"", line);
         for (int i = 0; i < g->nseen; i++)
             seen = seen || strcmp(g->seen[i], role) == 0;
-        if (!seen && g->nseen < 32) {
+        if (!seen) {
+            if (g->nseen == MAX_ROLES)
+                return shard_fail(SHARD_ESERVER, "more than %d roles to check", MAX_ROLES);
             snprintf(g->seen[g->nseen++], sizeof g->seen[0], "%s", role);
-            if ((rc = scan_account(g, role, host[0] ? host : NULL, role, depth + 1)))
+            if ((rc = scan_account(g, role, host[0] ? host : NULL, role)))
                 return rc;
         }
         if (*p != ',')
@@ -272,16 +273,13 @@ static int scan_role_line(grant_scan *g, const char *line, int depth)
 }
 
 /* SHOW GRANTS FOR user[@host] (host NULL: a role), following its roles. */
-static int scan_account(grant_scan *g, const char *user, const char *host, const char *via,
-                        int depth)
+static int scan_account(grant_scan *g, const char *user, const char *host, const char *via)
 {
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
     sqlbuf q;
     int rc;
 
-    if (depth > ROLE_DEPTH)
-        return 0;
     sql_init(&q);
     sql_add(&q, "SHOW GRANTS FOR ");
     sql_quoted(&q, user);
@@ -297,7 +295,7 @@ static int scan_account(grant_scan *g, const char *user, const char *host, const
                                  host ? "@" : "", host ? host : "");
     while (!g->priv[0] && (row = mysql_fetch_row(res)) && row[0]) {
         if (strncmp(row[0], "GRANT `", 7) == 0)
-            rc = scan_role_line(g, row[0], depth);
+            rc = scan_role_line(g, row[0]);
         else if (strncmp(row[0], "GRANT ", 6) == 0)
             scan_priv_line(g, row[0], via);
         if (rc)
@@ -342,8 +340,7 @@ static int check_fence_holds(const shard_map *map, const shard_pairdef *p, shard
                                  "on %s): ", p->name, map->user, p->master.text);
     while (!g.priv[0] && (row = mysql_fetch_row(res))) {
         bool public = strcmp(row[0], "PUBLIC") == 0 && row[1][0] == '\0';
-        if ((rc = scan_account(&g, row[0], public ? NULL : row[1], public ? "PUBLIC" : "",
-                               0)))
+        if ((rc = scan_account(&g, row[0], public ? NULL : row[1], public ? "PUBLIC" : "")))
             break;
         if (g.priv[0]) {
             rc = shard_fail(SHARD_EPRIV, "pair %s cannot be fenced: the application's account "
@@ -454,7 +451,7 @@ static int raise_counters(shard_ctx *ctx, const shard_map *map, size_t pair, sha
                           const id_settings *ids, uint64_t *raised)
 {
     raise_job j;
-    unsigned workers = ctx->opts.pool_size > 1 ? ctx->opts.pool_size - 1 : 1;
+    unsigned workers = ctx->opts.pool_size ? ctx->opts.pool_size : 1;
     int rc;
 
     memset(&j, 0, sizeof j);
@@ -469,8 +466,9 @@ static int raise_counters(shard_ctx *ctx, const shard_map *map, size_t pair, sha
             j.nshards += (size_t)(map->ranges[r].hi - map->ranges[r].lo) + 1;
     if (workers > RAISE_WORKERS)
         workers = RAISE_WORKERS;
+    j.conns[0] = sb; /* worker 0 is this thread: the failover's own connection */
     rc = fanout_run(j.nshards * map->nobjects, workers, raise_one, &j);
-    for (unsigned w = 0; w < RAISE_WORKERS; w++)
+    for (unsigned w = 1; w < RAISE_WORKERS; w++)
         conn_put(j.conns[w], rc == 0);
     *raised = atomic_load(&j.raised);
     return rc;
