@@ -1261,9 +1261,6 @@ static int cmd_failover(const args *a)
             printf("  standby lag at promotion: unknown (master unreachable): writes it "
                    "committed but never sent are lost; applied what it had in %.0f ms\n",
                    r.wait_ms);
-        if (r.counters_raised)
-            printf("  AUTO_INCREMENT raised in %" PRIu64 " object tables: no local id the old "
-                   "master handed out is handed out again\n", r.counters_raised);
         printf("  map version %" PRIu64 " published in %.0f ms\n", r.map_version, r.total_ms);
     } else {
         rc = lib_error(rc);

@@ -555,8 +555,6 @@ typedef struct shard_failover_report {
     double wait_ms;             /* waiting for the standby to apply what it had */
     double total_ms;
     uint64_t map_version;       /* the version published */
-    uint64_t counters_raised;   /* forced over a dead master: object tables whose
-                                   AUTO_INCREMENT was raised (0 otherwise) */
 } shard_failover_report;
 
 /*

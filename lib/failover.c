@@ -563,6 +563,7 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
     shard_server *s;
     const shard_pairdef *p;
     id_settings sbids = {0, 0};
+    uint64_t raised = 0;
     char pos[1024], sbpos[1024], sec[32];
     double t0 = now_seconds(), tw;
     bool reached = false;
@@ -663,7 +664,7 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
             goto out;
         /* Those unsent rows had ids too, acknowledged to clients: none may
          * name another object. */
-        rc = raise_counters(ctx, map, (size_t)pi, sb, &sbids, &r->counters_raised);
+        rc = raise_counters(ctx, map, (size_t)pi, sb, &sbids, &raised);
         if (rc) {
             rc = shard_fail_prefix(rc, "failover of %s: raising the AUTO_INCREMENT counters "
                                    "on %s failed, nothing was published: ", pair,
@@ -672,7 +673,7 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
         }
         ctx_log(ctx, SHARD_LOG_WARN, "failover of %s: raised the AUTO_INCREMENT of %llu object "
                 "tables on %s by %llu past the highest local id it knew", pair,
-                (unsigned long long)r->counters_raised, p->standby.text,
+                (unsigned long long)raised, p->standby.text,
                 (unsigned long long)ID_MARGIN);
     }
     if ((rc = conn_query_str(sb, "SET GLOBAL read_only = 0")) ||

@@ -512,6 +512,8 @@ static uint64_t forced_over_unsent_writes(const char *master, const char *standb
     atomic_int stop = 0;
     shard_failover_report r;
     static int generation;
+    unsigned long long raised = 0;
+    const char *said;
     uint64_t *sorted;
     int n, lost = 0, before = atomic_load(&nacks), rc;
 
@@ -530,9 +532,15 @@ static uint64_t forced_over_unsent_writes(const char *master, const char *standb
     while (atomic_load(&nacks) < before + 200)
         usleep(10000); /* acknowledged by the master alone */
     ck_assert_int_eq(harness_kill(h, master), 0);
+    pthread_mutex_lock(&log_lock);
+    logged[0] = '\0';
+    pthread_mutex_unlock(&log_lock);
     rc = shard_pair_failover(admin, "MySQL003", SHARD_FAILOVER_FORCE, &r);
     ck_assert_msg(rc == 0, "forced failover: %s", shard_errmsg());
     ck_assert_int_eq(r.old_master_fenced, 0);
+    said = strstr(logged, "raised the AUTO_INCREMENT of ");
+    ck_assert_msg(said && sscanf(said, "raised the AUTO_INCREMENT of %llu", &raised) == 1, "%s",
+                  logged);
     atomic_store(&phase_after, 1);
     master_is("MySQL003", harness_port(h, standby));
     for (int k = 0; k < WRITERS; k++)
@@ -578,9 +586,9 @@ static uint64_t forced_over_unsent_writes(const char *master, const char *standb
                       "new object got ID %llu, acknowledged before", (unsigned long long)id);
     }
     printf("forced failover over unsent writes: %d acknowledged, %d lost with %s, "
-           "%llu counters raised\n", n, lost, master, (unsigned long long)r.counters_raised);
+           "%llu counters raised\n", n, lost, master, raised);
     free(sorted);
-    return r.counters_raised;
+    return raised;
 }
 
 START_TEST(forced_failover_never_reuses_ids)
@@ -607,11 +615,9 @@ START_TEST(forced_failover_raises_counters)
     master_is("MySQL003", harness_port(h, "s6"));
     caught_up("s5", "s6");
     sql_do("s5", "SET GLOBAL auto_increment_increment = 1; SET GLOBAL auto_increment_offset = 1");
-    logged[0] = '\0';
     ck_assert_uint_eq(forced_over_unsent_writes("s6", "s5", admin), 2 * 3);
     ck_assert_msg(strstr(logged, "auto_increment_increment=1, auto_increment_offset=1"), "%s",
                   logged);
-    ck_assert_msg(strstr(logged, "raised the AUTO_INCREMENT of 6 object tables"), "%s", logged);
     shard_ctx_free(admin);
 }
 END_TEST
