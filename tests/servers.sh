@@ -11,6 +11,10 @@
 # GTID. DIR/servers lists "NAME PAIR ROLE PORT SOCKET PIDFILE" per server and
 # DIR/map.json is a shard map (libshard(3), "The shard map") for what was started.
 #
+# The two halves of a pair hand out disjoint AUTO_INCREMENT values (local
+# ids): every server has auto_increment_increment=2, a pair's master
+# auto_increment_offset=1 and its standby 2, as shard_pair_failover(3) asks.
+#
 # --tls CERTDIR: the servers also accept TLS, with CERTDIR/ca.pem,
 # CERTDIR/server-cert.pem and CERTDIR/server-key.pem (tests/tls.sh makes
 # them); `restart` keeps them (DIR/tls names CERTDIR). Nothing requires TLS
@@ -126,6 +130,8 @@ server_args() {
         --gtid-ignore-duplicates=ON
         "--server-id=$k"
         "--gtid-domain-id=$k"
+        --auto-increment-increment=2
+        "--auto-increment-offset=$((k % 2 ? 1 : 2))"
         --skip-slave-start
         --skip-name-resolve
         --slave-net-timeout=10
