@@ -8,6 +8,7 @@
  * flips.
  */
 #include "object.h"
+#include "repl.h"
 
 #include <errno.h>
 #include <mysqld_error.h>
@@ -19,6 +20,7 @@
 #define CONTROL_DB "libshard_control"
 #define FENCE_WAIT_S 30 /* target applying up to the fence, at most */
 #define PUBLISH_TRIES 5
+#define PAIR_WAIT_S 30 /* both halves of the target applying up to the flip, at most */
 
 typedef struct mtable {
     char db[SHARD_DBNAME_MAX];
@@ -39,6 +41,7 @@ typedef struct mv {
     shard_conn *ctl; /* target master: journal and the move's lock */
     char name[64];   /* the replication connection */
     char snap[1024], fence[1024];
+    char *flip; /* the target master's GTID position at the flip (NULL: unknown) */
     mtable *tables;
     size_t ntables;
     pthread_mutex_t lock;
@@ -153,6 +156,7 @@ static int journal_open(mv *m)
                    " phase TINYINT NOT NULL, flags INT NOT NULL,"
                    " snapshot_gtid VARCHAR(1024) NOT NULL DEFAULT '',"
                    " fence_gtid VARCHAR(1024) NOT NULL DEFAULT '',"
+                   " flip_gtid TEXT NOT NULL DEFAULT '',"
                    " map_version_from BIGINT UNSIGNED NOT NULL,"
                    " map_version_to BIGINT UNSIGNED NOT NULL DEFAULT 0,"
                    " rows_copied BIGINT UNSIGNED NOT NULL DEFAULT 0,"
@@ -171,6 +175,16 @@ static int journal_open(mv *m)
                    " updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
                    " ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")))
         return shard_fail_prefix(rc, "move journal on %s: ", DP(m)->name);
+    {
+        /* A journal made by an earlier version lacks the flip position. */
+        uint64_t has = 0;
+        if ((rc = repl_value_u64(m->ctl, "SELECT COUNT(*) FROM information_schema.COLUMNS"
+                                 " WHERE TABLE_SCHEMA = '" CONTROL_DB "' AND TABLE_NAME ="
+                                 " 'moves' AND COLUMN_NAME = 'flip_gtid'", &has)) ||
+            (!has && (rc = runf(m->ctl, "ALTER TABLE " CONTROL_DB ".moves ADD COLUMN"
+                                " flip_gtid TEXT NOT NULL DEFAULT '' AFTER fence_gtid"))))
+            return shard_fail_prefix(rc, "move journal on %s: ", DP(m)->name);
+    }
     {
         /* Move IDs are unique across targets: each journal counts from its
          * server_id * 10^9 (ALTER only raises the counter, never lowers it). */
@@ -218,6 +232,8 @@ static int journal_save(mv *m, int phase, const char *message)
                  " fence_gtid = ",
              phase, m->snap);
     sql_hex(&q, m->fence, strlen(m->fence));
+    sql_add(&q, ", flip_gtid = ");
+    sql_hex(&q, m->flip ? m->flip : "", m->flip ? strlen(m->flip) : 0);
     sql_addf(&q, ", map_version_to = %llu, rows_copied = %llu, bytes_copied = %llu,"
                  " rows_verified = %llu, mismatches = %llu, fence_attempts = %u,"
                  " source_dropped = %d,",
@@ -1323,6 +1339,22 @@ static int lift_fence(mv *m, shard_conn *src, int rc)
     return shard_fail(rc == SHARD_EBUSY ? SHARD_EBUSY : rc, "%s (fence lifted)", msg);
 }
 
+/* The target master's position just after the flip: everything moved is
+ * in it, and cleanup waits until the target's standby has it too. */
+static int read_flip(mv *m, shard_conn *t)
+{
+    char *pos = NULL;
+    int rc = repl_value(t, "SELECT @@gtid_binlog_pos", &pos);
+
+    if (rc == 0 && (rc = repl_gtid_check(pos)) == 0) {
+        free(m->flip);
+        m->flip = pos;
+        return 0;
+    }
+    free(pos);
+    return rc;
+}
+
 static int cut_over(mv *m, shard_conn *src, shard_conn *t, shard_conn *v)
 {
     double t0;
@@ -1357,7 +1389,7 @@ static int cut_over(mv *m, shard_conn *src, shard_conn *t, shard_conn *v)
         rc = 0;
     m->r->pause_ms = (now() - t0) * 1000.0;
     m->r->cutover_seconds = now() - t0;
-    if ((rc = journal_save(m, SHARD_MOVE_FLIPPED, NULL)))
+    if ((rc = read_flip(m, t)) || (rc = journal_save(m, SHARD_MOVE_FLIPPED, NULL)))
         return rc;
     shard_ctx_reload(m->ctx);
     return 0;
@@ -1552,6 +1584,82 @@ static void check_target_pair(mv *m)
 }
 
 /* ---- cleanup -------------------------------------------------------------- */
+/*
+ * The source may only go once both halves of the target pair hold every
+ * moved row: the standby has applied the target master's position at the
+ * flip, and both of the pair's links run. Waits (bounded, in short polls)
+ * while a link is only reconnecting; a stopped link fails at once. On
+ * failure the source stays, and a resume waits again (libshard-move(7)).
+ */
+static int target_pair_ready(mv *m)
+{
+    shard_conn *t = NULL, *sb = NULL;
+    double end = now() + PAIR_WAIT_S;
+    int rc;
+
+    m->r->target_pair_healthy = 0;
+    if (!DP(m)->has_standby) {
+        m->r->target_pair_healthy = 1;
+        return 0;
+    }
+    if ((rc = dconn(m, &DP(m)->master, &t)) || (rc = dconn(m, &DP(m)->standby, &sb)))
+        goto out;
+    if ((!m->flip || !m->flip[0]) && (rc = read_flip(m, t)))
+        goto out;
+    for (;;) {
+        repl_status ms, ss;
+        const repl_link *lm, *ls;
+        char *have = NULL, dm[400], ds[400];
+        bool caught;
+
+        if ((rc = repl_status_read(t, &ms)))
+            goto out;
+        if ((rc = repl_status_read(sb, &ss))) {
+            repl_status_free(&ms);
+            goto out;
+        }
+        /* Applied there: in its binary log (log_slave_updates) or its
+         * replication position, whichever is further. */
+        rc = repl_value(sb, "SELECT CONCAT(@@gtid_binlog_pos, ',', @@gtid_slave_pos)", &have);
+        caught = rc == 0 && repl_gtid_covers(have, m->flip, NULL, 0);
+        free(have);
+        lm = repl_status_find(&ms, "");
+        ls = repl_status_find(&ss, "");
+        snprintf(dm, sizeof dm, "no replication link");
+        snprintf(ds, sizeof ds, "no replication link");
+        if (lm)
+            repl_link_describe(lm, dm, sizeof dm);
+        if (ls)
+            repl_link_describe(ls, ds, sizeof ds);
+        if (rc == 0 && caught && lm && ls && repl_link_running(lm) && repl_link_running(ls)) {
+            repl_status_free(&ms);
+            repl_status_free(&ss);
+            m->r->target_pair_healthy = 1;
+            break;
+        }
+        if (rc == 0 && (!lm || !ls || repl_link_stopped(lm) || repl_link_stopped(ls) ||
+                        now() > end))
+            rc = shard_fail(SHARD_EBUSY, "target %s is not a healthy pair: standby %s %s "
+                            "everything up to the flip (its link: %s; master %s's link: %s); "
+                            "the source copy is kept: repair the pair's replication, then "
+                            "resume move %llu", DP(m)->name, DP(m)->standby.text,
+                            caught ? "has" : "has not applied", ds, DP(m)->master.text, dm,
+                            (unsigned long long)m->id);
+        repl_status_free(&ms);
+        repl_status_free(&ss);
+        if (rc)
+            goto out;
+        sleep_ms(200);
+    }
+out:
+    dclose(sb);
+    dclose(t);
+    if (rc)
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: %s", (unsigned long long)m->id,
+                shard_errmsg());
+    return rc;
+}
+
 
 static int cleanup(mv *m, shard_conn *src)
 {
@@ -1564,10 +1672,15 @@ static int cleanup(mv *m, shard_conn *src)
         snprintf(msg, sizeof msg, "verification found %llu mismatched rows: the source "
                  "copy is kept (fenced) for inspection", (unsigned long long)m->r->mismatches);
         /* The move is over (the map points at the target); the source stays. */
+        check_target_pair(m);
         journal_save(m, SHARD_MOVE_DONE, msg);
         return shard_fail(SHARD_EVERIFY, "move %llu: %s", (unsigned long long)m->id, msg);
     }
     rc = journal_save(m, SHARD_MOVE_CLEANING, NULL);
+    if (rc == 0 && (m->o.flags & SHARD_MOVE_KEEP_SOURCE))
+        check_target_pair(m); /* nothing is dropped: a warning is enough */
+    else if (rc == 0)
+        rc = target_pair_ready(m);
     if (rc == 0 && !(m->o.flags & SHARD_MOVE_KEEP_SOURCE)) {
         /* Logged, so the source's standby drops them too. */
         for (unsigned s = m->first; rc == 0 && s <= m->last; s++) {
@@ -1648,7 +1761,8 @@ static int drive(mv *m)
             }
             if ((rc = runf(v, "SET SESSION time_zone = '+00:00'")) ||
                 (rc = runf(v, "START TRANSACTION WITH CONSISTENT SNAPSHOT")) ||
-                (rc = publish(m)) || (rc = journal_save(m, SHARD_MOVE_FLIPPED, NULL)))
+                (rc = publish(m)) || (rc = read_flip(m, t)) ||
+                (rc = journal_save(m, SHARD_MOVE_FLIPPED, NULL)))
                 goto out;
             m->r->cutover_seconds = now() - t0;
             shard_ctx_reload(m->ctx);
@@ -1677,8 +1791,6 @@ static int drive(mv *m)
     if (m->phase < SHARD_MOVE_CLEANING && (rc = verify(m, src, v)))
         goto out;
     rc = cleanup(m, src);
-    if (rc == 0 || rc == SHARD_EVERIFY)
-        check_target_pair(m);
 out:
     if (rc && m->ctl && m->id) {
         char msg[600];
@@ -1716,6 +1828,7 @@ static void mv_free(mv *m)
     if (m->ctl)
         dclose(m->ctl);
     free(m->tables);
+    free(m->flip);
     shard_map_free(m->map);
     pthread_mutex_destroy(&m->lock);
 }
@@ -1920,6 +2033,13 @@ static int load_move(shard_ctx *ctx, uint64_t id, mv *m, const shard_move_option
     m->r->phase = m->phase;
     if ((rc = journal_open(m)) || (rc = journal_lock(m)))
         return rc;
+    {
+        char sql[128];
+        snprintf(sql, sizeof sql, "SELECT flip_gtid FROM " CONTROL_DB ".moves WHERE id = %llu",
+                 (unsigned long long)m->id);
+        if ((rc = repl_value(m->ctl, sql, &m->flip)) || (rc = repl_gtid_check(m->flip)))
+            return rc;
+    }
     return 0;
 }
 

@@ -552,6 +552,53 @@ START_TEST(merge_two_pairs_onto_one)
 }
 END_TEST
 
+/* Cleanup waits for both halves of the target pair: with the standby's
+ * SQL thread stopped the source is kept, the error says why, and a resume
+ * after the standby runs again drops it with every row on both halves. */
+START_TEST(standby_behind_keeps_source)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    char *a, *b;
+    int rc;
+
+    ck_assert_str_eq(pair_of(8), "MySQL003");
+    fill(8, 9, 40);
+    free(sql1("s2", "STOP SLAVE SQL_THREAD"));
+    rc = shard_move(ctx, 8, 9, "MySQL001", &o, &r, NULL);
+    ck_assert_int_eq(rc, SHARD_EBUSY);
+    ck_assert_msg(strstr(shard_errmsg(), "standby") && strstr(shard_errmsg(), "SQL thread No"),
+                  "%s", shard_errmsg());
+    ck_assert_int_eq(r.phase, SHARD_MOVE_CLEANING);
+    ck_assert_int_eq(r.source_dropped, 0);
+    ck_assert_int_eq(r.target_pair_healthy, 0);
+    ck_assert_int_eq(db_exists("s5", 8), 1);
+    ck_assert_int_eq(db_exists("s5", 9), 1);
+    ck_assert_str_eq(pair_of(8), "MySQL001"); /* flipped: served by the target */
+    check_all();
+
+    free(sql1("s2", "START SLAVE"));
+    resume_ok(&r);
+    ck_assert_int_eq(r.source_dropped, 1);
+    ck_assert_int_eq(r.target_pair_healthy, 1);
+    ck_assert_int_eq(db_exists("s5", 8), 0);
+    /* Cleanup waited for the standby: it holds every moved row now. */
+    a = sql1("s1", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00008.pins");
+    b = sql1("s2", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00008.pins");
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    a = sql1("s1", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00009.pins");
+    b = sql1("s2", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00009.pins");
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    check_rows_on_master(8);
+    check_rows_on_master(9);
+    check_all();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_move");
@@ -587,6 +634,7 @@ int main(void)
     tcase_add_test(tc, target_restart_during_catchup);
     tcase_add_test(tc, verification_finds_tampering);
     tcase_add_test(tc, merge_two_pairs_onto_one);
+    tcase_add_test(tc, standby_behind_keeps_source);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
