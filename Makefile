@@ -44,7 +44,7 @@ ALL_CFLAGS  = -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) $(CFLAGS) $(SANFLAGS
 LIB_CFLAGS  = $(ALL_CFLAGS) -fvisibility=hidden -DLIBSHARD_BUILD
 ALL_LDFLAGS = $(LDFLAGS) $(SANFLAGS) -pthread
 
-LIB_SRC  := $(wildcard lib/*.c)
+LIB_SRC  := $(wildcard lib/*.c lib/move/*.c)
 LIB_OBJ  := $(patsubst lib/%.c,$(B)/lib/%.o,$(LIB_SRC))
 SONAME   := libshard.so.$(MAJOR)
 SOFILE   := libshard.so.$(VERSION)
@@ -68,10 +68,10 @@ endif
 
 all: $(B)/libshard.a $(B)/$(SOFILE) $(EXAMPLES)
 
-$(B)/lib/%.o: lib/%.c lib/*.h include/libshard.h | $(B)/lib
+$(B)/lib/%.o: lib/%.c lib/*.h lib/move/*.h include/libshard.h | $(B)/lib $(B)/lib/move
 	$(CC) $(LIB_CFLAGS) -c -o $@ $<
 
-$(B)/lib $(B)/tests:
+$(B)/lib $(B)/lib/move $(B)/tests:
 	@mkdir -p $@
 
 $(B)/libshard.a: $(LIB_OBJ)

@@ -126,6 +126,8 @@ server_args() {
         --gtid-ignore-duplicates=ON
         "--server-id=$k"
         "--gtid-domain-id=$k"
+        --auto-increment-increment=2
+        "--auto-increment-offset=$((k % 2 ? 1 : 2))"
         --skip-slave-start
         --skip-name-resolve
         --slave-net-timeout=10
