@@ -512,16 +512,22 @@ START_TEST(verification_finds_tampering)
     ck_assert_uint_eq(r.mismatches, 1);
     ck_assert_int_eq(r.source_dropped, 0);
     ck_assert_msg(strstr(shard_errmsg(), "mismatch"), "%s", shard_errmsg());
-    /* The source's copy is kept (fenced) for the operator. */
+    /* The source's copy is kept for the operator, under its own name, and
+     * stays fenced: no client reads or writes it there. */
     {
-        char *out = sql1("s3", "SELECT COUNT(*) FROM db00004._moved_pins");
+        char *out = sql1("s3", "SELECT COUNT(*) FROM db00004.pins");
         ck_assert_int_gt(atoi(out), 0);
         free(out);
+        out = sql1("s3", "SELECT fenced FROM libshard_control.fence WHERE db = 'db00004'");
+        ck_assert_str_eq(out, "1\n");
+        free(out);
     }
-    /* Put the row right again, as an operator would, for the tests after. */
+    /* Put the row right again, as an operator would, and drop the source's
+     * copy by hand, for the tests after. */
     snprintf(sql, sizeof sql, "UPDATE db00004.pins SET data = '%s' WHERE local_id = %llu",
              w[victim].json, (unsigned long long)shard_id_local(w[victim].id));
     free(sql1("s5", sql));
+    free(sql1("s3", "DROP DATABASE db00004"));
 }
 END_TEST
 
@@ -599,6 +605,47 @@ START_TEST(standby_behind_keeps_source)
 }
 END_TEST
 
+/* The fence is one statement whatever the number of tables: 8 shards of 6
+ * tables each, fenced by one UPDATE of 8 rows; the tables keep their names. */
+START_TEST(fence_is_one_statement)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    char sql[300], *out;
+    int rc;
+
+    for (unsigned s = 0; s <= 7; s++)
+        ck_assert_str_eq(pair_of(s), "MySQL003");
+    fill(0, 7, 3);
+    o.flags = SHARD_MOVE_KEEP_SOURCE;
+    rc = shard_move(ctx, 0, 7, "MySQL002", &o, &r, NULL);
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_uint_eq(r.tables, 48);
+    ck_assert_uint_eq(r.fence_attempts, 1);
+    snprintf(sql, sizeof sql, "SELECT fence_statements FROM libshard_control.moves WHERE id = "
+             "%llu", (unsigned long long)r.move_id);
+    out = sql1("s3", sql);
+    ck_assert_str_eq(out, "1\n");
+    free(out);
+    /* The source keeps its copy (--keep-source) with every table under its
+     * own name, and all 8 rows fenced by this move. */
+    out = sql1("s5", "SELECT COUNT(*), SUM(TABLE_NAME LIKE '\\_%') FROM information_schema.TABLES"
+               " WHERE TABLE_SCHEMA BETWEEN 'db00000' AND 'db00007'");
+    ck_assert_str_eq(out, "48\t0\n");
+    free(out);
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM libshard_control.fence WHERE fenced = 1"
+             " AND move_id = %llu", (unsigned long long)r.move_id);
+    out = sql1("s5", sql);
+    ck_assert_str_eq(out, "8\n");
+    free(out);
+    for (unsigned s = 0; s <= 7; s++) {
+        ck_assert_str_eq(pair_of(s), "MySQL002");
+        check_rows_on_master(s);
+    }
+    check_all();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_move");
@@ -635,6 +682,7 @@ int main(void)
     tcase_add_test(tc, verification_finds_tampering);
     tcase_add_test(tc, merge_two_pairs_onto_one);
     tcase_add_test(tc, standby_behind_keeps_source);
+    tcase_add_test(tc, fence_is_one_statement);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -5,51 +5,66 @@
  */
 #include "move.h"
 
+#include <mysqld_error.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Rename every moved table away (or back), in one atomic statement, kept
- * out of the binary log so the target never sees it. */
+/*
+ * The fence (libshard-move(7), "The fence"): one unlogged UPDATE of the
+ * moved databases' rows in libshard_control.fence on the source master,
+ * whatever the number of tables. Writers check their row under a shared
+ * lock in their own transaction, so the UPDATE waits for writes in flight
+ * and none commits after it; a writer holding its lock longer than
+ * fence_timeout_s makes the attempt fail (SHARD_EBUSY), to be retried.
+ */
 int move_fence_set(mv *m, bool on)
 {
-    sqlbuf q;
-    int rc;
+    unsigned wait = m->o.fence_timeout_s ? m->o.fence_timeout_s : 1;
+    uint64_t matched = 0, want = (uint64_t)(m->last - m->first) + 1;
+    shard_errsave saved;
+    int rc, urc;
 
-    if ((rc = move_runf(m->src, "SET SESSION sql_log_bin = 0, lock_wait_timeout = %u",
-                        m->o.fence_timeout_s ? m->o.fence_timeout_s : 1)))
+    if ((rc = move_runf(m->src, "SET SESSION lock_wait_timeout = %u,"
+                        " innodb_lock_wait_timeout = %u", wait, wait)))
         return rc;
-    sql_init(&q);
-    sql_add(&q, "RENAME TABLE ");
-    for (size_t i = 0; i < m->ntables; i++) {
-        const mtable *t = &m->tables[i];
-        sql_addf(&q, "%s`%s`.`%s%s` TO `%s`.`%s%s`", i ? ", " : "", t->db,
-                 on ? "" : SHARD_FENCE_PREFIX, t->name, t->db, on ? SHARD_FENCE_PREFIX : "",
-                 t->name);
-    }
-    if ((rc = sql_check(&q)) == 0)
-        rc = conn_query(m->src, &q);
-    sql_free(&q);
+    rc = move_fence_update(m, m->src, on, &matched);
     m->fence_statements = 1;
-    {
-        shard_errsave saved;
-        shard_error_save(&saved, rc);
-        if (move_runf(m->src, "SET SESSION sql_log_bin = 1") && rc == 0)
-            return SHARD_ESERVER;
+    shard_error_save(&saved, rc);
+    urc = move_runf(m->src, "SET SESSION lock_wait_timeout = DEFAULT,"
+                    " innodb_lock_wait_timeout = DEFAULT");
+    if (rc)
         return shard_error_restore(&saved);
+    if (urc)
+        return urc;
+    if (on && matched != want) {
+        /* Rows missing: the fence would not hold for every shard (a
+         * missing row is unfenced, so lifting needs no such check). */
+        move_fence_update(m, m->src, false, &matched);
+        return shard_fail(SHARD_EINTERNAL, "the fence found %llu of the %llu fence rows of "
+                          "shards %u-%u on source %s; a resume creates them again",
+                          (unsigned long long)matched, (unsigned long long)want, m->first,
+                          m->last, move_sp(m)->name);
     }
+    return 0;
 }
 
 int move_fence_state(mv *m, bool *on)
 {
-    char sql[300];
     uint64_t n = 0;
+    sqlbuf q;
     int rc;
 
-    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.TABLES WHERE"
-             " TABLE_SCHEMA = '%s' AND TABLE_NAME = '" SHARD_FENCE_PREFIX "%s'",
-             m->tables[0].db, m->tables[0].name);
-    rc = repl_value_u64(m->src, sql, &n);
+    *on = false;
+    sql_init(&q);
+    sql_add(&q, "SELECT COUNT(*) FROM " MOVE_FENCE_TABLE " WHERE fenced = 1 AND db IN (");
+    move_db_list(m, &q, true);
+    sql_add(&q, ")");
+    if ((rc = sql_check(&q)) == 0)
+        rc = repl_value_u64(m->src, q.s, &n);
+    sql_free(&q);
+    if (rc && m->src->last_errno == ER_NO_SUCH_TABLE) /* never fenced here */
+        return 0;
     *on = n != 0;
     return rc;
 }

@@ -196,6 +196,8 @@ static int state_planned(mv *m)
      * move's own. A fresh move never drops anything on the target. */
     if (m->resumed && ((rc = move_repl_remove(m)) || (rc = move_drop_target(m))))
         return rc;
+    if ((rc = move_fence_prepare(m)))
+        return rc;
     rc = move_create_target(m);
     if (rc == SHARD_EEXISTS && !m->resumed) {
         /* Not ours: end the move here, so that no resume ever drops it. */
@@ -231,7 +233,7 @@ static int state_catchup(mv *m)
         /* Resumed: the filter again, and a fence whose position an earlier
          * run never journaled comes off first. */
         if ((rc = move_fence_state(m, &on)) || (on && (rc = move_fence_set(m, false))) ||
-            (rc = move_repl_start(m)))
+            (rc = move_fence_rows_source(m)) || (rc = move_repl_start(m)))
             return rc;
     }
     if ((rc = move_catch_up(m)))
@@ -522,8 +524,7 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
         goto out;
     }
     if ((rc = move_conn(&m, &move_sp(&m)->master, &m.src)) ||
-        (rc = move_conn(&m, &move_dp(&m)->master, &m.t)) || (rc = move_list_tables(&m)) ||
-        (rc = move_fence_state(&m, &on)))
+        (rc = move_conn(&m, &move_dp(&m)->master, &m.t)) || (rc = move_fence_state(&m, &on)))
         goto out;
     /* Traffic first: lift the fence, then take the copy apart, and leave
      * the target pair's own link running. */

@@ -21,6 +21,7 @@
 #include <pthread.h>
 
 #define MOVE_CONTROL_DB "libshard_control"
+#define MOVE_FENCE_TABLE MOVE_CONTROL_DB ".fence"
 #define MOVE_FENCE_WAIT_S 30 /* target applying up to the fence, at most */
 #define MOVE_PAIR_WAIT_S 30  /* both halves of the target applying up to the flip */
 #define MOVE_MAX_WORKERS 64
@@ -139,6 +140,16 @@ int move_plan_text(mv *m, char **plan);
  * (SHARD_EEXISTS when a fresh move finds tables there). */
 int move_create_target(mv *m);
 int move_drop_target(mv *m);
+/* The fence table (unlogged) on all four servers, stale rows on the target
+ * deleted, the moved databases' rows on the source (unfenced). */
+int move_fence_prepare(mv *m);
+/* The source's rows again (a resumed move), unfenced where missing. */
+int move_fence_rows_source(mv *m);
+/* The one unlogged statement that fences (or unfences) every moved
+ * database on c; *matched: the rows it found. */
+int move_fence_update(mv *m, shard_conn *c, bool on, uint64_t *matched);
+/* The source's fence rows, once its databases are dropped. */
+int move_fence_delete(mv *m);
 
 /* ---- copy.c -------------------------------------------------------------------------- */
 

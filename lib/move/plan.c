@@ -198,19 +198,9 @@ int move_list_tables(mv *m)
     if (!(res = mysql_store_result(m->src->my)))
         return shard_fail(SHARD_ESERVER, "%s", mysql_error(m->src->my));
     while (rc == 0 && (row = mysql_fetch_row(res))) {
-        const char *name = row[1];
-        if (strncmp(name, SHARD_FENCE_PREFIX, strlen(SHARD_FENCE_PREFIX)) == 0)
-            name += strlen(SHARD_FENCE_PREFIX);
-        if (!name[0] || name[0] == '_' || !move_name_ok(name) || !move_name_ok(row[0]))
+        if (!row[1][0] || row[1][0] == '_' || !move_name_ok(row[1]) || !move_name_ok(row[0]))
             continue; /* not ours: never put into a statement */
-        if (m->ntables && strcmp(m->tables[m->ntables - 1].name, name) == 0 &&
-            strcmp(m->tables[m->ntables - 1].db, row[0]) == 0) {
-            rc = shard_fail(SHARD_ESERVER, "%s holds both %s and %s%s: a table was created "
-                            "under the fence; resolve it by hand", row[0], name,
-                            SHARD_FENCE_PREFIX, name);
-            break;
-        }
-        rc = tables_add(m, &cap, row[0], name);
+        rc = tables_add(m, &cap, row[0], row[1]);
     }
     mysql_free_result(res);
     if (rc)
@@ -229,6 +219,130 @@ int move_list_tables(mv *m)
     m->r->tables = m->ntables;
     m->listed = true;
     return 0;
+}
+
+/* ---- the fence's table and rows (libshard-move(7), "The fence") -------------------- */
+
+/* Each server keeps its own: nothing about the fence is ever logged. */
+static int control_table(mv *m, const shard_endpoint *ep, const char *label)
+{
+    shard_conn *c = NULL;
+    int rc;
+
+    if ((rc = move_conn(m, ep, &c)) == 0 &&
+        (rc = move_runf(c, "SET SESSION sql_log_bin = 0")) == 0 &&
+        (rc = move_runf(c, "CREATE DATABASE IF NOT EXISTS " MOVE_CONTROL_DB)) == 0)
+        rc = move_runf(c, "CREATE TABLE IF NOT EXISTS " MOVE_FENCE_TABLE " ("
+                          " db VARCHAR(64) NOT NULL PRIMARY KEY,"
+                          " fenced TINYINT NOT NULL DEFAULT 0,"
+                          " move_id BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+                          " changed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
+                          " ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB");
+    move_close(&c); /* and its session's sql_log_bin with it */
+    return rc ? shard_fail_prefix(rc, "fence table on %s %s: ", label, ep->text) : 0;
+}
+
+/* Run an unlogged statement about the moved databases' fence rows:
+ * head + "'db1','db2',...)" + tail. *matched (may be NULL): the rows an
+ * UPDATE found, from the server's "Rows matched: N  Changed: M" (rows
+ * already as wanted count too, unlike ROW_COUNT()). */
+static int fence_rows(mv *m, shard_conn *c, const char *head, const char *tail,
+                      uint64_t *matched)
+{
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, head);
+    move_db_list(m, &q, true);
+    sql_add(&q, tail);
+    if (matched)
+        *matched = 0;
+    if ((rc = sql_check(&q)) == 0 && (rc = move_runf(c, "SET SESSION sql_log_bin = 0")) == 0) {
+        shard_errsave saved;
+        rc = conn_query(c, &q);
+        if (rc == 0 && matched) {
+            const char *info = mysql_info(c->my);
+            const char *at = info ? strstr(info, "matched: ") : NULL;
+            *matched = at ? strtoull(at + 9, NULL, 10) : 0;
+        }
+        shard_error_save(&saved, rc);
+        if (move_runf(c, "SET SESSION sql_log_bin = 1") && rc == 0)
+            rc = SHARD_ESERVER; /* the session must not stay unlogged */
+        else
+            rc = shard_error_restore(&saved);
+    }
+    sql_free(&q);
+    return rc;
+}
+
+int move_fence_rows_source(mv *m)
+{
+    sqlbuf ins;
+    int rc;
+
+    /* One row per moved database, unfenced: a missing row also means "not
+     * fenced", but a fence UPDATE can only fence rows that exist. */
+    sql_init(&ins);
+    for (unsigned s = m->first; s <= m->last; s++) {
+        char db[SHARD_DBNAME_MAX];
+        move_db(m, s, db);
+        sql_addf(&ins, "%s('%s')", s == m->first ? "" : ",", db);
+    }
+    if ((rc = sql_check(&ins)) == 0 && (rc = move_runf(m->src, "SET SESSION sql_log_bin = 0")) == 0) {
+        sqlbuf q;
+        sql_init(&q);
+        sql_add(&q, "INSERT IGNORE INTO " MOVE_FENCE_TABLE " (db) VALUES ");
+        sql_add(&q, ins.s);
+        if ((rc = sql_check(&q)) == 0)
+            rc = conn_query(m->src, &q);
+        sql_free(&q);
+        if (move_runf(m->src, "SET SESSION sql_log_bin = 1") && rc == 0)
+            rc = SHARD_ESERVER;
+    }
+    sql_free(&ins);
+    return rc ? shard_fail_prefix(rc, "fence rows on source %s: ", move_sp(m)->name) : 0;
+}
+
+int move_fence_prepare(mv *m)
+{
+    const shard_pairdef *sp = move_sp(m), *dp = move_dp(m);
+    int rc;
+
+    if ((rc = control_table(m, &sp->master, "source master")) ||
+        (sp->has_standby && (rc = control_table(m, &sp->standby, "source standby"))) ||
+        (rc = control_table(m, &dp->master, "target master")) ||
+        (dp->has_standby && (rc = control_table(m, &dp->standby, "target standby"))))
+        return rc;
+    /* Stale rows on the target (a database that moved away from it once)
+     * must not fence the shards once they arrive: on both halves, as its
+     * standby may become its master. */
+    if ((rc = fence_rows(m, m->t, "DELETE FROM " MOVE_FENCE_TABLE " WHERE db IN (", ")", NULL)))
+        return shard_fail_prefix(rc, "fence rows on target %s: ", dp->name);
+    if (dp->has_standby) {
+        shard_conn *sb = NULL;
+        if ((rc = move_conn(m, &dp->standby, &sb)) == 0)
+            rc = fence_rows(m, sb, "DELETE FROM " MOVE_FENCE_TABLE " WHERE db IN (", ")", NULL);
+        move_close(&sb);
+        if (rc)
+            return shard_fail_prefix(rc, "fence rows on target %s's standby: ", dp->name);
+    }
+    return move_fence_rows_source(m);
+}
+
+int move_fence_update(mv *m, shard_conn *c, bool on, uint64_t *matched)
+{
+    char head[200];
+
+    snprintf(head, sizeof head, "UPDATE " MOVE_FENCE_TABLE " SET fenced = %d, move_id = %llu"
+             " WHERE db IN (", on ? 1 : 0, (unsigned long long)m->id);
+    return fence_rows(m, c, head, ")", matched);
+}
+
+int move_fence_delete(mv *m)
+{
+    int rc = fence_rows(m, m->src, "DELETE FROM " MOVE_FENCE_TABLE " WHERE db IN (", ")", NULL);
+    return rc ? shard_fail_prefix(rc, "fence rows on source %s: ", move_sp(m)->name) : 0;
 }
 
 /* ---- the target's schema ---------------------------------------------------------- */

@@ -91,7 +91,6 @@ static int stream(shard_conn *c, const char *db, const char *table, unsigned nke
 
 static int verify_table(mv *m, shard_conn *src, shard_conn *v, const mtable *t)
 {
-    char srcname[80];
     MYSQL_RES *rs = NULL, *rt = NULL;
     MYSQL_ROW a, b;
     unsigned long *la = NULL, *lb = NULL;
@@ -99,9 +98,9 @@ static int verify_table(mv *m, shard_conn *src, shard_conn *v, const mtable *t)
     unsigned n, nkey = 1;
     int rc;
 
-    snprintf(srcname, sizeof srcname, SHARD_FENCE_PREFIX "%s", t->name);
-    if ((rc = key_columns(src, t->db, srcname, &nkey)) ||
-        (rc = stream(src, t->db, srcname, nkey, &rs)))
+    /* The source's tables keep their names: the fence is a row, not a rename. */
+    if ((rc = key_columns(src, t->db, t->name, &nkey)) ||
+        (rc = stream(src, t->db, t->name, nkey, &rs)))
         return rc;
     if ((rc = stream(v, t->db, t->name, nkey, &rt))) {
         mysql_free_result(rs);
