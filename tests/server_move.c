@@ -407,6 +407,9 @@ typedef struct holder {
     uint64_t id;
     double seconds;
     int rc;
+    atomic_int locked; /* 1: in its transaction, 2: gave up */
+    int started;
+    pthread_t thread;
 } holder;
 
 static void *hold_lock(void *arg)
@@ -414,9 +417,12 @@ static void *hold_lock(void *arg)
     holder *hd = arg;
     shard_txn *t = NULL;
     char *json = NULL;
-    if ((hd->rc = shard_txn_begin(ctx, hd->shard, &t)))
+    if ((hd->rc = shard_txn_begin(ctx, hd->shard, &t))) {
+        atomic_store(&hd->locked, 2);
         return NULL;
+    }
     hd->rc = shard_txn_object_get(t, hd->id, &json, NULL);
+    atomic_store(&hd->locked, hd->rc ? 2 : 1);
     shard_free(json);
     usleep((useconds_t)(hd->seconds * 1e6));
     if (hd->rc == 0)
@@ -426,22 +432,41 @@ static void *hold_lock(void *arg)
     return NULL;
 }
 
-/* A long transaction on a moved table: the fence backs off and wins later. */
+/* Once the move catches up (its fence rows exist), a transaction opens on
+ * the shard: it holds the fence row's shared lock until it commits. */
+static void hold_at_catchup(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    holder *hd = payload;
+    (void)done;
+    (void)total;
+    if (phase != SHARD_MOVE_CATCHUP || hd->started)
+        return;
+    hd->started = 1;
+    pthread_create(&hd->thread, NULL, hold_lock, hd);
+    for (int i = 0; i < 500 && !atomic_load(&hd->locked); i++)
+        usleep(10000);
+}
+
+/* A long transaction on a moved shard: the fence backs off and wins later. */
 START_TEST(long_transaction_delays_fence)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_move_report r;
-    holder hd = {5, 0, 3.5, 0};
-    pthread_t t;
+    static holder hd;
     double t0, worst = 0;
 
     fill(5, 5, 20);
+    memset(&hd, 0, sizeof hd);
+    hd.shard = 5;
+    hd.seconds = 3.5;
     hd.id = w[nw - 1].id;
-    pthread_create(&t, NULL, hold_lock, &hd);
-    usleep(200000);
     o.fence_timeout_s = 1;
+    o.progress = hold_at_catchup;
+    o.payload = &hd;
     ck_assert_msg(shard_move(ctx, 5, 5, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
-    pthread_join(t, NULL);
+    ck_assert_int_eq(hd.started, 1);
+    pthread_join(hd.thread, NULL);
+    ck_assert_int_eq(atomic_load(&hd.locked), 1);
     ck_assert_int_eq(hd.rc, 0);
     ck_assert_uint_ge(r.fence_attempts, 2);
     /* Traffic on the shard stalled at most about the lock timeout. */

@@ -132,9 +132,21 @@ void move_check_target_pair(mv *m)
     shard_error_restore(&saved);
 }
 
+static int drop_source_fn(void *arg, size_t i, unsigned w)
+{
+    mv *m = arg;
+    char db[SHARD_DBNAME_MAX];
+    shard_conn *c;
+    int rc = move_wsrc(m, w, &c);
+
+    move_db(m, m->first + (unsigned)i, db);
+    /* Logged, so the source's standby drops them too. */
+    return rc ? rc : move_runf(c, "DROP DATABASE IF EXISTS `%s`", db);
+}
+
 int move_drop_source(mv *m)
 {
-    int rc = 0;
+    int rc;
 
     /*
      * No check for writes after the fence is needed here: every libshard
@@ -144,12 +156,8 @@ int move_drop_source(mv *m)
      * compared every row of the frozen source with the target. (Writes
      * that bypass libshard are outside what a fence can stop.)
      */
-    for (unsigned s = m->first; rc == 0 && s <= m->last; s++) {
-        char db[SHARD_DBNAME_MAX];
-        move_db(m, s, db);
-        /* Logged, so the source's standby drops them too. */
-        rc = move_runf(m->src, "DROP DATABASE IF EXISTS `%s`", db);
-    }
+    rc = fanout_run((size_t)(m->last - m->first) + 1, move_threads(m), drop_source_fn, m);
+    move_close_workers(m);
     /* The rows go last: until the databases are gone they stay fenced. */
     if (rc == 0)
         rc = move_fence_delete(m);

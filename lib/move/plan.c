@@ -347,17 +347,74 @@ int move_fence_delete(mv *m)
 
 /* ---- the target's schema ---------------------------------------------------------- */
 
+/* Per-database and per-table DDL runs over the move's workers: creating
+ * or dropping 1536 tables one statement after another would take most of
+ * a move of small shards. */
+static int drop_target_fn(void *arg, size_t i, unsigned w)
+{
+    mv *m = arg;
+    char db[SHARD_DBNAME_MAX];
+    shard_conn *c;
+    int rc = move_wdst(m, w, &c);
+
+    move_db(m, m->first + (unsigned)i, db);
+    return rc ? rc : move_runf(c, "DROP DATABASE IF EXISTS `%s`", db);
+}
+
 int move_drop_target(mv *m)
 {
-    int rc = 0;
-
-    for (unsigned s = m->first; rc == 0 && s <= m->last; s++) {
-        char db[SHARD_DBNAME_MAX];
-        move_db(m, s, db);
-        rc = move_runf(m->t, "DROP DATABASE IF EXISTS `%s`", db);
-    }
+    size_t n = (size_t)(m->last - m->first) + 1;
     m->target_made = false;
-    return rc;
+    return fanout_run(n, move_threads(m), drop_target_fn, m);
+}
+
+static int create_db_fn(void *arg, size_t i, unsigned w)
+{
+    mv *m = arg;
+    char db[SHARD_DBNAME_MAX];
+    shard_conn *c;
+    int rc = move_wdst(m, w, &c);
+
+    move_db(m, m->first + (unsigned)i, db);
+    return rc ? rc : move_runf(c, "CREATE DATABASE IF NOT EXISTS `%s` CHARACTER SET utf8mb4",
+                               db);
+}
+
+/* One table: the source's own CREATE TABLE, run on the target in its
+ * database (the name qualified in the text saves a USE per table). */
+static int create_table_fn(void *arg, size_t i, unsigned w)
+{
+    mv *m = arg;
+    const mtable *tb = &m->tables[i];
+    shard_conn *src, *dst;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    char head[100];
+    int rc;
+
+    if ((rc = move_wsrc(m, w, &src)) || (rc = move_wdst(m, w, &dst)) ||
+        (rc = move_runf(src, "SHOW CREATE TABLE `%s`.`%s`", tb->db, tb->name)))
+        return rc;
+    if (!(res = mysql_store_result(src->my)) || !(row = mysql_fetch_row(res)) || !row[1]) {
+        if (res)
+            mysql_free_result(res);
+        return shard_fail(SHARD_ESERVER, "SHOW CREATE TABLE %s.%s gave nothing", tb->db,
+                          tb->name);
+    }
+    snprintf(head, sizeof head, "CREATE TABLE `%s` ", tb->name);
+    if (strncmp(row[1], head, strlen(head)) == 0) {
+        sqlbuf q;
+        sql_init(&q);
+        sql_addf(&q, "CREATE TABLE `%s`.`%s` ", tb->db, tb->name);
+        sql_add(&q, row[1] + strlen(head)); /* the server's own text */
+        if ((rc = sql_check(&q)) == 0)
+            rc = conn_query(dst, &q);
+        sql_free(&q);
+    } else if ((rc = move_runf(dst, "USE `%s`", tb->db)) == 0) {
+        rc = conn_query_str(dst, row[1]);
+    }
+    mysql_free_result(res);
+    return rc ? shard_fail_prefix(rc, "creating %s.%s on the target: ", tb->db, tb->name) : 0;
 }
 
 int move_create_target(mv *m)
@@ -380,32 +437,11 @@ int move_create_target(mv *m)
         return shard_fail(SHARD_EEXISTS, "target %s already has %llu table(s) in shards %u-%u: "
                           "drop them (or abort the move that left them) first",
                           move_dp(m)->name, (unsigned long long)exists, m->first, m->last);
-    for (unsigned s = m->first; rc == 0 && s <= m->last; s++) {
-        char db[SHARD_DBNAME_MAX];
-        move_db(m, s, db);
-        rc = move_runf(m->t, "CREATE DATABASE IF NOT EXISTS `%s` CHARACTER SET utf8mb4", db);
-    }
-    for (size_t i = 0; rc == 0 && i < m->ntables; i++) {
-        mtable *tb = &m->tables[i];
-        MYSQL_RES *res;
-        MYSQL_ROW row;
-        if ((rc = move_runf(m->src, "SHOW CREATE TABLE `%s`.`%s`", tb->db, tb->name)))
-            break;
-        if (!(res = mysql_store_result(m->src->my)) || !(row = mysql_fetch_row(res))) {
-            if (res)
-                mysql_free_result(res);
-            rc = shard_fail(SHARD_ESERVER, "SHOW CREATE TABLE %s.%s gave nothing", tb->db,
-                            tb->name);
-            break;
-        }
-        rc = move_runf(m->t, "USE `%s`", tb->db);
-        if (rc == 0)
-            rc = conn_query_str(m->t, row[1]); /* the server's own text */
-        mysql_free_result(res);
-    }
-    if (rc == 0)
-        m->target_made = true;
-    return rc;
+    if ((rc = fanout_run((size_t)(m->last - m->first) + 1, move_threads(m), create_db_fn, m)) ||
+        (rc = fanout_run(m->ntables, move_threads(m), create_table_fn, m)))
+        return rc;
+    m->target_made = true;
+    return 0;
 }
 
 /* ---- dry run ------------------------------------------------------------------------- */
