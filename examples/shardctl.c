@@ -1038,6 +1038,23 @@ static void print_report(const shard_move_report *r)
                                       : "NOT healthy (see the warning above)");
 }
 
+/* A move that stopped: which, where, why, and the commands that go on
+ * from there (the reason is the library's message). */
+static int move_stopped(int rc, const shard_move_report *r)
+{
+    const char *msg = shard_errmsg();
+
+    if (!r->move_id || r->phase >= SHARD_MOVE_DONE)
+        return lib_error(rc);
+    fprintf(stderr, "shardctl: move %" PRIu64 " stopped in phase %s: %s\n", r->move_id,
+            shard_move_phase_name(r->phase), *msg ? msg : shard_strerror(rc));
+    fprintf(stderr, "shardctl: to continue it: shardctl move resume %" PRIu64 "\n",
+            r->move_id);
+    if (r->phase < SHARD_MOVE_FLIPPED)
+        fprintf(stderr, "shardctl: to undo it: shardctl move abort %" PRIu64 "\n", r->move_id);
+    return exit_code(rc);
+}
+
 static int parse_range(const char *s, unsigned *first, unsigned *last)
 {
     char *dash = strchr(s, '-'), buf[32];
@@ -1121,7 +1138,7 @@ static int cmd_move(const args *a)
         print_report(&r);
     shard_free(plan);
     if (rc)
-        rc = lib_error(rc);
+        rc = move_stopped(rc, &r);
     shard_ctx_free(ctx);
     return rc;
 }
@@ -1160,7 +1177,7 @@ static int cmd_move_resume(const args *a)
     if (rc == 0 || r.move_id)
         print_report(&r);
     if (rc)
-        rc = lib_error(rc);
+        rc = move_stopped(rc, &r);
     shard_ctx_free(ctx);
     return rc;
 }

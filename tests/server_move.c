@@ -7,6 +7,7 @@
  * a row changed behind the mover's back; two pairs merge onto a third.
  */
 #include "harness.h"
+#include "ctx.h" /* private: move_unfinished_on, as failover calls it */
 
 #include <check.h>
 #include <libshard.h>
@@ -89,6 +90,22 @@ static int move_connections(const char *server)
         n++;
     free(out);
     return n;
+}
+
+/* Both threads of a server's own (unnamed) replication link run (waiting,
+ * bounded, for a link that is still connecting). */
+static int pair_link_running(const char *server)
+{
+    int yes = 0;
+    for (int i = 0; i < 100 && !yes; i++) {
+        char *out = sql1(server, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS"
+                                 " WHERE VARIABLE_NAME = 'SLAVE_RUNNING'");
+        yes = strcmp(out, "ON\n") == 0;
+        free(out);
+        if (!yes)
+            usleep(50000);
+    }
+    return yes;
 }
 
 /* ---- what was written, and checking it is all there ------------------------ */
@@ -352,6 +369,11 @@ START_TEST(dry_run_changes_nothing)
     ck_assert_int_eq(shard_move(ctx, 2, 3, "MySQL009", &o, NULL, &plan), SHARD_EINVAL);
     ck_assert_int_eq(shard_move(ctx, 3, 4, "MySQL003", &o, NULL, &plan), SHARD_EINVAL);
     ck_assert_msg(strstr(shard_errmsg(), "span pairs"), "%s", shard_errmsg());
+    /* A target pair whose halves could hand out the same local ids. */
+    free(sql1("s6", "SET GLOBAL auto_increment_offset = 1"));
+    ck_assert_int_eq(shard_move(ctx, 2, 3, "MySQL003", &o, NULL, &plan), SHARD_EINVAL);
+    ck_assert_msg(strstr(shard_errmsg(), "auto_increment_offset"), "%s", shard_errmsg());
+    free(sql1("s6", "SET GLOBAL auto_increment_offset = 2"));
 }
 END_TEST
 
@@ -389,7 +411,11 @@ START_TEST(aborted_before_flip)
     fill(4, 4, 50);
     for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
         move_killed_at(4, 4, "MySQL003", phases[i]);
+        /* As a mover killed between STOP ALL SLAVES and the restart leaves
+         * it: the target pair's own link stopped. Abort starts it again. */
+        free(sql1("s5", "STOP SLAVE"));
         ck_assert_msg(shard_move_abort(ctx, 0) == 0, "abort: %s", shard_errmsg());
+        ck_assert_int_eq(pair_link_running("s5"), 1);
         ck_assert_str_eq(pair_of(4), home);
         ck_assert_int_eq(db_exists("s5", 4), 0);
         ck_assert_int_eq(db_exists_settled("s6", 4, 0), 0);
@@ -671,6 +697,67 @@ START_TEST(fence_is_one_statement)
 }
 END_TEST
 
+/* The target master killed and restarted while the move catches up: the
+ * move reconnects, enters the phase again and completes in the same run. */
+static int restarts;
+
+static void restart_target(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    (void)done;
+    (void)total;
+    if (phase == SHARD_MOVE_CATCHUP && !restarts++) {
+        ck_assert_int_eq(harness_kill(h, (const char *)payload), 0);
+        ck_assert_int_eq(harness_restart(h, (const char *)payload), 0);
+    }
+}
+
+START_TEST(transient_failure_retried_in_phase)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    int rc;
+
+    ck_assert_str_eq(pair_of(10), "MySQL003");
+    fill(10, 11, 30);
+    o.progress = restart_target;
+    o.payload = (void *)"s3";
+    rc = shard_move(ctx, 10, 11, "MySQL002", &o, &r, NULL);
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_int_eq(restarts, 1);
+    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    ck_assert_int_eq(r.source_dropped, 1);
+    ck_assert_str_eq(pair_of(10), "MySQL002");
+    ck_assert_int_eq(pair_link_running("s3"), 1);
+    ck_assert_int_eq(move_connections("s3"), 0);
+    check_rows_on_master(10);
+    check_rows_on_master(11);
+    check_all();
+}
+END_TEST
+
+/* Looking for unfinished moves fails closed: a master that cannot be asked
+ * is an error naming it, never "no move" (failover relies on this). */
+START_TEST(unfinished_moves_fail_closed)
+{
+    shard_move_report r;
+    shard_map *m = NULL;
+    uint64_t id = 7;
+    int rc;
+
+    ck_assert_int_eq(shard_ctx_map(ctx, &m), 0);
+    ck_assert_int_eq(move_unfinished_on(ctx, m, "MySQL001", &id), 0);
+    ck_assert_int_eq(harness_kill(h, "s1"), 0);
+    rc = move_unfinished_on(ctx, m, "MySQL002", &id);
+    ck_assert_msg(rc < 0, "rc %d", rc);
+    ck_assert_msg(strstr(shard_errmsg(), "MySQL001"), "%s", shard_errmsg());
+    rc = shard_move_resume(ctx, 0, NULL, &r);
+    ck_assert_msg(rc < 0 && rc != SHARD_ENOTFOUND, "rc %d", rc);
+    ck_assert_msg(strstr(shard_errmsg(), "MySQL001"), "%s", shard_errmsg());
+    ck_assert_int_eq(harness_restart(h, "s1"), 0);
+    shard_map_free(m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_move");
@@ -708,6 +795,8 @@ int main(void)
     tcase_add_test(tc, merge_two_pairs_onto_one);
     tcase_add_test(tc, standby_behind_keeps_source);
     tcase_add_test(tc, fence_is_one_statement);
+    tcase_add_test(tc, transient_failure_retried_in_phase);
+    tcase_add_test(tc, unfinished_moves_fail_closed);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -265,7 +265,7 @@ int move_catch_up(mv *m)
             break;
         if ((rc = repl_health(m)))
             return rc;
-        if (now_seconds() - t0 > m->o.catchup_timeout_s)
+        if (now_seconds() - t0 > m->o.catchup_timeout_s && (m->final = true))
             return shard_fail(SHARD_ETIMEOUT, "the target did not catch up within %u s",
                               m->o.catchup_timeout_s);
         move_progress(m, SHARD_MOVE_CATCHUP, 0, 0);

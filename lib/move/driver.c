@@ -340,15 +340,58 @@ static int state_cleaning(mv *m)
     return move_enter(m, MOVE_DONE, NULL);
 }
 
-static int drive(mv *m)
+/*
+ * A read timeout, a lost connection, a restarted server: worth another
+ * try of the same phase, entered as a resume enters it. Not in
+ * verification, which would then compare with a target written since
+ * the flip.
+ */
+static bool retryable(const mv *m, int rc)
+{
+    return (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT) && !m->final &&
+           m->phase != MOVE_VERIFYING && m->retries < MOVE_RETRIES;
+}
+
+/* Every connection anew (the journal's only if it is gone: it holds the
+ * move's lock), and the run's memory of what is set up forgotten. */
+static int reconnect(mv *m)
 {
     int rc;
 
+    move_close_vsnaps(m);
+    move_close_workers(m);
+    move_close(&m->src);
+    move_close(&m->t);
+    m->resumed = true;
+    m->target_made = false;
+    m->repl_checked = false;
+    if (m->ctl && conn_query_str(m->ctl, "SELECT 1") != 0) {
+        char sql[128];
+        uint64_t got = 0;
+        move_close(&m->ctl);
+        if ((rc = move_conn(m, &move_dp(m)->master, &m->ctl)))
+            return rc;
+        /* The old connection's lock goes when the server notices it gone. */
+        snprintf(sql, sizeof sql, "SELECT GET_LOCK('libshard move %llu', 10)",
+                 (unsigned long long)m->id);
+        if ((rc = repl_value_u64(m->ctl, sql, &got)))
+            return rc;
+        if (got != 1)
+            return shard_fail(SHARD_EBUSY, "move %llu is being run by another mover right "
+                              "now", (unsigned long long)m->id);
+    }
     if ((rc = move_conn(m, &move_sp(m)->master, &m->src)) ||
         (rc = move_conn(m, &move_dp(m)->master, &m->t)))
-        goto out;
-    if (m->resumed)
-        move_pair_link_start(m);
+        return rc;
+    move_pair_link_start(m);
+    return 0;
+}
+
+/* The phases from where the move is, until it is over or one fails. */
+static int run_phases(mv *m)
+{
+    int rc = 0;
+
     while (rc == 0 && m->phase != MOVE_DONE && m->phase != MOVE_ABORTED) {
         switch (m->phase) {
         case MOVE_PLANNED:
@@ -377,9 +420,32 @@ static int drive(mv *m)
                             (unsigned long long)m->id, (int)m->phase);
         }
     }
-out:
+    return rc;
+}
+
+static int drive(mv *m)
+{
+    shard_errsave why;
+    int rc;
+
+    if ((rc = move_conn(m, &move_sp(m)->master, &m->src)) == 0 &&
+        (rc = move_conn(m, &move_dp(m)->master, &m->t)) == 0) {
+        if (m->resumed)
+            move_pair_link_start(m);
+        rc = run_phases(m);
+    }
+    while (retryable(m, rc)) {
+        m->retries++;
+        shard_error_save(&why, rc);
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: %s: %s; trying again (%u of %u)",
+                (unsigned long long)m->id, shard_move_phase_name((int)m->phase), why.msg,
+                m->retries, MOVE_RETRIES);
+        move_note(m, why.msg);
+        sleep_ms(1000.0 * (1u << (m->retries - 1))); /* a restarting server takes seconds */
+        if ((rc = reconnect(m)) == 0)
+            rc = run_phases(m);
+    }
     if (rc) {
-        shard_errsave why;
         shard_error_save(&why, rc);
         move_note(m, why.msg);
         shard_error_restore(&why);

@@ -25,6 +25,7 @@
 #define MOVE_FENCE_WAIT_S 30 /* target applying up to the fence, at most */
 #define MOVE_PAIR_WAIT_S 30  /* both halves of the target applying up to the flip */
 #define MOVE_MAX_WORKERS 64
+#define MOVE_RETRIES 5       /* transient failures retried per run */
 
 /* The phases, in the journal's numbers (the public SHARD_MOVE_*). */
 typedef enum move_phase {
@@ -63,6 +64,8 @@ typedef struct mv {
     bool listed;       /* tables listed in this run */
     bool target_made;  /* target's databases and tables made in this run */
     bool repl_checked; /* the replication connection runs with its filter */
+    bool final;        /* the failure is not worth retrying (a limit ran out) */
+    unsigned retries;  /* transient failures retried in this run */
     double fence_t0;   /* when this run fenced (0: an earlier run did) */
     unsigned fence_statements; /* statements the last fence took (journaled) */
     /* Connections of the mover's own (never pooled). */
