@@ -1,14 +1,17 @@
 /*
- * Unit tests (no server) for the pure parts of lib/repl.c: GTID positions
- * checked, compared and merged, of any length (a server with many GTID
- * domains prints positions far longer than 512 characters).
+ * Unit tests (no server) for lib/repl.c: GTID positions checked, compared
+ * and merged, of any length (a server with many GTID domains prints
+ * positions far longer than 512 characters), and publishing a map with
+ * compare-and-swap on a file store.
  */
 #include "repl.h" /* private: tests link libshard.a */
+#include "map.h"
 
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 START_TEST(gtid_valid_and_check)
 {
@@ -112,6 +115,91 @@ START_TEST(gtid_long_positions)
 }
 END_TEST
 
+/* ---- publishing with compare-and-swap, on a file store ------------------------ */
+
+static const char map_text[] =
+    "{\"version\": 7, \"open_shards\": 64, \"database_format\": \"db%05d\","
+    " \"credentials\": {\"user\": \"app\"},"
+    " \"objects\": {\"pins\": 1},"
+    " \"pairs\": {"
+    "   \"MySQL001\": {\"master\": \"127.0.0.1:1\"},"
+    "   \"MySQL002\": {\"master\": \"127.0.0.1:2\"}},"
+    " \"id_shards\": [{\"range\": [0, 31], \"pair\": \"MySQL001\"},"
+    "                {\"range\": [32, 63], \"pair\": \"MySQL002\"}]}";
+
+typedef struct edit_arg {
+    int calls;
+    int answer; /* 0: reassign shard 0; else returned as is */
+    shard_store *rival; /* publishes a version first, once: a lost race */
+} edit_arg;
+
+static int edit(const shard_map *cur, shard_map **next, void *arg)
+{
+    edit_arg *e = arg;
+
+    e->calls++;
+    if (e->answer)
+        return e->answer == SHARD_ECONFLICT ? shard_fail(SHARD_ECONFLICT, "refused") : e->answer;
+    if (e->rival) {
+        shard_map *r = NULL;
+        ck_assert_int_eq(map_reassign(cur, 1, 1, "MySQL002", cur->version + 1, &r), 0);
+        ck_assert_int_eq(shard_store_publish(e->rival, r, cur->version), 0);
+        shard_map_free(r);
+        e->rival = NULL;
+    }
+    if (shard_map_pair_index(cur, 0) == shard_map_find_pair(cur, "MySQL002"))
+        return REPL_UNCHANGED;
+    return map_reassign(cur, 0, 0, "MySQL002", cur->version + 1, next);
+}
+
+START_TEST(publish_compare_and_swap)
+{
+    char dir[] = "/tmp/libshard-repl-XXXXXX", path[128], lock[160];
+    shard_options o = SHARD_OPTIONS_INIT;
+    shard_store *st = NULL;
+    shard_ctx *ctx = NULL;
+    shard_map *m = NULL;
+    edit_arg e = {0, 0, NULL};
+    uint64_t v = 0;
+    FILE *f;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/map.json", dir);
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fputs(map_text, f);
+    fclose(f);
+    o.refresh_interval_ms = 0;
+    ck_assert_msg(shard_ctx_open(&ctx, path, &o) == 0, "%s", shard_errmsg());
+    ck_assert_int_eq(shard_store_open(&st, path), 0);
+    /* A rival publishes between our load and our swap: we load again and win. */
+    e.rival = st;
+    ck_assert_msg(repl_publish(ctx, edit, &e, &v) == 0, "%s", shard_errmsg());
+    ck_assert_int_eq(e.calls, 2);
+    ck_assert_uint_eq(v, 9);
+    ck_assert_int_eq(shard_store_load(st, &m), 0);
+    ck_assert_uint_eq(shard_map_version(m), 9);
+    ck_assert_int_eq(shard_map_pair_index(m, 0), shard_map_find_pair(m, "MySQL002"));
+    ck_assert_int_eq(shard_map_pair_index(m, 1), shard_map_find_pair(m, "MySQL002"));
+    shard_map_free(m);
+    /* Already as wanted: nothing published, the stored version reported. */
+    e.calls = 0;
+    ck_assert_int_eq(repl_publish(ctx, edit, &e, &v), 0);
+    ck_assert_int_eq(e.calls, 1);
+    ck_assert_uint_eq(v, 9);
+    /* The edit's own refusal is final, even a conflict: no retry. */
+    e.calls = 0;
+    e.answer = SHARD_ECONFLICT;
+    ck_assert_int_eq(repl_publish(ctx, edit, &e, &v), SHARD_ECONFLICT);
+    ck_assert_int_eq(e.calls, 1);
+    shard_store_free(st);
+    shard_ctx_free(ctx);
+    unlink(path);
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    unlink(lock);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("repl");
@@ -123,6 +211,7 @@ int main(void)
     tcase_add_test(tc, gtid_seq_and_covers);
     tcase_add_test(tc, gtid_merge_keeps_own_domains);
     tcase_add_test(tc, gtid_long_positions);
+    tcase_add_test(tc, publish_compare_and_swap);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
