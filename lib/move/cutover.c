@@ -69,19 +69,20 @@ int move_fence_state(mv *m, bool *on)
     return rc;
 }
 
-bool move_flipped_in_store(mv *m)
+int move_flipped_in_store(mv *m)
 {
     shard_map *cur = NULL;
     bool all = true;
+    int rc;
 
-    if (shard_store_load(m->ctx->store, &cur))
-        return false;
+    if ((rc = shard_store_load(m->ctx->store, &cur)))
+        return shard_fail_prefix(rc, "reading the map store: ");
     for (unsigned s = m->first; s <= m->last && all; s++) {
         long p = shard_map_pair_index(cur, s);
         all = p >= 0 && strcmp(cur->pairs[p].name, move_dp(m)->name) == 0;
     }
     shard_map_free(cur);
-    return all;
+    return all ? 1 : 0;
 }
 
 /* The new map: the moved range on the target. */

@@ -287,8 +287,25 @@ static int state_fenced(mv *m)
         rc = move_open_vsnaps(m);
     if (rc == 0)
         rc = move_publish(m);
-    if (rc && !move_flipped_in_store(m))
-        return lift_fence(m, rc);
+    if (rc) {
+        /* Not flipped: traffic back to the source. A store that cannot say
+         * keeps the fence: lifting it after a flip that did land would
+         * let old maps write to the source while new ones write to the
+         * target. Clients wait; a resume finds out. */
+        shard_errsave why;
+        int flipped;
+        shard_error_save(&why, rc);
+        flipped = move_flipped_in_store(m);
+        if (flipped == 0) {
+            shard_error_restore(&why);
+            return lift_fence(m, rc);
+        }
+        if (flipped < 0) {
+            move_close_vsnaps(m);
+            return shard_fail(rc, "%.400s; and whether the map flipped is unknown (%.400s): "
+                              "the fence stays on; resume the move", why.msg, shard_errmsg());
+        }
+    }
     /* Flipped (also when the publish's answer was lost but the store shows it). */
     m->r->pause_ms = (now_seconds() - t0) * 1000.0;
     m->r->cutover_seconds = now_seconds() - t0;
@@ -563,7 +580,7 @@ int shard_move_resume(shard_ctx *ctx, uint64_t move_id, const shard_move_options
     if (!ctx)
         return shard_fail(SHARD_EINVAL, "shard_move_resume: NULL context");
     mv_init(&m, ctx, report ? report : &scratch);
-    if ((rc = options(&m, opts)) == 0 && (rc = move_load(ctx, move_id, &m, opts)) == 0) {
+    if ((rc = options(&m, opts)) == 0 && (rc = move_load(ctx, move_id, &m)) == 0) {
         ctx_log(ctx, SHARD_LOG_INFO, "move %llu: resuming in phase %s",
                 (unsigned long long)m.id, shard_move_phase_name((int)m.phase));
         rc = drive(&m);
@@ -582,9 +599,11 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
     if (!ctx)
         return shard_fail(SHARD_EINVAL, "shard_move_abort: NULL context");
     mv_init(&m, ctx, &r);
-    if ((rc = options(&m, NULL)) || (rc = move_load(ctx, move_id, &m, NULL)))
+    if ((rc = options(&m, NULL)) || (rc = move_load(ctx, move_id, &m)))
         goto out;
-    if (m.phase >= MOVE_FLIPPED || move_flipped_in_store(&m)) {
+    if (m.phase < MOVE_FLIPPED && (rc = move_flipped_in_store(&m)) < 0)
+        goto out; /* cannot tell: never give the source back after a flip */
+    if (m.phase >= MOVE_FLIPPED || rc == 1) {
         rc = shard_fail(SHARD_EBUSY, "move %llu already switched the map to %s: it can only "
                         "be resumed", (unsigned long long)m.id, move_dp(&m)->name);
         goto out;

@@ -312,13 +312,12 @@ static int load_positions(mv *m)
     return 0;
 }
 
-int move_load(shard_ctx *ctx, uint64_t id, mv *m, const shard_move_options *opts)
+int move_load(shard_ctx *ctx, uint64_t id, mv *m)
 {
     move_row *rows = NULL, *j;
     size_t n = 0;
     int rc;
 
-    (void)opts;
     if ((rc = move_find(ctx, m->map, id, &rows, &n)))
         return rc;
     if (n == 0) {

@@ -130,7 +130,7 @@ typedef struct move_row {
 int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows,
               size_t *n);
 /* Load move id (0: the only unfinished one) into m and take its lock. */
-int move_load(shard_ctx *ctx, uint64_t id, mv *m, const shard_move_options *opts);
+int move_load(shard_ctx *ctx, uint64_t id, mv *m);
 
 /* ---- plan.c ---------------------------------------------------------------------- */
 
@@ -173,8 +173,10 @@ void move_pair_link_start(mv *m);
 
 int move_fence_set(mv *m, bool on);
 int move_fence_state(mv *m, bool *on);
-/* Does the stored map already route the moved range to the target? */
-bool move_flipped_in_store(mv *m);
+/* Does the stored map already route the moved range to the target? 1 yes,
+ * 0 no, a negative code when the store cannot be read (then nobody can
+ * tell: keep the fence). */
+int move_flipped_in_store(mv *m);
 int move_publish(mv *m);
 int move_read_flip(mv *m);
 /* Open the target snapshots verification compares against. */
