@@ -6,6 +6,7 @@
  */
 #include "move.h"
 
+#include <mysqld_error.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,25 +224,6 @@ int move_list_tables(mv *m)
 
 /* ---- the fence's table and rows (libshard-move(7), "The fence") -------------------- */
 
-/* Each server keeps its own: nothing about the fence is ever logged. */
-static int control_table(mv *m, const shard_endpoint *ep, const char *label)
-{
-    shard_conn *c = NULL;
-    int rc;
-
-    if ((rc = move_conn(m, ep, &c)) == 0 &&
-        (rc = move_runf(c, "SET SESSION sql_log_bin = 0")) == 0 &&
-        (rc = move_runf(c, "CREATE DATABASE IF NOT EXISTS " MOVE_CONTROL_DB)) == 0)
-        rc = move_runf(c, "CREATE TABLE IF NOT EXISTS " MOVE_FENCE_TABLE " ("
-                          " db VARCHAR(64) NOT NULL PRIMARY KEY,"
-                          " fenced TINYINT NOT NULL DEFAULT 0,"
-                          " move_id BIGINT UNSIGNED NOT NULL DEFAULT 0,"
-                          " changed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
-                          " ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB");
-    move_close(&c); /* and its session's sql_log_bin with it */
-    return rc ? shard_fail_prefix(rc, "fence table on %s %s: ", label, ep->text) : 0;
-}
-
 /* Run an unlogged statement about the moved databases' fence rows:
  * head + "'db1','db2',...)" + tail. *matched (may be NULL): the rows an
  * UPDATE found, from the server's "Rows matched: N  Changed: M" (rows
@@ -274,6 +256,74 @@ static int fence_rows(mv *m, shard_conn *c, const char *head, const char *tail,
     }
     sql_free(&q);
     return rc;
+}
+
+/* Each server keeps its own: nothing about the fence is ever logged. A
+ * table that is there already is left alone (without a statement that a
+ * read-only standby would refuse). */
+static int control_table(shard_conn *c)
+{
+    uint64_t have = 0;
+    int rc;
+
+    if ((rc = repl_value_u64(c, "SELECT COUNT(*) FROM information_schema.TABLES WHERE"
+                             " TABLE_SCHEMA = '" MOVE_CONTROL_DB "' AND TABLE_NAME = 'fence'",
+                             &have)) || have)
+        return rc;
+    if ((rc = move_runf(c, "SET SESSION sql_log_bin = 0")) == 0 &&
+        (rc = move_runf(c, "CREATE DATABASE IF NOT EXISTS " MOVE_CONTROL_DB)) == 0)
+        rc = move_runf(c, "CREATE TABLE IF NOT EXISTS " MOVE_FENCE_TABLE " ("
+                          " db VARCHAR(64) NOT NULL PRIMARY KEY,"
+                          " fenced TINYINT NOT NULL DEFAULT 0,"
+                          " move_id BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+                          " changed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
+                          " ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB");
+    return rc;
+}
+
+/* Stale fence rows of the moved databases on a server of the target: a
+ * database that moved away from it once must not be fenced when it comes
+ * back (deleted only when there are some). */
+static int delete_stale(mv *m, shard_conn *c)
+{
+    uint64_t n = 0;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "SELECT COUNT(*) FROM " MOVE_FENCE_TABLE " WHERE db IN (");
+    move_db_list(m, &q, true);
+    sql_add(&q, ")");
+    if ((rc = sql_check(&q)) == 0)
+        rc = repl_value_u64(c, q.s, &n);
+    sql_free(&q);
+    if (rc == 0 && n)
+        rc = fence_rows(m, c, "DELETE FROM " MOVE_FENCE_TABLE " WHERE db IN (", ")", NULL);
+    return rc;
+}
+
+/*
+ * One server's part of the fence's preparation. A master must take it; a
+ * standby that refuses (read-only, for an account without READ_ONLY
+ * ADMIN) only gets a warning: the move needs nothing there, but should it
+ * become master, its shards need the table (shardctl schema apply) and no
+ * stale rows.
+ */
+static int prepare_server(mv *m, const shard_endpoint *ep, const char *label, bool target,
+                          bool standby)
+{
+    shard_conn *c = NULL;
+    int rc;
+
+    if ((rc = move_conn(m, ep, &c)) == 0 && (rc = control_table(c)) == 0 && target)
+        rc = delete_stale(m, c);
+    if (rc && standby && c && c->last_errno == ER_OPTION_PREVENTS_STATEMENT) {
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: fence table on %s %s left as it is: %s",
+                (unsigned long long)m->id, label, ep->text, shard_errmsg());
+        rc = 0;
+    }
+    move_close(&c); /* and its session's sql_log_bin with it */
+    return rc ? shard_fail_prefix(rc, "fence table on %s %s: ", label, ep->text) : 0;
 }
 
 int move_fence_rows_source(mv *m)
@@ -309,24 +359,13 @@ int move_fence_prepare(mv *m)
     const shard_pairdef *sp = move_sp(m), *dp = move_dp(m);
     int rc;
 
-    if ((rc = control_table(m, &sp->master, "source master")) ||
-        (sp->has_standby && (rc = control_table(m, &sp->standby, "source standby"))) ||
-        (rc = control_table(m, &dp->master, "target master")) ||
-        (dp->has_standby && (rc = control_table(m, &dp->standby, "target standby"))))
+    if ((rc = prepare_server(m, &sp->master, "source master", false, false)) ||
+        (sp->has_standby &&
+         (rc = prepare_server(m, &sp->standby, "source standby", false, true))) ||
+        (rc = prepare_server(m, &dp->master, "target master", true, false)) ||
+        (dp->has_standby &&
+         (rc = prepare_server(m, &dp->standby, "target standby", true, true))))
         return rc;
-    /* Stale rows on the target (a database that moved away from it once)
-     * must not fence the shards once they arrive: on both halves, as its
-     * standby may become its master. */
-    if ((rc = fence_rows(m, m->t, "DELETE FROM " MOVE_FENCE_TABLE " WHERE db IN (", ")", NULL)))
-        return shard_fail_prefix(rc, "fence rows on target %s: ", dp->name);
-    if (dp->has_standby) {
-        shard_conn *sb = NULL;
-        if ((rc = move_conn(m, &dp->standby, &sb)) == 0)
-            rc = fence_rows(m, sb, "DELETE FROM " MOVE_FENCE_TABLE " WHERE db IN (", ")", NULL);
-        move_close(&sb);
-        if (rc)
-            return shard_fail_prefix(rc, "fence rows on target %s's standby: ", dp->name);
-    }
     return move_fence_rows_source(m);
 }
 
