@@ -591,9 +591,25 @@ START_TEST(merge_two_pairs_onto_one)
 
     ck_assert_str_eq(pair_of(0), "MySQL002");
     ck_assert_str_eq(pair_of(2), "MySQL001");
+    /* The target's journal as an earlier version made it: positions of at
+     * most 1024 characters, no flip position, no fence count. */
+    free(sql1("s5", "ALTER TABLE libshard_control.moves"
+                    " MODIFY snapshot_gtid VARCHAR(1024) NOT NULL DEFAULT '',"
+                    " MODIFY fence_gtid VARCHAR(1024) NOT NULL DEFAULT '',"
+                    " DROP COLUMN flip_gtid, DROP COLUMN fence_statements"));
     fill(0, 3, 5);
     ck_assert_msg(shard_move(ctx, 0, 1, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
     ck_assert_msg(shard_move(ctx, 2, 3, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
+    {
+        char *out = sql1("s5", "SELECT GROUP_CONCAT(COLUMN_NAME, ' ', DATA_TYPE ORDER BY"
+                               " COLUMN_NAME) FROM information_schema.COLUMNS WHERE"
+                               " TABLE_SCHEMA = 'libshard_control' AND TABLE_NAME = 'moves'"
+                               " AND (COLUMN_NAME LIKE '%gtid' OR COLUMN_NAME ="
+                               " 'fence_statements')");
+        ck_assert_str_eq(out, "fence_gtid text,fence_statements int,flip_gtid text,"
+                              "snapshot_gtid text\n");
+        free(out);
+    }
     for (unsigned s = 0; s <= 3; s++) {
         ck_assert_str_eq(pair_of(s), "MySQL003");
         ck_assert_int_eq(db_exists("s1", s), 0);

@@ -65,6 +65,19 @@ int move_journal_open(mv *m)
                                      journal_columns[i][1]))))
             return shard_fail_prefix(rc, "move journal on %s: ", label);
     }
+    {
+        /* Journals made when positions were VARCHAR(1024): a source with
+         * many GTID domains has longer ones. */
+        uint64_t narrow = 0;
+        if ((rc = repl_value_u64(m->ctl, "SELECT COUNT(*) FROM information_schema.COLUMNS"
+                                 " WHERE TABLE_SCHEMA = '" MOVE_CONTROL_DB "' AND TABLE_NAME ="
+                                 " 'moves' AND COLUMN_NAME IN ('snapshot_gtid', 'fence_gtid')"
+                                 " AND DATA_TYPE = 'varchar'", &narrow)) ||
+            (narrow && (rc = move_runf(m->ctl, "ALTER TABLE " MOVE_CONTROL_DB ".moves MODIFY"
+                                       " snapshot_gtid TEXT NOT NULL DEFAULT '', MODIFY"
+                                       " fence_gtid TEXT NOT NULL DEFAULT ''"))))
+            return shard_fail_prefix(rc, "move journal on %s: ", label);
+    }
     /* Move IDs are unique across targets: each journal counts from its
      * server_id * 10^9 (ALTER only raises the counter, never lowers it). */
     if ((rc = repl_value_u64(m->ctl, "SELECT @@server_id", &id)) ||
