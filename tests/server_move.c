@@ -8,6 +8,7 @@
  */
 #include "harness.h"
 #include "ctx.h" /* private: move_unfinished_on, as failover calls it */
+#include "run_cmd.h"
 
 #include <check.h>
 #include <libshard.h>
@@ -631,21 +632,30 @@ END_TEST
  * after the standby runs again drops it with every row on both halves. */
 START_TEST(standby_behind_keeps_source)
 {
-    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_move_report r;
     char *a, *b;
-    int rc;
 
     ck_assert_str_eq(pair_of(8), "MySQL003");
     fill(8, 9, 40);
     free(sql1("s2", "STOP SLAVE SQL_THREAD"));
-    rc = shard_move(ctx, 8, 9, "MySQL001", &o, &r, NULL);
-    ck_assert_int_eq(rc, SHARD_EBUSY);
-    ck_assert_msg(strstr(shard_errmsg(), "standby") && strstr(shard_errmsg(), "SQL thread No"),
-                  "%s", shard_errmsg());
-    ck_assert_int_eq(r.phase, SHARD_MOVE_CLEANING);
-    ck_assert_int_eq(r.source_dropped, 0);
-    ck_assert_int_eq(r.target_pair_healthy, 0);
+    {
+        /* As an operator runs it: shardctl says why, the pair's health and
+         * the command that goes on. */
+        const char *argv[] = {shardctl_path(), "--map", harness_map_path(h), "move",
+                              "--shards", "8-9", "--to", "MySQL001", "--yes", NULL};
+        run_spec sp = {NULL, NULL, 0, 120};
+        run_result res = run_cmd(&sp, argv);
+        ck_assert_msg(res.status == 1, "exit %d: %s", res.status, res.err);
+        ck_assert_msg(strstr(res.out, ": cleaning\n") &&
+                      strstr(res.out, "target pair MySQL001: NOT healthy") &&
+                      strstr(res.out, "source kept"), "%s", res.out);
+        ck_assert_msg(strstr(res.err, "shardctl: warning: move ") &&
+                      strstr(res.err, "SQL thread No") &&
+                      strstr(res.err, "stopped in phase cleaning") &&
+                      strstr(res.err, "to continue it: shardctl move resume "), "%s", res.err);
+        ck_assert_msg(!strstr(res.err, "move abort"), "%s", res.err); /* after the flip */
+        run_free(&res);
+    }
     ck_assert_int_eq(db_exists("s5", 8), 1);
     ck_assert_int_eq(db_exists("s5", 9), 1);
     ck_assert_str_eq(pair_of(8), "MySQL001"); /* flipped: served by the target */
