@@ -641,7 +641,7 @@ START_TEST(standby_behind_keeps_source)
     {
         /* As an operator runs it: shardctl says why, the pair's health and
          * the command that goes on. */
-        const char *argv[] = {shardctl_path(), "--map", harness_map_path(h), "move",
+        const char *argv[] = {"--map", harness_map_path(h), "move",
                               "--shards", "8-9", "--to", "MySQL001", "--yes", NULL};
         run_spec sp = {NULL, NULL, 0, 120};
         run_result res = run_cmd(&sp, argv);
