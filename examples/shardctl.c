@@ -258,12 +258,14 @@ static int load_map(const args *a, shard_map **map)
  * now and servers are connected lazily. *map (when asked) is a reference
  * to its map, freed with shard_map_free().
  */
-static int open_ctx(const args *a, shard_ctx **ctx, shard_map **map)
+static int open_ctx_log(const args *a, shard_ctx **ctx, shard_map **map, shard_log_fn log)
 {
     shard_options o = SHARD_OPTIONS_INIT;
     int rc;
 
     o.refresh_interval_ms = 0;
+    o.log = log;
+    o.log_level = SHARD_LOG_WARN;
     o.user = a->val[OPT_USER];
     o.password_env = a->val[OPT_PASSWORD_ENV];
     if (o.password_env && !o.user)
@@ -278,6 +280,24 @@ static int open_ctx(const args *a, shard_ctx **ctx, shard_map **map)
         return rc;
     }
     return 0;
+}
+
+static int open_ctx(const args *a, shard_ctx **ctx, shard_map **map)
+{
+    return open_ctx_log(a, ctx, map, NULL);
+}
+
+/* The library's warnings (a move keeping the source, a pair that is not
+ * healthy), one line each on standard error. */
+static void log_warning(int level, const char *message, void *payload)
+{
+    (void)payload;
+    if (level > SHARD_LOG_WARN)
+        return;
+    fputs(level == SHARD_LOG_ERROR ? "shardctl: error: " : "shardctl: warning: ", stderr);
+    for (const char *p = message; *p; p++)
+        fputc(*p == '\n' || *p == '\r' ? ' ' : *p, stderr);
+    fputc('\n', stderr);
 }
 
 /* Print object text on one line: newlines are whitespace between JSON tokens. */
@@ -1011,6 +1031,28 @@ static void print_report(const shard_move_report *r)
            r->verify_seconds, r->mismatches, r->mismatches == 1 ? "" : "es");
     printf("  map version %" PRIu64 " published; source %s\n", r->map_version,
            r->source_dropped ? "dropped" : "kept");
+    if (r->phase >= SHARD_MOVE_FLIPPED && r->target[0])
+        printf("  target pair %s: %s\n", r->target,
+               r->target_pair_healthy ? "healthy (both halves hold the moved rows, both "
+                                        "links running)"
+                                      : "NOT healthy (see the warning above)");
+}
+
+/* A move that stopped: which, where, why, and the commands that go on
+ * from there (the reason is the library's message). */
+static int move_stopped(int rc, const shard_move_report *r)
+{
+    const char *msg = shard_errmsg();
+
+    if (!r->move_id || r->phase >= SHARD_MOVE_DONE)
+        return lib_error(rc);
+    fprintf(stderr, "shardctl: move %" PRIu64 " stopped in phase %s: %s\n", r->move_id,
+            shard_move_phase_name(r->phase), *msg ? msg : shard_strerror(rc));
+    fprintf(stderr, "shardctl: to continue it: shardctl move resume %" PRIu64 "\n",
+            r->move_id);
+    if (r->phase < SHARD_MOVE_FLIPPED)
+        fprintf(stderr, "shardctl: to undo it: shardctl move abort %" PRIu64 "\n", r->move_id);
+    return exit_code(rc);
 }
 
 static int parse_range(const char *s, unsigned *first, unsigned *last)
@@ -1085,7 +1127,7 @@ static int cmd_move(const args *a)
         o.flags |= SHARD_MOVE_DRY_RUN;
     else if (!a->val[OPT_YES] && (rc = confirm(first, last, a->val[OPT_TO])))
         return rc;
-    if ((rc = open_ctx(a, &ctx, NULL)))
+    if ((rc = open_ctx_log(a, &ctx, NULL, log_warning)))
         return rc;
     rc = shard_move(ctx, first, last, a->val[OPT_TO], &o, &r, &plan);
     if (p.total)
@@ -1096,7 +1138,7 @@ static int cmd_move(const args *a)
         print_report(&r);
     shard_free(plan);
     if (rc)
-        rc = lib_error(rc);
+        rc = move_stopped(rc, &r);
     shard_ctx_free(ctx);
     return rc;
 }
@@ -1127,7 +1169,7 @@ static int cmd_move_resume(const args *a)
 
     if (move_id_arg(a, &id) || move_options(a, &o, &p))
         return EXIT_USAGE;
-    if ((rc = open_ctx(a, &ctx, NULL)))
+    if ((rc = open_ctx_log(a, &ctx, NULL, log_warning)))
         return rc;
     rc = shard_move_resume(ctx, id, &o, &r);
     if (p.total)
@@ -1135,7 +1177,7 @@ static int cmd_move_resume(const args *a)
     if (rc == 0 || r.move_id)
         print_report(&r);
     if (rc)
-        rc = lib_error(rc);
+        rc = move_stopped(rc, &r);
     shard_ctx_free(ctx);
     return rc;
 }
@@ -1148,7 +1190,7 @@ static int cmd_move_abort(const args *a)
 
     if (move_id_arg(a, &id))
         return EXIT_USAGE;
-    if ((rc = open_ctx(a, &ctx, NULL)))
+    if ((rc = open_ctx_log(a, &ctx, NULL, log_warning)))
         return rc;
     rc = shard_move_abort(ctx, id);
     if (rc)
