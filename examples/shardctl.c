@@ -1388,6 +1388,11 @@ static int import_passes(const args *a, shard_ctx *ctx, const shard_import_optio
     for (int pass = 1;; pass++) {
         shard_import_report r;
         int rc = mapping ? shard_import_mapping(ctx, o, &r) : shard_import_table(ctx, o, &r);
+        import_progress *p = o->payload;
+        if (p->line_len) { /* the error line starts on a line of its own */
+            fputc('\n', stderr);
+            p->line_len = 0;
+        }
         if (rc)
             return lib_error(rc);
         printf("import %s: %" PRIu64 " new, %" PRIu64 " changed, %" PRIu64 " deleted, %" PRIu64
