@@ -346,7 +346,7 @@ START_TEST(resolve_one_and_many)
     ck_assert_int_eq(shard_legacy_resolve(ctx, pins, 0, &id2), SHARD_EINVAL);
     ck_assert_int_eq(shard_legacy_resolve(ctx, pins, 999999, &id2), SHARD_ENOTFOUND);
     ck_assert_ptr_nonnull(strstr(shard_errmsg(), "999999"));
-    ck_assert_int_eq(shard_legacy_resolve(ctx, type_of(ctx, "users"), 1, &id2), SHARD_EINVAL);
+    ck_assert_int_eq(shard_legacy_resolve(ctx, 1023, 1, &id2), SHARD_EINVAL); /* no such type */
 
     /* Many at once, in input order, with duplicates and a gap. */
     in[0] = 42, in[1] = 999999, in[2] = 43, in[3] = 42, in[4] = id, in[5] = 3020;
@@ -472,6 +472,49 @@ START_TEST(hostile_values)
     sql_do("s1", "ALTER TABLE legacy.hostiles DROP COLUMN b");
     r = import_ok(ctx, &o);
     expect_counts(&r, 0, 0, 0, NHOSTILE);
+    shard_ctx_free(ctx);
+}
+END_TEST
+
+/* ---- --json-column ------------------------------------------------------------------ */
+
+START_TEST(json_column)
+{
+    shard_ctx *ctx = open_ctx();
+    shard_import_options o = table_opts(ctx, "docs", "users");
+    shard_import_report r;
+    json_t *got, *want;
+    uint64_t id;
+    int rc;
+
+    o.json_column = "doc";
+    r = import_ok(ctx, &o);
+    expect_counts(&r, 2, 0, 0, 0);
+    /* The column's object is the object; the legacy id is added as a field. */
+    ck_assert_int_eq(shard_legacy_resolve(ctx, o.type, 1, &id), 0);
+    ck_assert_int_eq(shard_object_get_json(ctx, id, &got), 0);
+    want = json_loads("{\"name\": \"ann\", \"tags\": [1, 2.5, null], \"id\": 1}", 0, NULL);
+    ck_assert_msg(json_equal(want, got), "%s", json_dumps(got, 0));
+    json_decref(want);
+    json_decref(got);
+    ck_assert_int_eq(shard_legacy_resolve(ctx, o.type, 2, &id), 0);
+    ck_assert_int_eq(shard_object_get_json(ctx, id, &got), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(got, "id")), 2);
+    json_decref(got);
+
+    /* Not an object, or an id field that contradicts the row: refused. */
+    sql_do("s1", "INSERT INTO legacy.docs VALUES (3, '[1, 2]')");
+    rc = shard_import_table(ctx, &o, &r);
+    ck_assert_int_eq(rc, SHARD_EINVAL);
+    ck_assert_msg(strstr(shard_errmsg(), "docs.id=3") && strstr(shard_errmsg(), "column doc"),
+                  "%s", shard_errmsg());
+    sql_do("s1", "UPDATE legacy.docs SET doc = '{\"id\": 4}' WHERE id = 3");
+    rc = shard_import_table(ctx, &o, &r);
+    ck_assert_int_eq(rc, SHARD_EINVAL);
+    ck_assert_msg(strstr(shard_errmsg(), "docs.id=3"), "%s", shard_errmsg());
+    sql_do("s1", "DELETE FROM legacy.docs WHERE id = 3");
+    r = import_ok(ctx, &o);
+    expect_counts(&r, 0, 0, 0, 2);
     shard_ctx_free(ctx);
 }
 END_TEST
@@ -614,7 +657,7 @@ END_TEST
 static int write_map(void)
 {
     json_t *m = json_load_file(harness_map_path(H), 0, NULL), *tables, *legacy;
-    static const char *const names[] = {"pins", "boards", "notes", "hostiles",
+    static const char *const names[] = {"pins", "boards", "notes", "hostiles", "users",
                                         "board_has_pins"};
     if (!m)
         return -1;
@@ -653,7 +696,10 @@ static const char legacy_schema[] =
     "CREATE TABLE notes (id INT PRIMARY KEY, body VARCHAR(50) NOT NULL);"
     "INSERT INTO notes SELECT seq, CONCAT('note ', seq) FROM seq_1_to_2000;"
     "CREATE TABLE hostiles (id INT PRIMARY KEY, t TEXT CHARACTER SET utf8mb4,"
-    " l VARCHAR(50) CHARACTER SET latin1, n INT)";
+    " l VARCHAR(50) CHARACTER SET latin1, n INT);"
+    "CREATE TABLE docs (id INT PRIMARY KEY, doc TEXT NOT NULL);"
+    "INSERT INTO docs VALUES (1, '{\"name\": \"ann\", \"tags\": [1, 2.5, null]}'),"
+    " (2, '{\"id\": 2, \"nested\": {\"a\": {\"b\": true}}}')";
 
 static Suite *import_suite(void)
 {
@@ -667,6 +713,7 @@ static Suite *import_suite(void)
     tcase_add_test(tc, mapping_passes);
     tcase_add_test(tc, resolve_one_and_many);
     tcase_add_test(tc, hostile_values);
+    tcase_add_test(tc, json_column);
     tcase_add_test(tc, killed_import_no_duplicates);
     tcase_add_test(tc, shardctl_import);
     suite_add_tcase(s, tc);
