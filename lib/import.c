@@ -864,10 +864,43 @@ static int change_items(run *r, item **its, size_t n, uint64_t *changed)
 
 /* ---- a pass over a legacy table --------------------------------------------- */
 
+/* Place the batch's new rows near their parents: one resolution for all. */
+static int place_near(run *r, item *it, size_t n)
+{
+    uint64_t *parents = shard_calloc(n, sizeof *parents), *pids = shard_calloc(n, sizeof *pids);
+    size_t np = 0;
+    int rc = 0;
+
+    if (!parents || !pids) {
+        rc = shard_fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (it[i].act == ACT_NEW && it[i].parent)
+            parents[np++] = it[i].parent;
+    if ((rc = shard_legacy_resolve_many(r->ctx, r->o->near_type, parents, np, pids)))
+        goto out;
+    np = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (it[i].act != ACT_NEW || !it[i].parent)
+            continue;
+        if (!pids[np]) {
+            rc = shard_fail(SHARD_ENOTFOUND, "legacy row %s.%s=%" PRIu64 ": its %s %" PRIu64
+                            " has no lookup entry: import that parent first", r->table,
+                            r->id_col, it[i].legacy, r->o->near_column, it[i].parent);
+            goto out;
+        }
+        it[i].shard = shard_id_shard(pids[np++]);
+    }
+out:
+    free(parents);
+    free(pids);
+    return rc;
+}
+
 static int classify(run *r, item *it, size_t n)
 {
     char **keys = shard_calloc(n, sizeof *keys), **vals = shard_calloc(n, sizeof *vals);
-    uint64_t *parents = NULL, *pids = NULL;
     int rc = 0;
 
     if (!keys || !vals) {
@@ -878,46 +911,20 @@ static int classify(run *r, item *it, size_t n)
         keys[i] = it[i].key;
     if ((rc = legacy_kv_get_many(r->ctx, r->lookup, keys, n, vals)))
         goto out;
-    if (r->o->near_column) {
-        parents = shard_calloc(n, sizeof *parents);
-        pids = shard_calloc(n, sizeof *pids);
-        if (!parents || !pids) {
-            rc = shard_fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
-            goto out;
-        }
-        size_t np = 0;
-        for (size_t i = 0; i < n; i++)
-            if (it[i].parent)
-                parents[np++] = it[i].parent;
-        if ((rc = shard_legacy_resolve_many(r->ctx, r->o->near_type, parents, np, pids)))
-            goto out;
-        np = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (!it[i].parent)
-                continue;
-            if (!pids[np]) {
-                rc = shard_fail(SHARD_ENOTFOUND, "legacy row %s.%s=%" PRIu64 ": its %s %" PRIu64
-                                " has no lookup entry: import that parent first", r->table,
-                                r->id_col, it[i].legacy, r->o->near_column, it[i].parent);
-                goto out;
-            }
-            it[i].shard = shard_id_shard(pids[np++]);
-            it[i].parent = UINT64_MAX; /* placed */
-        }
-    }
     for (size_t i = 0; i < n; i++) {
         legacy_entry_parse(vals[i], &it[i].e);
         switch (it[i].e.state) {
         case LEGACY_ABSENT:
         case LEGACY_DELETED: /* the row came back: a new object */
             it[i].act = ACT_NEW;
-            if (it[i].parent != UINT64_MAX)
-                it[i].shard = (unsigned)(ctx_random() % r->open_shards);
+            it[i].shard = (unsigned)(ctx_random() % r->open_shards);
             break;
         case LEGACY_PENDING: /* settled after the lookup scan */
             it[i].act = ACT_SKIP;
             break;
         case LEGACY_LIVE:
+            /* An object never moves: a row whose parent changed keeps its
+             * object where it is (its ID names the shard). */
             it[i].id = it[i].e.id;
             it[i].act = strcmp(it[i].e.md5, it[i].md5) ? ACT_CHANGED : ACT_UNCHANGED;
             break;
@@ -927,13 +934,13 @@ static int classify(run *r, item *it, size_t n)
             goto out;
         }
     }
+    if (r->o->near_column)
+        rc = place_near(r, it, n);
 out:
     for (size_t i = 0; vals && i < n; i++)
         free(vals[i]);
     free(keys);
     free(vals);
-    free(parents);
-    free(pids);
     return rc;
 }
 
