@@ -66,15 +66,8 @@ static int check_name(const char *what, const char *s)
                       "0-9 _ $)", what, s ? s : "(null)");
 }
 
-typedef struct source_url {
-    char user[81];
-    char host[256];
-    unsigned port;
-    char db[65];
-} source_url;
-
 /* mysql://USER@HOST[:PORT]/DB, HOST a name, an IPv4 address or [IPv6]. */
-static int parse_url(const char *url, source_url *u)
+int import_parse_url(const char *url, source_url *u)
 {
     const char *p, *at, *slash, *hend, *colon = NULL;
     size_t n;
@@ -214,7 +207,7 @@ static int source_open(shard_ctx *ctx, const shard_import_options *o, const char
     int rc;
 
     memset(s, 0, sizeof *s);
-    if ((rc = parse_url(o->source, &u))) {
+    if ((rc = import_parse_url(o->source, &u))) {
         shard_map_free(map);
         return rc;
     }
@@ -333,7 +326,7 @@ static bool kind_integer(col_kind k)
 
 /* Strict UTF-8 (no overlong forms, surrogates or code points above
  * U+10FFFF); the offset of the first bad byte, or -1. */
-static long utf8_bad(const unsigned char *s, size_t n)
+long import_utf8_bad(const unsigned char *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {
@@ -507,7 +500,7 @@ static int column_json(run *r, uint64_t legacy, const MYSQL_FIELD *f, const char
         *out = json_stringn(v, len);
         break;
     case COL_TEXT: {
-        long bad = utf8_bad((const unsigned char *)v, len);
+        long bad = import_utf8_bad((const unsigned char *)v, len);
         if (bad >= 0)
             return row_fail(r, legacy, f->name, "not valid UTF-8 (byte %ld of %lu is 0x%02x)",
                             bad, len, (unsigned char)v[bad]);
@@ -582,7 +575,7 @@ static int row_item(run *r, MYSQL_RES *res, MYSQL_ROW row, item *it)
                 continue;
             if (!row[c])
                 return row_fail(r, it->legacy, f[c].name, "NULL is not a JSON object");
-            if (utf8_bad((const unsigned char *)row[c], len[c]) >= 0)
+            if (import_utf8_bad((const unsigned char *)row[c], len[c]) >= 0)
                 return row_fail(r, it->legacy, f[c].name, "not valid UTF-8");
             obj = json_loadb(row[c], len[c], OBJECT_JSON_FLAGS, &err);
             if (!obj || !json_is_object(obj)) {

@@ -54,6 +54,19 @@ int legacy_kv_delete_many(shard_ctx *ctx, const char *table, char *const *keys, 
 typedef int (*legacy_scan_fn)(void *payload, size_t n, char **keys, char **vals);
 int legacy_kv_scan(shard_ctx *ctx, const char *table, legacy_scan_fn fn, void *payload);
 
+/* import.c, pure helpers (unit-tested). */
+typedef struct source_url {
+    char user[81];
+    char host[256];
+    unsigned port;
+    char db[65];
+} source_url;
+
+/* mysql://USER@HOST[:PORT]/DB (no password, ever); SHARD_EINVAL otherwise. */
+int import_parse_url(const char *url, source_url *u);
+/* Strict UTF-8: the offset of the first bad byte, or -1 when all is valid. */
+long import_utf8_bad(const unsigned char *s, size_t n);
+
 /* Remember a resolution in the context's cache. */
 void legacy_cache_put(shard_ctx *ctx, unsigned type, uint64_t legacy, uint64_t id);
 
