@@ -47,6 +47,15 @@ static const char usage_text[] =
     "  map show                              the current map, as JSON\n"
     "  map publish FILE                      validate FILE and publish it as the new map\n"
     "                                        (its version must be above the current one)\n"
+    "  import --from URL --table T --as TYPE [--id-column C] [--json-column C]\n"
+    "         [--near COLUMN:TYPE] [--threads N] [--dry-run] [--until-clean]\n"
+    "                                        one import pass of a legacy table\n"
+    "  import-mapping --from URL --table T --from-column C:TYPE --to-column C:TYPE\n"
+    "         --name MAPPING [--seq-column C] [--threads N] [--dry-run] [--until-clean]\n"
+    "                                        one import pass of a legacy join table\n"
+    "  (URL: mysql://USER@HOST[:PORT]/DB; its password from --from-password-env VAR,\n"
+    "  else the map's password variable. --legacy TYPE: the IDs of obj get, update,\n"
+    "  delete and mapping list, count are legacy ids of TYPE, resolved first.)\n"
     "Options for every command: --map FILE (else $LIBSHARD_MAP); --user NAME and\n"
     "--password-env VAR to connect as another account than the map's (an operator's).\n"
     "The map is --map FILE, else $LIBSHARD_MAP. TYPE is a name from the map's\n"
@@ -72,10 +81,22 @@ enum {
     OPT_FORCE,
     OPT_USER,
     OPT_PASSWORD_ENV,
+    OPT_FROM,
+    OPT_FROM_PASSWORD_ENV,
+    OPT_TABLE,
+    OPT_AS,
+    OPT_ID_COLUMN,
+    OPT_JSON_COLUMN,
+    OPT_UNTIL_CLEAN,
+    OPT_FROM_COLUMN,
+    OPT_TO_COLUMN,
+    OPT_NAME,
+    OPT_SEQ_COLUMN,
+    OPT_LEGACY,
     NOPTS
 };
 
-#define O(x) (1u << (x))
+#define O(x) (UINT64_C(1) << (x))
 #define GLOBAL_OPTS (O(OPT_MAP) | O(OPT_HELP) | O(OPT_USER) | O(OPT_PASSWORD_ENV))
 
 static const struct option_def {
@@ -91,13 +112,19 @@ static const struct option_def {
     [OPT_YES] = {"--yes", 0},       [OPT_KEEP_SOURCE] = {"--keep-source", 0},
     [OPT_THREADS] = {"--threads", 1}, [OPT_FORCE] = {"--force", 0},
     [OPT_USER] = {"--user", 1},     [OPT_PASSWORD_ENV] = {"--password-env", 1},
+    [OPT_FROM] = {"--from", 1},     [OPT_FROM_PASSWORD_ENV] = {"--from-password-env", 1},
+    [OPT_TABLE] = {"--table", 1},   [OPT_AS] = {"--as", 1},
+    [OPT_ID_COLUMN] = {"--id-column", 1}, [OPT_JSON_COLUMN] = {"--json-column", 1},
+    [OPT_UNTIL_CLEAN] = {"--until-clean", 0}, [OPT_FROM_COLUMN] = {"--from-column", 1},
+    [OPT_TO_COLUMN] = {"--to-column", 1}, [OPT_NAME] = {"--name", 1},
+    [OPT_SEQ_COLUMN] = {"--seq-column", 1}, [OPT_LEGACY] = {"--legacy", 1},
 };
 
 /* Options and positional arguments, parsed once for every command. */
 typedef struct args {
     const char *map;       /* --map, else $LIBSHARD_MAP; NULL if neither */
     const char *val[NOPTS]; /* option values; "" for a flag that was given */
-    unsigned seen;         /* O(OPT_x) for every option given */
+    uint64_t seen;         /* O(OPT_x) for every option given */
     int npos;
     char **pos;
 } args;
@@ -1312,13 +1339,190 @@ static int cmd_failover(const args *a)
 }
 
 /* ------------------------------------------------------------------ */
+/* Imports from an unsharded database (libshard-import(7))             */
+/* ------------------------------------------------------------------ */
+
+#define IMPORT_OPTS \
+    (O(OPT_FROM) | O(OPT_FROM_PASSWORD_ENV) | O(OPT_TABLE) | O(OPT_THREADS) | \
+     O(OPT_DRY_RUN) | O(OPT_UNTIL_CLEAN))
+#define IMPORT_MAX_PASSES 100
+
+typedef struct import_progress {
+    int tty;
+    double last;
+    size_t line_len;
+} import_progress;
+
+static void on_import_progress(const char *what, uint64_t done, uint64_t total, void *payload)
+{
+    import_progress *p = payload;
+    char line[200];
+    int final = strstr(what, ": done") != NULL;
+
+    if (!final && now_seconds() - p->last < (p->tty ? TTY_REDRAW_SECONDS : PLAIN_LINE_SECONDS))
+        return;
+    p->last = now_seconds();
+    if (total && done <= total)
+        snprintf(line, sizeof line, "%s, %" PRIu64 " of about %" PRIu64 " rows read (%u%%)",
+                 what, done, total, (unsigned)(done * 100 / total));
+    else
+        snprintf(line, sizeof line, "%s, %" PRIu64 " rows read", what, done);
+    if (p->tty) {
+        size_t len = strlen(line);
+        fprintf(stderr, "\r%s%*s", line, p->line_len > len ? (int)(p->line_len - len) : 0, "");
+        p->line_len = len;
+        if (final) {
+            fputc('\n', stderr);
+            p->line_len = 0;
+        }
+    } else {
+        fprintf(stderr, "%s\n", line);
+    }
+}
+
+/* COLUMN:TYPE, e.g. board_id:boards: the column into col, the type parsed. */
+static int column_type(const char *opt, const char *s, const shard_map *map, char *col,
+                       size_t size, unsigned *type)
+{
+    const char *colon = s ? strchr(s, ':') : NULL;
+
+    if (!colon || colon == s || (size_t)(colon - s) >= size || !colon[1])
+        return usage_error("%s takes COLUMN:TYPE, e.g. %s board_id:boards", opt, opt), -1;
+    memcpy(col, s, (size_t)(colon - s));
+    col[colon - s] = '\0';
+    return parse_type(map, colon + 1, type);
+}
+
+/* The options both imports share. */
+static int import_common(const args *a, shard_import_options *o, import_progress *p)
+{
+    unsigned long long n;
+
+    if (a->npos != 1)
+        return usage_error("%s takes options only", a->pos[0]), -1;
+    if (!a->val[OPT_FROM] || !a->val[OPT_TABLE])
+        return usage_error("%s needs --from mysql://USER@HOST[:PORT]/DB and --table T",
+                           a->pos[0]), -1;
+    o->source = a->val[OPT_FROM];
+    o->password_env = a->val[OPT_FROM_PASSWORD_ENV];
+    o->table = a->val[OPT_TABLE];
+    if (a->val[OPT_THREADS]) {
+        if (parse_num("--threads", a->val[OPT_THREADS], 1, 64, &n))
+            return -1;
+        o->threads = (unsigned)n;
+    }
+    if (a->val[OPT_DRY_RUN])
+        o->flags |= SHARD_IMPORT_DRY_RUN;
+    memset(p, 0, sizeof *p);
+    p->tty = isatty(STDERR_FILENO);
+    p->last = now_seconds();
+    o->progress = on_import_progress;
+    o->payload = p;
+    return 0;
+}
+
+/* Passes (one, or until one finds nothing to do), a summary line each. */
+static int import_passes(const args *a, shard_ctx *ctx, const shard_import_options *o,
+                         const char *name, int mapping)
+{
+    int until_clean = a->val[OPT_UNTIL_CLEAN] != NULL;
+
+    for (int pass = 1;; pass++) {
+        shard_import_report r;
+        int rc = mapping ? shard_import_mapping(ctx, o, &r) : shard_import_table(ctx, o, &r);
+        import_progress *p = o->payload;
+        if (p->line_len) { /* the error line starts on a line of its own */
+            fputc('\n', stderr);
+            p->line_len = 0;
+        }
+        if (rc)
+            return lib_error(rc);
+        printf("import %s: %" PRIu64 " new, %" PRIu64 " changed, %" PRIu64 " deleted, %" PRIu64
+               " unchanged\n", name, r.created, r.changed, r.deleted, r.unchanged);
+        fflush(stdout);
+        if (!until_clean || (r.created | r.changed | r.deleted) == 0 || o->flags)
+            return 0;
+        if (pass == IMPORT_MAX_PASSES) {
+            fprintf(stderr, "shardctl: import %s: still differences after %d passes: the "
+                    "legacy side keeps changing faster than passes catch up\n", name, pass);
+            return EXIT_FAIL;
+        }
+    }
+}
+
+static int cmd_import(const args *a)
+{
+    shard_import_options o = SHARD_IMPORT_OPTIONS_INIT;
+    import_progress p;
+    char near_col[80];
+    shard_ctx *ctx;
+    shard_map *map;
+    int rc;
+
+    if (import_common(a, &o, &p))
+        return EXIT_USAGE;
+    if (!a->val[OPT_AS])
+        return usage_error("import needs --as TYPE");
+    if ((rc = open_ctx(a, &ctx, &map)))
+        return rc;
+    o.id_column = a->val[OPT_ID_COLUMN];
+    o.json_column = a->val[OPT_JSON_COLUMN];
+    if (parse_type(map, a->val[OPT_AS], &o.type) ||
+        (a->val[OPT_NEAR] && column_type("--near", a->val[OPT_NEAR], map, near_col,
+                                         sizeof near_col, &o.near_type))) {
+        rc = EXIT_USAGE;
+    } else {
+        const char *name = NULL;
+        o.near_column = a->val[OPT_NEAR] ? near_col : NULL;
+        shard_map_type_name(map, o.type, &name);
+        rc = import_passes(a, ctx, &o, name, 0);
+    }
+    shard_map_free(map);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+static int cmd_import_mapping(const args *a)
+{
+    shard_import_options o = SHARD_IMPORT_OPTIONS_INIT;
+    import_progress p;
+    char from_col[80], to_col[80];
+    shard_ctx *ctx;
+    shard_map *map;
+    int rc;
+
+    if (import_common(a, &o, &p))
+        return EXIT_USAGE;
+    if (!a->val[OPT_FROM_COLUMN] || !a->val[OPT_TO_COLUMN] || !a->val[OPT_NAME])
+        return usage_error("import-mapping needs --from-column C:TYPE, --to-column C:TYPE "
+                           "and --name MAPPING");
+    if ((rc = open_ctx(a, &ctx, &map)))
+        return rc;
+    if (column_type("--from-column", a->val[OPT_FROM_COLUMN], map, from_col,
+                    sizeof from_col, &o.from_type) ||
+        column_type("--to-column", a->val[OPT_TO_COLUMN], map, to_col, sizeof to_col,
+                    &o.to_type)) {
+        rc = EXIT_USAGE;
+    } else {
+        o.from_column = from_col;
+        o.to_column = to_col;
+        o.mapping = a->val[OPT_NAME];
+        o.seq_column = a->val[OPT_SEQ_COLUMN];
+        rc = import_passes(a, ctx, &o, o.mapping, 1);
+    }
+    shard_map_free(map);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
 /* Dispatch                                                            */
 /* ------------------------------------------------------------------ */
 
 typedef struct command {
     const char *word1, *word2;
     int (*run)(const args *a);
-    unsigned opts; /* the options it accepts besides GLOBAL_OPTS */
+    uint64_t opts; /* the options it accepts besides GLOBAL_OPTS */
 } command;
 
 static const command commands[] = {
@@ -1347,16 +1551,111 @@ static const command commands[] = {
     {"move", NULL, cmd_move,
      O(OPT_SHARDS) | O(OPT_TO) | O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_KEEP_SOURCE) |
          O(OPT_THREADS)},
+    {"import", NULL, cmd_import, IMPORT_OPTS | O(OPT_AS) | O(OPT_ID_COLUMN) |
+         O(OPT_JSON_COLUMN) | O(OPT_NEAR)},
+    {"import-mapping", NULL, cmd_import_mapping, IMPORT_OPTS | O(OPT_FROM_COLUMN) |
+         O(OPT_TO_COLUMN) | O(OPT_NAME) | O(OPT_SEQ_COLUMN)},
 };
+
+/*
+ * --legacy TYPE: the ID arguments of these commands are legacy ids of TYPE
+ * (or native IDs), resolved through the lookup before the command runs.
+ */
+static const struct legacy_pos {
+    const char *word1, *word2;
+    int first, last; /* positional ID arguments; last -1: to the end */
+} legacy_positions[] = {
+    {"obj", "get", 2, -1},     {"obj", "update", 2, 2},   {"obj", "delete", 2, 2},
+    {"mapping", "list", 3, 3}, {"mapping", "count", 3, 3},
+};
+
+static const struct legacy_pos *legacy_pos_of(const struct command *c)
+{
+    for (size_t i = 0; i < sizeof legacy_positions / sizeof legacy_positions[0]; i++)
+        if (strcmp(legacy_positions[i].word1, c->word1) == 0 && c->word2 &&
+            strcmp(legacy_positions[i].word2, c->word2) == 0)
+            return &legacy_positions[i];
+    return NULL;
+}
+
+static int run_legacy(const struct command *c, const struct legacy_pos *lp, const args *a)
+{
+    int last = lp->last < 0 ? a->npos - 1 : lp->last;
+    size_t n = last >= lp->first ? (size_t)(last - lp->first + 1) : 0;
+    uint64_t *in = calloc(n ? n : 1, sizeof *in), *out = calloc(n ? n : 1, sizeof *out);
+    char (*text)[24] = calloc(n ? n : 1, sizeof *text);
+    char **pos = calloc((size_t)a->npos + 1, sizeof *pos);
+    shard_ctx *ctx = NULL;
+    shard_map *map = NULL;
+    unsigned type;
+    args copy = *a;
+    int rc = 0;
+
+    if (!in || !out || !text || !pos) {
+        rc = usage_error("out of memory");
+        goto out;
+    }
+    if (last >= a->npos || n == 0) {
+        rc = c->run(a); /* too few arguments: the command says what it needs */
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned long long v;
+        if (parse_num("ID", a->pos[lp->first + (int)i], 1, UINT64_MAX, &v)) {
+            rc = EXIT_USAGE;
+            goto out;
+        }
+        in[i] = v;
+    }
+    if ((rc = open_ctx(a, &ctx, &map)))
+        goto out;
+    if (parse_type(map, a->val[OPT_LEGACY], &type)) {
+        rc = EXIT_USAGE;
+        goto out;
+    }
+    if ((rc = shard_legacy_resolve_many(ctx, type, in, n, out))) {
+        rc = lib_error(rc);
+        goto out;
+    }
+    for (int i = 0; i < a->npos; i++)
+        pos[i] = a->pos[i];
+    for (size_t i = 0; i < n; i++) {
+        if (!out[i]) {
+            fprintf(stderr, "shardctl: no %s with legacy id %" PRIu64 " has been imported\n",
+                    a->val[OPT_LEGACY], in[i]);
+            rc = EXIT_FAIL;
+            goto out;
+        }
+        snprintf(text[i], sizeof text[i], "%" PRIu64, out[i]);
+        pos[lp->first + (int)i] = text[i];
+    }
+    shard_map_free(map);
+    shard_ctx_free(ctx);
+    map = NULL;
+    ctx = NULL;
+    copy.pos = pos;
+    rc = c->run(&copy);
+out:
+    shard_map_free(map);
+    shard_ctx_free(ctx);
+    free(in);
+    free(out);
+    free(text);
+    free(pos);
+    return rc;
+}
 
 static int run_command(const command *c, const args *a)
 {
-    unsigned extra = a->seen & ~(c->opts | GLOBAL_OPTS);
+    const struct legacy_pos *lp = legacy_pos_of(c);
+    uint64_t extra = a->seen & ~(c->opts | GLOBAL_OPTS | (lp ? O(OPT_LEGACY) : 0));
 
     for (int k = 0; extra && k < NOPTS; k++)
         if (extra & O(k))
             return usage_error("%s is not an option of %s%s%s", options[k].name, c->word1,
                                c->word2 ? " " : "", c->word2 ? c->word2 : "");
+    if (lp && a->val[OPT_LEGACY])
+        return run_legacy(c, lp, a);
     return c->run(a);
 }
 

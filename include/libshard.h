@@ -569,6 +569,105 @@ typedef struct shard_failover_report {
 SHARD_EXPORT int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
                                      shard_failover_report *report);
 
+/* ------------------------------------------------------------------ */
+/* Coming from an unsharded database: legacy ids and imports           */
+/* (libshard-import(7))                                                */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The native ID of the object that shard_import_table() made of the legacy
+ * row `legacy_id` (an integer 1..2^36-1) of `type`, read from the lookup
+ * table that the map's "legacy" section names for the type. A valid native
+ * ID of `type` comes back unchanged, so a caller may pass either kind: a
+ * native ID always has a non-zero type field, a legacy id never has one.
+ * Answers are cached in the context. SHARD_ENOTFOUND when the row has not
+ * been imported; the ID of an object deleted since is still returned.
+ */
+SHARD_EXPORT int shard_legacy_resolve(shard_ctx *ctx, unsigned type, uint64_t legacy_id,
+                                      uint64_t *id);
+/*
+ * The same for n ids at once: one statement per server covering all of its
+ * mod shards, servers asked concurrently, cached ids not asked at all.
+ * ids[i] (n elements, the caller's) answers legacy_ids[i], 0 when that row
+ * has not been imported. On failure every ids[i] is 0.
+ */
+SHARD_EXPORT int shard_legacy_resolve_many(shard_ctx *ctx, unsigned type,
+                                           const uint64_t *legacy_ids, size_t n,
+                                           uint64_t *ids);
+
+#define SHARD_IMPORT_DRY_RUN 1 /* read and compare only; write nothing */
+
+#define SHARD_IMPORT_OPTIONS_VERSION 1
+
+/*
+ * What to import. shard_import_table() reads the fields up to near_type,
+ * shard_import_mapping() those from mapping on; both read the first five
+ * and the last four. Strings are borrowed for the call.
+ */
+typedef struct shard_import_options {
+    unsigned version;         /* SHARD_IMPORT_OPTIONS_VERSION */
+    int flags;                /* SHARD_IMPORT_DRY_RUN */
+    const char *source;       /* "mysql://USER@HOST[:PORT]/DB"; never a password */
+    const char *password_env; /* variable holding the source's password
+                                 (NULL: the map's credentials.password_env) */
+    const char *table;        /* the legacy table */
+    /* shard_import_table */
+    unsigned type;            /* the object type its rows become */
+    const char *id_column;    /* its integer primary key (NULL: "id") */
+    const char *json_column;  /* NULL: every column is a field; else this column's
+                                 JSON object is the object */
+    const char *near_column;  /* NULL: any open shard; else a column holding the
+                                 legacy id of a parent of near_type, whose shard
+                                 the object joins */
+    unsigned near_type;
+    /* shard_import_mapping */
+    const char *mapping;      /* the mapping written (with its reverse) */
+    const char *from_column;  /* legacy ids of from_type */
+    unsigned from_type;
+    const char *to_column;    /* legacy ids of to_type */
+    unsigned to_type;
+    const char *seq_column;   /* NULL: the to side's legacy id is the sequence */
+    /* both */
+    unsigned threads;         /* objects or rows written in parallel (default 4) */
+    unsigned batch_rows;      /* legacy rows read per statement (default 1000) */
+    shard_progress_fn progress; /* may be NULL */
+    void *payload;
+} shard_import_options;
+
+#define SHARD_IMPORT_OPTIONS_INIT \
+    { SHARD_IMPORT_OPTIONS_VERSION, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL, \
+      0, NULL, 0, NULL, 4, 1000, NULL, NULL }
+
+/* What one pass did (with SHARD_IMPORT_DRY_RUN: would do). */
+typedef struct shard_import_report {
+    uint64_t rows_read;  /* legacy rows read */
+    uint64_t created;    /* objects (mapping rows) new in this pass */
+    uint64_t changed;    /* rewritten: their legacy row changed */
+    uint64_t deleted;    /* soft-deleted (removed): their legacy row is gone */
+    uint64_t unchanged;
+    uint64_t adopted;    /* of created: made by an interrupted pass, kept */
+    double seconds;
+} shard_import_report;
+
+/*
+ * One import pass of a legacy table into objects of opts->type: new rows
+ * become objects and get a lookup entry, changed rows (by a checksum kept
+ * in the lookup) are rewritten, objects whose row is gone are
+ * soft-deleted; nothing is ever duplicated, even after an interrupted
+ * pass. Run it again until a pass finds nothing to do. report may be NULL.
+ * A row that cannot be imported unchanged (binary data, invalid UTF-8, an
+ * integer JSON cannot hold) stops the pass with SHARD_EINVAL naming it.
+ */
+SHARD_EXPORT int shard_import_table(shard_ctx *ctx, const shard_import_options *opts,
+                                    shard_import_report *report);
+/*
+ * One import pass of a legacy join table into mapping rows of
+ * opts->mapping (and its reverse), both ends translated through their
+ * lookups, in the same pass model. report may be NULL.
+ */
+SHARD_EXPORT int shard_import_mapping(shard_ctx *ctx, const shard_import_options *opts,
+                                      shard_import_report *report);
+
 #ifdef __cplusplus
 }
 #endif

@@ -339,6 +339,7 @@ void shard_ctx_free(shard_ctx *ctx)
     shard_map_free(ctx->map);
     shard_store_free(ctx->store);
     shard_wipe_free(ctx->password);
+    legacy_cache_free(ctx->legacy);
     free(ctx->user);
     free(ctx->password_env);
     pthread_mutex_destroy(&ctx->map_lock);

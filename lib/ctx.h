@@ -59,7 +59,11 @@ struct shard_ctx {
     double last_error_reload; /* under stop_lock */
     char *user;               /* opts.user, copied; NULL: the map's */
     char *password_env;       /* opts.password_env, copied */
+    _Atomic(struct legacy_cache *) legacy; /* legacy.c: resolutions; made on first use */
 };
+
+/* legacy.c: free a context's resolution cache (NULL is fine). */
+void legacy_cache_free(struct legacy_cache *cache);
 
 /* A copy of the current password (NULL: none): shard_wipe_free() it. */
 int ctx_password_copy(shard_ctx *ctx, char **out);
