@@ -473,7 +473,7 @@ SHARD_EXPORT int shard_object_update(shard_ctx *ctx, uint64_t id, shard_update_f
 typedef void (*shard_move_progress_fn)(int phase, uint64_t done, uint64_t total,
                                        void *payload);
 
-#define SHARD_MOVE_OPTIONS_VERSION 1
+#define SHARD_MOVE_OPTIONS_VERSION 2
 
 typedef struct shard_move_options {
     unsigned version;           /* SHARD_MOVE_OPTIONS_VERSION */
@@ -486,10 +486,19 @@ typedef struct shard_move_options {
     unsigned catchup_timeout_s; /* give up catching up after this (default 3600) */
     shard_move_progress_fn progress;
     void *payload;
+    /* Version 2 (a version-1 caller's struct ends before these: defaults). */
+    unsigned reverse_window_s;  /* after the flip, keep the source in sync from the
+                                   target this long, so the move can be reverted
+                                   (0: none; cleanup right after verification) */
+    uint64_t max_rows_per_second; /* copy throttle (0: none) */
+    const char *max_load;       /* "VAR=N[,VAR=N...]": the copy pauses while a
+                                   source status variable is above N (NULL: none) */
+    const char *postpone_cutover_file; /* caught up, wait while this file exists */
 } shard_move_options;
 
 #define SHARD_MOVE_OPTIONS_INIT \
-    { SHARD_MOVE_OPTIONS_VERSION, 0, 4, 2000, 500, 2, 20, 3600, NULL, NULL }
+    { SHARD_MOVE_OPTIONS_VERSION, 0, 4, 2000, 500, 2, 20, 3600, NULL, NULL, \
+      0, 0, NULL, NULL }
 
 /* What a move did, filled by shard_move() and shard_move_resume(). */
 typedef struct shard_move_report {

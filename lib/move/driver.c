@@ -8,6 +8,8 @@
  */
 #include "move.h"
 
+#include <stddef.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -476,10 +478,16 @@ static int options(mv *m, const shard_move_options *opts)
 {
     static const shard_move_options defaults = SHARD_MOVE_OPTIONS_INIT;
 
-    m->o = opts ? *opts : defaults;
-    if (m->o.version < 1 || m->o.version > SHARD_MOVE_OPTIONS_VERSION)
-        return shard_fail(SHARD_EINVAL, "shard_move_options.version %u is not supported",
-                          m->o.version);
+    m->o = defaults;
+    if (opts && (opts->version < 1 || opts->version > SHARD_MOVE_OPTIONS_VERSION))
+        return shard_fail(SHARD_EINVAL, "shard_move_options.version %u is not supported "
+                          "(this library knows 1..%d)", opts->version,
+                          SHARD_MOVE_OPTIONS_VERSION);
+    /* Only the caller's version's fields: an older caller's struct is shorter. */
+    if (opts)
+        memcpy(&m->o, opts, opts->version >= 2 ? sizeof *opts
+                                               : offsetof(shard_move_options,
+                                                          reverse_window_s));
     if (!m->o.batch_rows)
         m->o.batch_rows = defaults.batch_rows;
     if (!m->o.copy_threads)
