@@ -1,15 +1,62 @@
 /*
- * Verification (libshard-move(7), phase verifying): every row of every
- * moved table on the frozen source, compared column by column with the
- * target's snapshot taken at the fence, both read in primary-key order.
- * Tables are handed out over the workers; worker w reads the target
- * through snapshot w.
+ * Verification (libshard-move(7), "Verification"): every row of every
+ * moved table on the frozen source against the target's snapshot taken at
+ * the flip, compared as checksums of primary-key chunks computed on both
+ * servers, the way pt-table-checksum does; only a chunk whose checksums
+ * differ is streamed from both sides and compared row by row, to name its
+ * differing rows.
+ *
+ * Chunks: the source's primary key is walked once, a boundary every
+ * MOVE_VERIFY_CHUNK_ROWS rows; the first chunk is open below and the last
+ * open above, so every row of either side falls in exactly one chunk, and
+ * both sides run the same WHERE text. Chunks are handed out over the
+ * workers; worker w reads the target through snapshot w (all of one point).
+ *
+ * The checksum of a chunk is COUNT(*) and the exact (DECIMAL) SUM of a
+ * 64-bit hash of each row, the first 64 bits of the MD5 of the row's key
+ * and every column, each as its length, ':' and its bytes, NULL as 'N'
+ * (so ('a','bc') != ('ab','c') and NULL != ''). Why a sum: an XOR cancels
+ * any hash that appears twice and CRC32 collides at this volume; a sum
+ * does not wrap and has no such pairs. Because the key is in the hash,
+ * swapping two rows' contents changes both rows' hashes to unrelated
+ * values; a set of changed rows goes unseen only if the changes of their
+ * hashes add up to exactly zero, which for data not built to collide MD5
+ * is a chance of about 2^-64 per chunk.
  */
 #include "move.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* One moved table as verification sees it. */
+typedef struct vtable {
+    const mtable *t;
+    unsigned ncols, nkey;
+    bool key_num[MOVE_VERIFY_MAX_KEY]; /* numeric key column: compared as a number */
+    char key[MOVE_VERIFY_MAX_KEY][65]; /* key column names */
+    bool whole;                        /* no primary key: one chunk, ordered by column 1 */
+    int updated_at;                    /* the TIMESTAMP column updated_at, or -1 */
+    char *hash;                        /* the row hash expression (SQL) */
+    uint64_t rows;                     /* on the source, exactly */
+} vtable;
+
+/* One chunk: a WHERE condition both sides run, and its source row count. */
+typedef struct vchunk {
+    size_t table;
+    char *where;
+    uint64_t rows;
+} vchunk;
+
+typedef struct vrun {
+    mv *m;
+    vtable *tables;
+    vchunk *chunks;
+    size_t nchunks, cap;
+} vrun;
+
+/* ---- row comparison (a chunk that differs) ------------------------------------ */
 
 /* Compare two rows' primary keys: numerically or as bytes, column by column. */
 static int key_cmp(MYSQL_ROW a, unsigned long *la, MYSQL_ROW b, unsigned long *lb,
@@ -44,40 +91,74 @@ static bool row_eq(MYSQL_ROW a, unsigned long *la, MYSQL_ROW b, unsigned long *l
     return true;
 }
 
-/* How many leading columns form the primary key, read from an empty result
- * (nothing is streamed twice). */
-static int key_columns(shard_conn *c, const char *db, const char *table, unsigned *nkey)
+/*
+ * Did a client write this target row after the flip? Only a resumed
+ * verification asks (it has no snapshot of the flip point). Clients'
+ * writes on the target after the flip carry the target's clock in
+ * updated_at, later than the clock read at the fence (flip_at); rows
+ * copied or replicated before carry the source's. A table without
+ * updated_at, or a move whose fence time is unknown, cannot tell: true,
+ * so that such a row is never counted as a mismatch.
+ */
+static bool written_after_flip(const mv *m, const vtable *vt, MYSQL_ROW b, unsigned long *lb)
 {
-    MYSQL_RES *res;
-    MYSQL_FIELD *f;
-    unsigned n, k = 0;
-    int rc;
+    size_t n;
 
-    if ((rc = move_runf(c, "SELECT * FROM `%s`.`%s` LIMIT 0", db, table)))
-        return rc;
-    if (!(res = mysql_store_result(c->my)))
-        return shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
-    n = mysql_num_fields(res);
-    f = mysql_fetch_fields(res);
-    while (k < n && (f[k].flags & PRI_KEY_FLAG))
-        k++;
-    mysql_free_result(res);
-    *nkey = k ? k : 1;
-    return 0;
+    if (vt->updated_at < 0 || !m->flip_at[0] || !b[vt->updated_at])
+        return true;
+    n = lb[vt->updated_at];
+    if (n > strlen(m->flip_at))
+        n = strlen(m->flip_at); /* a TIMESTAMP(0) compares by its seconds */
+    return strncmp(b[vt->updated_at], m->flip_at, n) >= 0;
 }
 
-/* SELECT * ... ORDER BY the key's columns, streamed. */
-static int stream(shard_conn *c, const char *db, const char *table, unsigned nkey,
-                  MYSQL_RES **res)
+/* Counts of one chunk's row-by-row comparison. */
+typedef struct vcount {
+    uint64_t verified, mismatches, unchecked, missing;
+} vcount;
+
+/*
+ * One pair of rows (either may be NULL: on one side only), counted. With a
+ * snapshot of the flip point every difference is a mismatch. Without one
+ * (resumed after the flip), a target row written after the flip is a
+ * client's write: neither compared nor a mismatch; a source row missing on
+ * the target was deleted after the flip or never arrived, which nothing
+ * left can tell apart: not compared, and counted as missing.
+ */
+static void count_pair(const mv *m, const vtable *vt, MYSQL_ROW a, unsigned long *la,
+                       MYSQL_ROW b, unsigned long *lb, vcount *n)
+{
+    bool same = a && b && row_eq(a, la, b, lb, vt->ncols);
+
+    if (same) {
+        n->verified++;
+    } else if (!m->verify_live) {
+        n->mismatches++;
+        n->verified += a != NULL;
+    } else if (!b) {
+        n->unchecked++;
+        n->missing++;
+    } else if (written_after_flip(m, vt, b, lb)) {
+        n->unchecked += a != NULL; /* a target-only row is no source row at all */
+    } else {
+        n->mismatches++;
+        n->verified += a != NULL;
+    }
+}
+
+/* SELECT * of one chunk, ORDER BY the key's columns, streamed. */
+static int stream(shard_conn *c, const vtable *vt, const char *where, MYSQL_RES **res)
 {
     sqlbuf q;
     int rc;
 
     sql_init(&q);
     sql_add(&q, "SELECT * FROM ");
-    sql_table(&q, db, table);
+    sql_table(&q, vt->t->db, vt->t->name);
+    sql_add(&q, " WHERE ");
+    sql_add(&q, where);
     sql_add(&q, " ORDER BY 1");
-    for (unsigned i = 2; i <= nkey; i++)
+    for (unsigned i = 2; i <= vt->nkey; i++)
         sql_addf(&q, ", %u", i);
     if ((rc = sql_check(&q)) == 0)
         rc = conn_query(c, &q);
@@ -89,40 +170,29 @@ static int stream(shard_conn *c, const char *db, const char *table, unsigned nke
     return 0;
 }
 
-static int verify_table(mv *m, shard_conn *src, shard_conn *v, const mtable *t)
+/* A chunk whose checksums differ: both sides row by row, in key order. */
+static int compare_rows(mv *m, shard_conn *src, shard_conn *v, const vtable *vt,
+                        const char *where, vcount *n)
 {
     MYSQL_RES *rs = NULL, *rt = NULL;
     MYSQL_ROW a, b;
-    unsigned long *la = NULL, *lb = NULL;
-    uint64_t verified = 0, mismatches = 0;
-    unsigned n, nkey = 1;
+    unsigned long *la, *lb;
     int rc;
 
-    /* The source's tables keep their names: the fence is a row, not a rename. */
-    if ((rc = key_columns(src, t->db, t->name, &nkey)) ||
-        (rc = stream(src, t->db, t->name, nkey, &rs)))
+    if ((rc = stream(src, vt, where, &rs)))
         return rc;
-    if ((rc = stream(v, t->db, t->name, nkey, &rt))) {
+    if ((rc = stream(v, vt, where, &rt))) {
         mysql_free_result(rs);
         return rc;
-    }
-    n = mysql_num_fields(rs);
-    if (mysql_num_fields(rt) != n) {
-        mysql_free_result(rs);
-        mysql_free_result(rt);
-        return shard_fail(SHARD_EVERIFY, "%s.%s: the target has %u columns, the source %u",
-                          t->db, t->name, mysql_num_fields(rt), n);
     }
     a = mysql_fetch_row(rs);
     la = a ? mysql_fetch_lengths(rs) : NULL;
     b = mysql_fetch_row(rt);
     lb = b ? mysql_fetch_lengths(rt) : NULL;
     while (a || b) {
-        int c = !a ? 1 : !b ? -1 : key_cmp(a, la, b, lb, mysql_fetch_fields(rs), nkey);
-        if (c != 0 || !row_eq(a, la, b, lb, n))
-            mismatches++; /* different, or on one side only */
+        int c = !a ? 1 : !b ? -1 : key_cmp(a, la, b, lb, mysql_fetch_fields(rs), vt->nkey);
+        count_pair(m, vt, c <= 0 ? a : NULL, la, c >= 0 ? b : NULL, lb, n);
         if (c <= 0) {
-            verified++;
             a = mysql_fetch_row(rs);
             la = a ? mysql_fetch_lengths(rs) : NULL;
         }
@@ -130,75 +200,410 @@ static int verify_table(mv *m, shard_conn *src, shard_conn *v, const mtable *t)
             b = mysql_fetch_row(rt);
             lb = b ? mysql_fetch_lengths(rt) : NULL;
         }
-        if (verified % 1000 == 0 && c <= 0) {
-            uint64_t done, total;
-            pthread_mutex_lock(&m->lock);
-            done = m->done + verified;
-            total = m->total;
-            pthread_mutex_unlock(&m->lock);
-            move_progress(m, SHARD_MOVE_VERIFYING, done, total);
-        }
     }
     if (mysql_errno(src->my) || mysql_errno(v->my))
-        rc = shard_fail(SHARD_ECONNECT, "verifying %s.%s: %s%s", t->db, t->name,
+        rc = shard_fail(SHARD_ECONNECT, "verifying %s.%s: %s%s", vt->t->db, vt->t->name,
                         mysql_error(src->my), mysql_error(v->my));
     mysql_free_result(rs);
     mysql_free_result(rt);
+    return rc;
+}
+
+/* ---- chunk checksums ------------------------------------------------------------ */
+
+/* The chunk's row count and hash sum on c, as the server prints them. */
+static int checksum(shard_conn *c, const vtable *vt, const char *where, char *count,
+                    char *sum)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "SELECT COUNT(*), SUM(CAST(CONV(LEFT(");
+    sql_add(&q, vt->hash);
+    sql_add(&q, ", 16), 16, 10) AS UNSIGNED)) FROM ");
+    sql_table(&q, vt->t->db, vt->t->name);
+    sql_add(&q, " WHERE ");
+    sql_add(&q, where);
+    if ((rc = sql_check(&q)) == 0)
+        rc = conn_query(c, &q);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    if (!(res = mysql_store_result(c->my)))
+        return shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
+    row = mysql_fetch_row(res);
+    snprintf(count, 32, "%s", row && row[0] ? row[0] : "");
+    snprintf(sum, 80, "%s", row && row[1] ? row[1] : "0");
+    mysql_free_result(res);
+    return 0;
+}
+
+static int chunk_fn(void *arg, size_t i, unsigned w)
+{
+    vrun *vr = arg;
+    mv *m = vr->m;
+    const vchunk *ch = &vr->chunks[i];
+    const vtable *vt = &vr->tables[ch->table];
+    char cs[32], ct[32], ss[80], st[80];
+    vcount n = {0, 0, 0, 0};
+    uint64_t done, total;
+    shard_conn *src;
+    int rc;
+
+    if ((rc = move_wsrc(m, w, &src)) || (rc = checksum(src, vt, ch->where, cs, ss)) ||
+        (rc = checksum(m->vsnap[w], vt, ch->where, ct, st)))
+        return shard_fail_prefix(rc, "verifying %s.%s: ", vt->t->db, vt->t->name);
+    if (strcmp(cs, ct) == 0 && strcmp(ss, st) == 0)
+        n.verified = ch->rows;
+    else if ((rc = compare_rows(m, src, m->vsnap[w], vt, ch->where, &n)))
+        return rc;
     pthread_mutex_lock(&m->lock);
-    m->done += verified;
-    m->r->rows_verified += verified;
-    m->r->mismatches += mismatches;
+    m->r->rows_verified += n.verified;
+    m->r->mismatches += n.mismatches;
+    m->verify_unchecked += n.unchecked;
+    m->verify_missing += n.missing;
+    m->done += ch->rows; /* the source's rows, so never past the total */
+    done = m->done;
+    total = m->total;
+    pthread_mutex_unlock(&m->lock);
+    move_progress(m, SHARD_MOVE_VERIFYING, done, total);
+    return 0;
+}
+
+/* ---- chunks: walking the source's primary key ------------------------------------ */
+
+/* One key value as a literal: a number as it is, anything else as hex. */
+static int add_value(sqlbuf *q, const char *v, unsigned long len, bool num)
+{
+    if (!num) {
+        sql_hex(q, v, len);
+        return 0;
+    }
+    if (len == 0 || strspn(v, "0123456789.-+eE") != len)
+        return shard_fail(SHARD_ESERVER, "unexpected numeric key text");
+    sql_add(q, v);
+    return 0;
+}
+
+/*
+ * key > b (above) or key <= b, for a key of several columns, written out
+ * so that the range optimiser reads only the chunk: (k1 > b1 OR (k1 = b1
+ * AND (k2 > b2 OR ...))).
+ */
+static int add_bound(sqlbuf *q, const vtable *vt, MYSQL_ROW b, unsigned long *lb, bool above)
+{
+    int rc = 0;
+
+    for (unsigned i = 0; rc == 0 && i < vt->nkey; i++) {
+        bool last = i + 1 == vt->nkey;
+        sql_addf(q, "(`%s` %s ", vt->key[i], above ? ">" : last ? "<=" : "<");
+        rc = add_value(q, b[i], lb[i], vt->key_num[i]);
+        if (!last) {
+            sql_addf(q, " OR (`%s` = ", vt->key[i]);
+            rc = rc ? rc : add_value(q, b[i], lb[i], vt->key_num[i]);
+            sql_add(q, " AND ");
+        }
+    }
+    for (unsigned i = 0; i < vt->nkey; i++)
+        sql_add(q, i + 1 == vt->nkey ? ")" : "))");
+    return rc ? rc : sql_check(q);
+}
+
+static int add_chunk(vrun *vr, size_t table, sqlbuf *where, uint64_t rows)
+{
+    mv *m = vr->m;
+    char *w = shard_strdup(where->len ? where->s : "1");
+    int rc = 0;
+
+    if (!w)
+        return shard_fail(SHARD_ENOMEM, "out of memory");
+    pthread_mutex_lock(&m->lock);
+    if (vr->nchunks == vr->cap) {
+        size_t nc = vr->cap ? vr->cap * 2 : 256;
+        vchunk *c = shard_realloc(vr->chunks, nc * sizeof *c);
+        if (c) {
+            vr->chunks = c;
+            vr->cap = nc;
+        }
+    }
+    if (vr->nchunks < vr->cap) {
+        vr->chunks[vr->nchunks++] = (vchunk){table, w, rows};
+        vr->tables[table].rows += rows;
+        m->total += rows;
+    } else {
+        free(w);
+        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+    }
     pthread_mutex_unlock(&m->lock);
     return rc;
 }
 
-static int verify_fn(void *arg, size_t i, unsigned w)
+/*
+ * The table's chunks: a boundary every MOVE_VERIFY_CHUNK_ROWS rows of the
+ * source (each full chunk holds exactly that many, keys being unique), and
+ * the rest, open above, counted. prev holds the condition key > last
+ * boundary.
+ */
+static int walk_table(vrun *vr, size_t ti, shard_conn *src)
 {
-    mv *m = arg;
-    shard_conn *src;
-    int rc = move_wsrc(m, w, &src);
+    const vtable *vt = &vr->tables[ti];
+    sqlbuf q, prev, where;
+    uint64_t rest = 0;
+    int rc = 0;
 
-    return rc ? rc : verify_table(m, src, m->vsnap[w], &m->tables[i]);
+    sql_init(&q);
+    sql_init(&prev);
+    sql_init(&where);
+    for (;;) {
+        MYSQL_RES *res;
+        MYSQL_ROW row;
+        sql_reset(&q);
+        sql_add(&q, "SELECT ");
+        for (unsigned i = 0; i < vt->nkey; i++)
+            sql_addf(&q, "%s`%s`", i ? ", " : "", vt->key[i]);
+        sql_add(&q, " FROM ");
+        sql_table(&q, vt->t->db, vt->t->name);
+        if (prev.len) {
+            sql_add(&q, " WHERE ");
+            sql_add(&q, prev.s);
+        }
+        sql_add(&q, " ORDER BY ");
+        for (unsigned i = 0; i < vt->nkey; i++)
+            sql_addf(&q, "%s`%s`", i ? ", " : "", vt->key[i]);
+        sql_addf(&q, " LIMIT %u, 1", MOVE_VERIFY_CHUNK_ROWS - 1);
+        if ((rc = sql_check(&q)) || (rc = conn_query(src, &q)))
+            break;
+        if (!(res = mysql_store_result(src->my))) {
+            rc = shard_fail(SHARD_ESERVER, "%s", mysql_error(src->my));
+            break;
+        }
+        if (!(row = mysql_fetch_row(res))) {
+            mysql_free_result(res);
+            break;
+        }
+        sql_reset(&where);
+        if (prev.len) {
+            sql_add(&where, prev.s);
+            sql_add(&where, " AND ");
+        }
+        rc = add_bound(&where, vt, row, mysql_fetch_lengths(res), false);
+        sql_reset(&prev);
+        if (rc == 0)
+            rc = add_bound(&prev, vt, row, mysql_fetch_lengths(res), true);
+        mysql_free_result(res);
+        if (rc || (rc = add_chunk(vr, ti, &where, MOVE_VERIFY_CHUNK_ROWS)))
+            break;
+    }
+    if (rc == 0) {
+        sql_reset(&q);
+        sql_add(&q, "SELECT COUNT(*) FROM ");
+        sql_table(&q, vt->t->db, vt->t->name);
+        sql_add(&q, " WHERE ");
+        sql_add(&q, prev.len ? prev.s : "1");
+        if ((rc = sql_check(&q)) == 0 && (rc = repl_value_u64(src, q.s, &rest)) == 0)
+            rc = add_chunk(vr, ti, &prev, rest);
+    }
+    sql_free(&q);
+    sql_free(&prev);
+    sql_free(&where);
+    return rc;
 }
 
-/* The source's rows, for the progress (a resumed move has no copy totals). */
-static int count_source(mv *m)
+/* The table's columns on both sides (from empty results: nothing is
+ * streamed), its key and the row hash expression. */
+static int describe_table(vtable *vt, shard_conn *src, shard_conn *v)
 {
-    sqlbuf q;
+    MYSQL_RES *res;
+    MYSQL_FIELD *f;
+    unsigned tcols = 0, pk = 0;
+    sqlbuf h;
     int rc;
 
-    m->total = 0;
-    sql_init(&q);
-    sql_add(&q, "SELECT SUM(TABLE_ROWS) FROM information_schema.TABLES WHERE TABLE_SCHEMA IN (");
-    move_db_list(m, &q, true);
-    sql_add(&q, ")");
-    if ((rc = sql_check(&q)) == 0)
-        rc = repl_value_u64(m->src, q.s, &m->total); /* an estimate is enough here */
-    sql_free(&q);
+    for (int side = 1; side >= 0; side--) {
+        shard_conn *c = side ? v : src;
+        if ((rc = move_runf(c, "SELECT * FROM `%s`.`%s` LIMIT 0", vt->t->db, vt->t->name)))
+            return rc;
+        if (!(res = mysql_store_result(c->my)))
+            return shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
+        if (side) {
+            tcols = mysql_num_fields(res);
+            mysql_free_result(res);
+        }
+    }
+    vt->ncols = mysql_num_fields(res);
+    f = mysql_fetch_fields(res);
+    vt->nkey = 0;
+    vt->updated_at = -1;
+    for (unsigned i = 0; i < vt->ncols; i++)
+        pk += (f[i].flags & PRI_KEY_FLAG) != 0;
+    sql_init(&h);
+    sql_add(&h, "MD5(CONCAT_WS(','");
+    for (unsigned i = 0; i < vt->ncols; i++) {
+        if (!move_name_ok(f[i].name)) {
+            mysql_free_result(res);
+            sql_free(&h);
+            return shard_fail(SHARD_ESERVER, "%s.%s: unexpected column name", vt->t->db,
+                              vt->t->name);
+        }
+        if (i == vt->nkey && (f[i].flags & PRI_KEY_FLAG) && vt->nkey < MOVE_VERIFY_MAX_KEY) {
+            vt->key_num[vt->nkey] = IS_NUM(f[i].type);
+            snprintf(vt->key[vt->nkey++], sizeof vt->key[0], "%s", f[i].name);
+        }
+        if (strcmp(f[i].name, "updated_at") == 0 && f[i].type == MYSQL_TYPE_TIMESTAMP)
+            vt->updated_at = (int)i;
+        sql_addf(&h, ", COALESCE(CONCAT(LENGTH(CAST(`%s` AS BINARY)), ':', CAST(`%s` AS BINARY)),"
+                 " 'N')", f[i].name, f[i].name);
+    }
+    sql_add(&h, "))");
+    /* Chunks need a unique key leading the columns (libshard's tables
+     * have one); any other table is one chunk. */
+    if ((vt->whole = vt->nkey == 0 || vt->nkey != pk)) {
+        vt->key_num[0] = IS_NUM(f[0].type);
+        snprintf(vt->key[0], sizeof vt->key[0], "%s", f[0].name);
+        vt->nkey = 1;
+    }
+    mysql_free_result(res);
+    if ((rc = sql_check(&h)) == 0 && !(vt->hash = shard_strdup(h.s)))
+        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+    sql_free(&h);
+    if (rc == 0 && tcols != vt->ncols)
+        rc = shard_fail(SHARD_EVERIFY, "%s.%s: the target has %u columns, the source %u",
+                        vt->t->db, vt->t->name, tcols, vt->ncols);
     return rc;
+}
+
+static int table_fn(void *arg, size_t i, unsigned w)
+{
+    vrun *vr = arg;
+    vtable *vt = &vr->tables[i];
+    shard_conn *src;
+    int rc;
+
+    vt->t = &vr->m->tables[i];
+    if ((rc = move_wsrc(vr->m, w, &src)) || (rc = describe_table(vt, src, vr->m->vsnap[w])))
+        return rc;
+    if (vt->whole) { /* no primary key: no unique boundaries, one chunk */
+        char sql[300];
+        uint64_t rows = 0;
+        sqlbuf all;
+        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM `%s`.`%s`", vt->t->db, vt->t->name);
+        sql_init(&all);
+        if ((rc = repl_value_u64(src, sql, &rows)) == 0)
+            rc = add_chunk(vr, i, &all, rows);
+        sql_free(&all);
+    } else {
+        rc = walk_table(vr, i, src);
+    }
+    return rc ? shard_fail_prefix(rc, "verifying %s.%s: ", vt->t->db, vt->t->name) : 0;
+}
+
+/* ---- the phase --------------------------------------------------------------------- */
+
+/*
+ * Resumed after the flip, with no snapshot of the flip point: snapshots of
+ * the target as it is now, all opened while commits wait (one point for
+ * every worker), and the target's clock at the fence from the journal.
+ */
+static int open_live(mv *m)
+{
+    char *at = NULL;
+    char sql[200];
+    int rc;
+
+    m->verify_live = true;
+    m->flip_at[0] = '\0';
+    snprintf(sql, sizeof sql, "SELECT IFNULL(UNIX_TIMESTAMP(flip_at), '') FROM "
+             MOVE_CONTROL_DB ".moves WHERE id = %llu", (unsigned long long)m->id);
+    if ((rc = repl_value(m->ctl, sql, &at)))
+        return rc;
+    if (at[0]) {
+        /* As the target prints updated_at in a '+00:00' session. */
+        double t = strtod(at, NULL);
+        time_t sec = (time_t)t;
+        struct tm tm;
+        long us = (long)((t - (double)sec) * 1e6 + 0.5);
+        if (us > 999999)
+            us = 999999;
+        gmtime_r(&sec, &tm);
+        snprintf(m->flip_at, sizeof m->flip_at, "%04d-%02d-%02d %02d:%02d:%02d.%06ld",
+                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                 tm.tm_sec, us);
+    }
+    free(at);
+    return move_vsnaps_open(m, true);
+}
+
+/*
+ * Source rows a resumed verification could not find on the target: a
+ * client deleted them after the flip, or they never arrived, and nothing
+ * left can tell which. The source is kept (journaled, so that a later
+ * resume keeps it too) for the operator to compare by hand.
+ */
+static int keep_source_for_missing(mv *m)
+{
+    char msg[600];
+
+    if (!m->verify_missing)
+        return 0;
+    m->o.flags |= SHARD_MOVE_KEEP_SOURCE;
+    snprintf(msg, sizeof msg, "move %llu: %llu source rows are not on the target: deleted "
+             "there after the flip, or never copied; a verification resumed after the flip "
+             "cannot tell (libshard-move(7), \"Verification\"): the source is kept",
+             (unsigned long long)m->id, (unsigned long long)m->verify_missing);
+    ctx_log(m->ctx, SHARD_LOG_WARN, "%s", msg);
+    return move_runf(m->ctl, "UPDATE " MOVE_CONTROL_DB ".moves SET flags = flags | %d WHERE"
+                     " id = %llu", SHARD_MOVE_KEEP_SOURCE, (unsigned long long)m->id);
 }
 
 int move_verify(mv *m)
 {
     double t0 = now_seconds();
+    vrun vr = {m, NULL, NULL, 0, 0};
+    unsigned n;
     int rc = 0;
 
     m->r->rows_verified = m->r->mismatches = 0;
-    m->done = 0;
-    if (!m->total)
-        rc = count_source(m);
-    if (rc == 0 && !m->nvsnap)
-        rc = move_open_vsnaps(m); /* resumed after the flip: the target as it is now */
-    for (unsigned w = 0; rc == 0 && w < m->nvsnap; w++) {
+    m->verify_unchecked = m->verify_missing = 0;
+    m->done = m->total = 0; /* counted exactly below, from the frozen source */
+    m->verify_live = false;
+    if (!m->nvsnap)
+        rc = open_live(m);
+    n = m->nvsnap;
+    /* Fresh source connections (no transaction left open by an earlier
+     * phase), in the same time zone as the snapshots. */
+    for (unsigned w = 0; rc == 0 && w < n; w++) {
         shard_conn *c;
+        move_close(&m->wsrc[w]);
         if ((rc = move_wsrc(m, w, &c)) == 0)
             rc = move_runf(c, "SET SESSION time_zone = '+00:00'");
     }
+    if (rc == 0 && !(vr.tables = shard_calloc(m->ntables ? m->ntables : 1, sizeof *vr.tables)))
+        rc = shard_fail(SHARD_ENOMEM, "out of memory");
     if (rc == 0)
-        rc = fanout_run(m->ntables, m->nvsnap, verify_fn, m);
+        rc = fanout_run(m->ntables, n, table_fn, &vr);
+    if (rc == 0) {
+        move_progress(m, SHARD_MOVE_VERIFYING, 0, m->total);
+        rc = fanout_run(vr.nchunks, n, chunk_fn, &vr);
+    }
     move_close_vsnaps(m);
     move_close_workers(m);
+    for (size_t i = 0; vr.tables && i < m->ntables; i++)
+        free(vr.tables[i].hash);
+    for (size_t i = 0; i < vr.nchunks; i++)
+        free(vr.chunks[i].where);
+    free(vr.tables);
+    free(vr.chunks);
     m->r->verify_seconds = now_seconds() - t0;
-    move_progress(m, SHARD_MOVE_VERIFYING, m->r->rows_verified, m->total);
-    return rc;
+    if (rc)
+        return rc;
+    move_progress(m, SHARD_MOVE_VERIFYING, m->done, m->total);
+    if (m->verify_unchecked > m->verify_missing)
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: %llu rows written on the target after the "
+                "flip were not compared (a verification resumed after the flip has no "
+                "snapshot of it)", (unsigned long long)m->id,
+                (unsigned long long)(m->verify_unchecked - m->verify_missing));
+    return keep_source_for_missing(m);
 }
