@@ -342,16 +342,14 @@ static int add_chunk(vrun *vr, size_t table, sqlbuf *where, uint64_t rows)
 }
 
 /*
- * The table's chunks: a boundary every MOVE_VERIFY_CHUNK_ROWS rows of the
- * source (each full chunk holds exactly that many, keys being unique), and
- * the rest, open above, counted. prev holds the condition key > last
- * boundary.
+ * The table's chunks: the source's keys read in order, MOVE_VERIFY_CHUNK_ROWS
+ * at a time (keys only, never rows), so each chunk's row count is exact;
+ * the last chunk read is open above. prev holds "key > the last boundary".
  */
 static int walk_table(vrun *vr, size_t ti, shard_conn *src)
 {
     const vtable *vt = &vr->tables[ti];
     sqlbuf q, prev, where;
-    uint64_t rest = 0;
     int rc = 0;
 
     sql_init(&q);
@@ -359,7 +357,9 @@ static int walk_table(vrun *vr, size_t ti, shard_conn *src)
     sql_init(&where);
     for (;;) {
         MYSQL_RES *res;
-        MYSQL_ROW row;
+        MYSQL_ROW last = NULL;
+        unsigned long *lens = NULL;
+        uint64_t rows = 0;
         sql_reset(&q);
         sql_add(&q, "SELECT ");
         for (unsigned i = 0; i < vt->nkey; i++)
@@ -373,15 +373,22 @@ static int walk_table(vrun *vr, size_t ti, shard_conn *src)
         sql_add(&q, " ORDER BY ");
         for (unsigned i = 0; i < vt->nkey; i++)
             sql_addf(&q, "%s`%s`", i ? ", " : "", vt->key[i]);
-        sql_addf(&q, " LIMIT %u, 1", MOVE_VERIFY_CHUNK_ROWS - 1);
+        sql_addf(&q, " LIMIT %u", MOVE_VERIFY_CHUNK_ROWS);
         if ((rc = sql_check(&q)) || (rc = conn_query(src, &q)))
             break;
         if (!(res = mysql_store_result(src->my))) {
             rc = shard_fail(SHARD_ESERVER, "%s", mysql_error(src->my));
             break;
         }
-        if (!(row = mysql_fetch_row(res))) {
+        rows = mysql_num_rows(res);
+        if (rows == MOVE_VERIFY_CHUNK_ROWS) {
+            mysql_data_seek(res, rows - 1);
+            last = mysql_fetch_row(res);
+            lens = mysql_fetch_lengths(res);
+        }
+        if (!last) { /* the rest of the table: open above */
             mysql_free_result(res);
+            rc = add_chunk(vr, ti, &prev, rows);
             break;
         }
         sql_reset(&where);
@@ -389,22 +396,13 @@ static int walk_table(vrun *vr, size_t ti, shard_conn *src)
             sql_add(&where, prev.s);
             sql_add(&where, " AND ");
         }
-        rc = add_bound(&where, vt, row, mysql_fetch_lengths(res), false);
+        rc = add_bound(&where, vt, last, lens, false);
         sql_reset(&prev);
         if (rc == 0)
-            rc = add_bound(&prev, vt, row, mysql_fetch_lengths(res), true);
+            rc = add_bound(&prev, vt, last, lens, true);
         mysql_free_result(res);
-        if (rc || (rc = add_chunk(vr, ti, &where, MOVE_VERIFY_CHUNK_ROWS)))
+        if (rc || (rc = add_chunk(vr, ti, &where, rows)))
             break;
-    }
-    if (rc == 0) {
-        sql_reset(&q);
-        sql_add(&q, "SELECT COUNT(*) FROM ");
-        sql_table(&q, vt->t->db, vt->t->name);
-        sql_add(&q, " WHERE ");
-        sql_add(&q, prev.len ? prev.s : "1");
-        if ((rc = sql_check(&q)) == 0 && (rc = repl_value_u64(src, q.s, &rest)) == 0)
-            rc = add_chunk(vr, ti, &prev, rest);
     }
     sql_free(&q);
     sql_free(&prev);
