@@ -883,7 +883,7 @@ START_TEST(verification_chunks_a_large_table)
     snprintf(target, sizeof target, "%s", other_pair(s));
     /* 2500 rows straight into the source (three chunks and a bit). */
     snprintf(sql, sizeof sql, "INSERT INTO db%05u.pins (data) SELECT CONCAT('{\"bulk\":', seq,"
-             " '}') FROM seq_1_to_2500", s);
+             " '}') FROM db%05u.seq_1_to_2500", s, s);
     free(sql1(master_of(source), sql));
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05u.pins", s);
     out = sql1(master_of(source), sql);
