@@ -4,6 +4,7 @@
  * Exit status: 0 success, 1 the operation failed (not found, server
  * error), 2 bad usage or invalid input. Every error is one line on stderr.
  */
+#include <jansson.h>
 #include <libshard.h>
 
 #include <errno.h>
@@ -45,10 +46,17 @@ static const char usage_text[] =
     "  move abort [ID]                       undo an interrupted move (before its flip)\n"
     "  failover PAIR [--force]               promote PAIR's standby\n"
     "  map show                              the current map, as JSON\n"
-    "  map publish FILE                      validate FILE and publish it as the new map\n"
+    "  map publish FILE [--force]            validate FILE and publish it as the new map\n"
     "                                        (its version must be above the current one)\n"
+    "  status [--json]                       every pair's servers, links, shards; the moves\n"
+    "  pair add NAME --master ADDR --standby ADDR\n"
+    "                                        check a new pair and add it to the map\n"
+    "  pair remove NAME                      remove a pair that serves nothing\n"
+    "  shards open N [--pair P]              create shards up to N-1, then open them\n"
+    "  help [COMMAND]                        the usage of a command (or CMD --help)\n"
     "Options for every command: --map FILE (else $LIBSHARD_MAP); --user NAME and\n"
     "--password-env VAR to connect as another account than the map's (an operator's).\n"
+    "shardctl --version prints the library's version.\n"
     "The map is --map FILE, else $LIBSHARD_MAP. TYPE is a name from the map's\n"
     "objects or a number. Exit status: 0 ok, 1 failed, 2 bad usage or input.\n";
 
@@ -72,6 +80,10 @@ enum {
     OPT_FORCE,
     OPT_USER,
     OPT_PASSWORD_ENV,
+    OPT_VERSION,
+    OPT_MASTER,
+    OPT_STANDBY,
+    OPT_PAIR,
     NOPTS
 };
 
@@ -91,6 +103,8 @@ static const struct option_def {
     [OPT_YES] = {"--yes", 0},       [OPT_KEEP_SOURCE] = {"--keep-source", 0},
     [OPT_THREADS] = {"--threads", 1}, [OPT_FORCE] = {"--force", 0},
     [OPT_USER] = {"--user", 1},     [OPT_PASSWORD_ENV] = {"--password-env", 1},
+    [OPT_VERSION] = {"--version", 0}, [OPT_MASTER] = {"--master", 1},
+    [OPT_STANDBY] = {"--standby", 1}, [OPT_PAIR] = {"--pair", 1},
 };
 
 /* Options and positional arguments, parsed once for every command. */
@@ -1196,6 +1210,40 @@ static int cmd_map_show(const args *a)
     return 0;
 }
 
+/*
+ * A map is published only when its open shards have their databases on
+ * their pairs' masters (shard_schema_check(3)): a context on FILE itself,
+ * so that its own servers and credentials are the ones asked. 0 when the
+ * map may be published, else the exit status.
+ */
+static int publish_check(const args *a, const char *file)
+{
+    shard_options o = SHARD_OPTIONS_INIT;
+    shard_ctx *ctx = NULL;
+    int rc;
+
+    o.refresh_interval_ms = 0;
+    o.user = a->val[OPT_USER];
+    o.password_env = a->val[OPT_PASSWORD_ENV];
+    if (o.password_env && !o.user)
+        return usage_error("--password-env goes with --user");
+    if ((rc = shard_ctx_open(&ctx, file, &o)) == 0)
+        rc = shard_schema_check(ctx, NULL);
+    shard_ctx_free(ctx);
+    if (rc == SHARD_EMAP) {
+        fprintf(stderr, "shardctl: %s not published: %s; create the schema first (shardctl "
+                "shards open, or schema apply on this map), or --force\n", file,
+                shard_errmsg());
+        return EXIT_USAGE;
+    }
+    if (rc) {
+        fprintf(stderr, "shardctl: %s not published: cannot check its schema: %s (--force "
+                "publishes it unchecked)\n", file, shard_errmsg());
+        return exit_code(rc);
+    }
+    return 0;
+}
+
 /* Publish FILE to the store --map names, replacing the version there now. */
 static int cmd_map_publish(const args *a)
 {
@@ -1226,6 +1274,12 @@ static int cmd_map_publish(const args *a)
         shard_map_free(fresh);
         shard_map_free(cur);
         return EXIT_USAGE;
+    }
+    if (!a->val[OPT_FORCE] && (rc = publish_check(a, a->pos[2])) != 0) {
+        shard_store_free(store);
+        shard_map_free(fresh);
+        shard_map_free(cur);
+        return rc;
     }
     rc = shard_store_publish(store, fresh, expected);
     if (rc == 0)
@@ -1270,6 +1324,376 @@ static int cmd_failover(const args *a)
 }
 
 /* ------------------------------------------------------------------ */
+/* The fleet: status and topology                                      */
+/* ------------------------------------------------------------------ */
+
+static const char *jstr(const json_t *o, const char *key)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "";
+}
+
+static json_int_t jint(const json_t *o, const char *key)
+{
+    return json_integer_value(json_object_get(o, key));
+}
+
+/* 6.9 MB: bytes for a human. */
+static void human_bytes(json_int_t n, char *buf, size_t size)
+{
+    const char *unit[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+    double v = (double)n;
+    int u = 0;
+
+    while (v >= 1000 && u < 5) {
+        v /= 1000;
+        u++;
+    }
+    snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+}
+
+/* "0-31, 64-95" from [[0,31],[64,95]]. */
+static void ranges_text(const json_t *ranges, char *buf, size_t size)
+{
+    const json_t *r;
+    size_t i, len = 0;
+
+    buf[0] = '\0';
+    json_array_foreach(ranges, i, r) {
+        json_int_t lo = json_integer_value(json_array_get(r, 0));
+        json_int_t hi = json_integer_value(json_array_get(r, 1));
+        int n = lo == hi ? snprintf(buf + len, size - len, "%s%lld", i ? ", " : "",
+                                    (long long)lo)
+                         : snprintf(buf + len, size - len, "%s%lld-%lld", i ? ", " : "",
+                                    (long long)lo, (long long)hi);
+        if (n < 0 || (size_t)n >= size - len)
+            break;
+        len += (size_t)n;
+    }
+}
+
+/* The state of one replication link, in a few words. */
+static void link_text(const json_t *l, char *buf, size_t size)
+{
+    const json_t *lag = json_object_get(l, "seconds_behind_master");
+    int ok = strcmp(jstr(l, "io_running"), "Yes") == 0 &&
+             strcmp(jstr(l, "sql_running"), "Yes") == 0 && !*jstr(l, "last_io_error") &&
+             !*jstr(l, "last_sql_error");
+
+    if (!ok)
+        snprintf(buf, size, "BROKEN (io %s, sql %s)", jstr(l, "io_running"),
+                 jstr(l, "sql_running"));
+    else if (json_is_integer(lag))
+        snprintf(buf, size, "ok, %lld s behind", (long long)json_integer_value(lag));
+    else
+        snprintf(buf, size, "ok");
+}
+
+/* One server line: role, address, state, and what it serves. */
+static void print_server(const json_t *srv, const json_t *partner, int addr_width)
+{
+    const json_t *links = json_object_get(srv, "links"), *l, *pair_link = NULL;
+    json_int_t dbs = jint(srv, "databases"), bad;
+    const char *version, *dash;
+    char bytes[32], text[200];
+    size_t i;
+
+    printf("  %-8s %-*s ", jstr(srv, "role"), addr_width, jstr(srv, "address"));
+    if (!json_is_true(json_object_get(srv, "reachable"))) {
+        printf("DOWN\n");
+        return;
+    }
+    bad = jint(srv, "databases_missing") + jint(srv, "databases_lacking_tables");
+    human_bytes(jint(srv, "bytes"), bytes, sizeof bytes);
+    /* "10.11.19-MariaDB", without the distribution's suffixes */
+    version = jstr(srv, "version");
+    dash = strchr(version, '-');
+    dash = dash ? strchr(dash + 1, '-') : NULL;
+    printf("up    %s  %-16.*s ", json_is_true(json_object_get(srv, "read_only")) ? "ro" : "rw",
+           dash ? (int)(dash - version) : (int)strlen(version), version);
+    if (bad)
+        printf("%lld/%lld dbs ", (long long)(dbs - bad), (long long)dbs);
+    else
+        printf("%lld dbs ", (long long)dbs);
+    printf("%9s", bytes);
+    /* The pair link: the one from the partner's server_id, else the unnamed one. */
+    json_array_foreach(links, i, l)
+        if (partner && json_is_true(json_object_get(partner, "reachable")) &&
+            jint(l, "source_server_id") == jint(partner, "server_id"))
+            pair_link = l;
+    json_array_foreach(links, i, l)
+        if (!pair_link && !*jstr(l, "name"))
+            pair_link = l;
+    if (pair_link) {
+        link_text(pair_link, text, sizeof text);
+        printf("  link %s", text);
+    } else if (partner) {
+        printf("  link NONE");
+    }
+    json_array_foreach(links, i, l) {
+        if (l == pair_link)
+            continue;
+        link_text(l, text, sizeof text);
+        printf("; %s %s", *jstr(l, "name") ? jstr(l, "name") : "link", text);
+    }
+    printf("  gtid %.60s%s\n", jstr(srv, "gtid_binlog_pos"),
+           strlen(jstr(srv, "gtid_binlog_pos")) > 60 ? "..." : "");
+}
+
+/* The screen of shardctl status: what is wrong first, then every pair. */
+static void print_status(const json_t *doc)
+{
+    const json_t *problems = json_object_get(doc, "problems");
+    const json_t *pairs = json_object_get(doc, "pairs"), *moves = json_object_get(doc, "moves");
+    const json_t *p, *m, *e;
+    size_t i, k, nproblems = json_array_size(problems);
+    int width = 0;
+
+    printf("status: %s", nproblems ? "UNHEALTHY" : "healthy");
+    if (nproblems)
+        printf(", %zu problem%s", nproblems, nproblems == 1 ? "" : "s");
+    printf(" (map version %lld, %lld open shards, %zu pairs, %zu unfinished move%s)\n",
+           (long long)jint(doc, "map_version"), (long long)jint(doc, "open_shards"),
+           json_array_size(pairs), json_array_size(moves), json_array_size(moves) == 1 ? "" : "s");
+    json_array_foreach(problems, i, e)
+        printf("  ! %s\n", json_string_value(e));
+    json_array_foreach(pairs, i, p)
+        json_array_foreach(json_object_get(p, "servers"), k, e)
+            if ((int)strlen(jstr(e, "address")) > width)
+                width = (int)strlen(jstr(e, "address"));
+    json_array_foreach(pairs, i, p) {
+        const json_t *servers = json_object_get(p, "servers");
+        char ids[200], mods[200];
+        ranges_text(json_object_get(p, "ranges"), ids, sizeof ids);
+        ranges_text(json_object_get(p, "mod_ranges"), mods, sizeof mods);
+        printf("%s: %lld ID shards%s%s, %lld mod shards%s%s\n", jstr(p, "name"),
+               (long long)jint(p, "id_shards"), *ids ? " " : "", ids,
+               (long long)jint(p, "mod_shards"), *mods ? " " : "", mods);
+        json_array_foreach(servers, k, e)
+            print_server(e, json_array_get(servers, json_array_size(servers) - 1 - k) == e
+                                ? NULL : json_array_get(servers, 1 - k), width);
+    }
+    json_array_foreach(moves, i, m)
+        printf("move %lld: shards %lld-%lld %s -> %s, %s, %s (journal updated %s)\n",
+               (long long)jint(m, "id"), (long long)jint(m, "first"),
+               (long long)jint(m, "last"), jstr(m, "source"), jstr(m, "target"),
+               jstr(m, "phase"),
+               json_is_true(json_object_get(m, "running")) ? "running" : "INTERRUPTED",
+               jstr(m, "updated_at"));
+}
+
+static int cmd_status(const args *a)
+{
+    shard_ctx *ctx;
+    char *text = NULL;
+    json_t *doc = NULL;
+    int rc;
+
+    if (a->npos != 1)
+        return usage_error("status takes no arguments");
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    if ((rc = shard_fleet_status(ctx, &text))) {
+        rc = lib_error(rc);
+    } else if (!(doc = json_loads(text, 0, NULL))) {
+        fprintf(stderr, "shardctl: the status report is not JSON\n");
+        rc = EXIT_FAIL;
+    } else {
+        if (a->seen & O(OPT_JSON))
+            printf("%s\n", text);
+        else
+            print_status(doc);
+        rc = json_is_true(json_object_get(doc, "healthy")) ? 0 : EXIT_FAIL;
+    }
+    json_decref(doc);
+    shard_free(text);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+static int cmd_pair_add(const args *a)
+{
+    shard_ctx *ctx;
+    uint64_t version;
+    int rc;
+
+    if (a->npos != 3)
+        return usage_error("pair add needs NAME (and --master ADDR --standby ADDR)");
+    if (!a->val[OPT_MASTER] || !a->val[OPT_STANDBY])
+        return usage_error("pair add needs --master ADDR and --standby ADDR");
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    rc = shard_pair_add(ctx, a->pos[2], a->val[OPT_MASTER], a->val[OPT_STANDBY], &version);
+    if (rc)
+        rc = lib_error(rc);
+    else
+        printf("pair %s added: master %s, standby %s (map version %" PRIu64 "); it serves "
+               "nothing yet: shards open N --pair %s, or move shards to it\n", a->pos[2],
+               a->val[OPT_MASTER], a->val[OPT_STANDBY], version, a->pos[2]);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+static int cmd_pair_remove(const args *a)
+{
+    shard_ctx *ctx;
+    uint64_t version;
+    int rc;
+
+    if (a->npos != 3)
+        return usage_error("pair remove needs exactly one NAME");
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    if ((rc = shard_pair_remove(ctx, a->pos[2], &version)))
+        rc = lib_error(rc);
+    else
+        printf("pair %s removed (map version %" PRIu64 ")\n", a->pos[2], version);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+/* "8-11 on MySQL002, 12-15 on MySQL003": where shards [from, to) live in map. */
+static void print_placement(const shard_map *map, unsigned from, unsigned to)
+{
+    unsigned run = from;
+
+    for (unsigned s = from; s < to; s++) {
+        const char *p = "?", *q = "?";
+        shard_map_pair_of(map, s, &p);
+        if (s + 1 < to)
+            shard_map_pair_of(map, s + 1, &q);
+        if (s + 1 < to && strcmp(p, q) == 0)
+            continue;
+        printf("%s%u", run == from ? "" : ", ", run);
+        if (s > run)
+            printf("-%u", s);
+        printf(" on %s", p);
+        run = s + 1;
+    }
+}
+
+static int cmd_shards_open(const args *a)
+{
+    unsigned long long n;
+    schema_progress p;
+    shard_ctx *ctx;
+    shard_map *before, *after = NULL;
+    uint64_t version;
+    unsigned from;
+    int rc;
+
+    if (a->npos != 3)
+        return usage_error("shards open needs exactly one N (the new open_shards)");
+    if (parse_num("N", a->pos[2], 1, SHARD_MAX_SHARD + 1, &n))
+        return EXIT_USAGE;
+    if ((rc = open_ctx(a, &ctx, &before)))
+        return rc;
+    memset(&p, 0, sizeof p);
+    p.tty = isatty(STDERR_FILENO);
+    p.npairs = shard_map_pair_count(before) + 1; /* the pair a new range goes to, too */
+    p.last = now_seconds();
+    from = shard_map_open_shards(before);
+    shard_map_free(before);
+    if (!(p.pairs = calloc(p.npairs, sizeof *p.pairs))) {
+        shard_ctx_free(ctx);
+        return usage_error("out of memory");
+    }
+    rc = shard_shards_open(ctx, (unsigned)n, a->val[OPT_PAIR], on_progress, &p, &version);
+    if (p.tty && p.dirty)
+        progress_draw(&p);
+    progress_end_line(&p);
+    if (rc == 0 && (rc = shard_ctx_map(ctx, &after)) == 0) {
+        unsigned first = from < shard_map_open_shards(after) ? from : 0;
+        printf("opened shards ");
+        print_placement(after, first, shard_map_open_shards(after));
+        printf(": open_shards %u, map version %" PRIu64 "\n", shard_map_open_shards(after),
+               version);
+    }
+    if (rc)
+        rc = lib_error(rc);
+    shard_map_free(after);
+    free(p.pairs);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Help and version                                                    */
+/* ------------------------------------------------------------------ */
+
+/* Whether the usage entry `line` is a command whose words begin with
+ * words[0..n). An entry is two spaces, then the command's words. */
+static int entry_matches(const char *line, char *const *words, int n)
+{
+    const char *s = line + 2;
+
+    if (strncmp(line, "  ", 2) != 0 || !(*s >= 'a' && *s <= 'z'))
+        return 0;
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(words[i]);
+        if (strncmp(s, words[i], len) != 0 || (s[len] != ' ' && s[len] != '\n'))
+            return 0;
+        s += len;
+        while (*s == ' ')
+            s++;
+    }
+    return 1;
+}
+
+/* Prints the usage entries (with their continuation lines) of the command
+ * words[0..n); returns how many there were. */
+static int print_entries(char *const *words, int n, int print)
+{
+    const char *line = usage_text;
+    int found = 0, in = 0;
+
+    while ((line = strchr(line, '\n')) && *++line) {
+        const char *end = strchr(line, '\n');
+        int len = end ? (int)(end - line) : (int)strlen(line);
+        if (strncmp(line, "   ", 3) != 0)
+            in = entry_matches(line, words, n);
+        else if (!in)
+            continue;
+        if (in && print)
+            printf("%.*s\n", len, line);
+        found += in && strncmp(line, "   ", 3) != 0;
+    }
+    return found;
+}
+
+/* The usage of the longest command that words[0..n) start with. */
+static int help_for(char *const *words, int n)
+{
+    for (int k = n; k > 0; k--) {
+        if (!print_entries(words, k, 0))
+            continue;
+        printf("usage: shardctl [--map FILE] COMMAND ...\n");
+        print_entries(words, k, 1);
+        printf("Options for every command: --map FILE, --user NAME, --password-env VAR;\n"
+               "see shardctl --help for all commands, shardctl(1) for the details.\n");
+        return 0;
+    }
+    return usage_error("no command '%s'", n ? words[0] : "");
+}
+
+static int cmd_help(const args *a)
+{
+    if (a->npos == 1) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    return help_for(a->pos + 1, a->npos - 1);
+}
+
+static int print_version(void)
+{
+    printf("shardctl (libshard) %s\n", shard_version());
+    if (strcmp(shard_version(), SHARD_VERSION_STRING) != 0)
+        printf("built with the libshard %s header\n", SHARD_VERSION_STRING);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
 /* Dispatch                                                            */
 /* ------------------------------------------------------------------ */
 
@@ -1301,7 +1725,12 @@ static const command commands[] = {
     {"move", "abort", cmd_move_abort, 0},
     {"failover", NULL, cmd_failover, O(OPT_FORCE)},
     {"map", "show", cmd_map_show, 0},
-    {"map", "publish", cmd_map_publish, 0},
+    {"map", "publish", cmd_map_publish, O(OPT_FORCE)},
+    {"status", NULL, cmd_status, O(OPT_JSON)},
+    {"pair", "add", cmd_pair_add, O(OPT_MASTER) | O(OPT_STANDBY)},
+    {"pair", "remove", cmd_pair_remove, 0},
+    {"shards", "open", cmd_shards_open, O(OPT_PAIR)},
+    {"help", NULL, cmd_help, 0},
     {"move", NULL, cmd_move,
      O(OPT_SHARDS) | O(OPT_TO) | O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_KEEP_SOURCE) |
          O(OPT_THREADS)},
@@ -1324,7 +1753,11 @@ static int dispatch(const args *a)
     const char *w2 = a->npos > 1 ? a->pos[1] : NULL;
     int known_first = 0;
 
+    if (a->seen & O(OPT_VERSION))
+        return print_version();
     if (a->seen & O(OPT_HELP)) {
+        if (w1 && strcmp(w1, "help") != 0)
+            return help_for(a->pos, a->npos);
         fputs(usage_text, stdout);
         return 0;
     }

@@ -107,13 +107,15 @@ static int missing_fail(const shard_map *map, size_t pair, const fleet_inventory
     uint64_t bad = v->missing + v->incomplete;
     const char *dot = strchr(v->first_what, '.');
 
-    return shard_fail(SHARD_EMAP, "%s shard %u of pair %s %s %.*s on its master %s%s%s%s",
+    char more[100] = "";
+
+    if (bad > 1)
+        snprintf(more, sizeof more, " (%llu of its %llu databases are missing or incomplete)",
+                 (unsigned long long)bad, (unsigned long long)v->databases);
+    return shard_fail(SHARD_EMAP, "%s shard %u of pair %s %s %s on its master %s%s",
                       v->first_mod ? "mod" : "open", v->first_shard, p->name,
-                      dot ? "lacks table" : "has no database",
-                      (int)strlen(v->first_what), v->first_what, p->master.text,
-                      bad > 1 ? " (and " : "",
-                      bad > 1 ? "more databases there are incomplete" : "",
-                      bad > 1 ? ")" : "");
+                      dot ? "lacks table" : "has no database", v->first_what, p->master.text,
+                      more);
 }
 
 /* The masters of the pairs in `only` (NULL: all) have every database and
