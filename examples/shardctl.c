@@ -1409,7 +1409,7 @@ static void print_server(const json_t *srv, const json_t *partner, int addr_widt
     version = jstr(srv, "version");
     dash = strchr(version, '-');
     dash = dash ? strchr(dash + 1, '-') : NULL;
-    printf("up    %s  %-16.*s ", json_is_true(json_object_get(srv, "read_only")) ? "ro" : "rw",
+    printf("up    %s  %-16.*s  ", json_is_true(json_object_get(srv, "read_only")) ? "ro" : "rw",
            dash ? (int)(dash - version) : (int)strlen(version), version);
     if (bad)
         printf("%lld/%lld dbs ", (long long)(dbs - bad), (long long)dbs);

@@ -145,7 +145,7 @@ static void check_links(json_t *problems, const st_server *s, const st_server *p
 static void check_inventory(json_t *problems, const st_server *s, const char *who)
 {
     const fleet_inventory *v = &s->inv;
-    char names[800] = "", lacking[64] = "";
+    char names[800] = "", what[64];
     uint64_t bad = v->missing + v->incomplete;
 
     if (s->inv_rc) {
@@ -157,12 +157,14 @@ static void check_inventory(json_t *problems, const st_server *s, const char *wh
     for (size_t i = 0; i < v->nnamed; i++)
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
                  v->named[i]);
-    if (v->incomplete)
-        snprintf(lacking, sizeof lacking, ", %llu lacking tables",
+    if (v->missing && v->incomplete)
+        snprintf(what, sizeof what, "missing, %llu lacking tables",
                  (unsigned long long)v->incomplete);
-    problem(problems, "%s: %llu of %llu shard databases missing%s: %s%s", who,
-            (unsigned long long)v->missing, (unsigned long long)v->databases, lacking, names,
-            bad > v->nnamed ? ", ..." : "");
+    else
+        snprintf(what, sizeof what, "%s", v->missing ? "missing" : "lacking tables");
+    problem(problems, "%s: %llu of %llu shard databases %s: %s%s", who,
+            (unsigned long long)(v->missing ? v->missing : v->incomplete),
+            (unsigned long long)v->databases, what, names, bad > v->nnamed ? ", ..." : "");
 }
 
 static json_t *server_json(const shard_map *map, const st_server *s, const st_server *partner,
