@@ -39,8 +39,8 @@ static const char usage_text[] =
     "  kv put TABLE KEY VALUE                store a value\n"
     "  kv get TABLE KEY                      print a value\n"
     "  kv delete TABLE KEY                   delete a key\n"
-    "  move --shards A-B --to PAIR [--dry-run] [--yes] [--keep-source] [--threads N]\n"
-    "                                        move shards A..B to another pair, online\n"
+    "  move --shards A-B --to PAIR [--dry-run [--verbose] [--json]] [--yes] [--keep-source]\n"
+    "       [--threads N]                    move shards A..B to another pair, online\n"
     "  move status                           the journaled moves, one JSON line each\n"
     "  move resume [ID]                      finish an interrupted move\n"
     "  move abort [ID]                       undo an interrupted move (before its flip)\n"
@@ -84,6 +84,7 @@ enum {
     OPT_MASTER,
     OPT_STANDBY,
     OPT_PAIR,
+    OPT_VERBOSE,
     NOPTS
 };
 
@@ -105,6 +106,7 @@ static const struct option_def {
     [OPT_USER] = {"--user", 1},     [OPT_PASSWORD_ENV] = {"--password-env", 1},
     [OPT_VERSION] = {"--version", 0}, [OPT_MASTER] = {"--master", 1},
     [OPT_STANDBY] = {"--standby", 1}, [OPT_PAIR] = {"--pair", 1},
+    [OPT_VERBOSE] = {"--verbose", 0},
 };
 
 /* Options and positional arguments, parsed once for every command. */
@@ -1079,6 +1081,193 @@ static int move_options(const args *a, shard_move_options *o, move_progress *p)
     return 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* The dry-run plan, summed up                                         */
+/* ------------------------------------------------------------------ */
+
+/* At most this many lines sum up the databases of a dry run. */
+#define PLAN_RANGE_LINES 16
+
+/* 6.9 MB: bytes for a human. */
+static void human_bytes(json_int_t n, char *buf, size_t size)
+{
+    const char *unit[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+    double v = (double)n;
+    int u = 0;
+
+    while (v >= 1000 && u < 5) {
+        v /= 1000;
+        u++;
+    }
+    snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+}
+
+typedef struct plan_db {
+    char name[65];
+    unsigned long long tables, rows, bytes;
+} plan_db;
+
+/* A plan line "table DB.TABLE: R rows, B bytes on disk"; 0 for any other. */
+static int plan_table(const char *line, size_t len, char *db, unsigned long long *rows,
+                      unsigned long long *bytes)
+{
+    const char *dot = memchr(line, '.', len), *colon;
+
+    if (len < 6 || strncmp(line, "table ", 6) != 0 || !dot || dot - line - 6 >= 65 ||
+        !(colon = strstr(dot, ": ")) || colon >= line + len ||
+        sscanf(colon + 2, "%llu rows, %llu bytes", rows, bytes) != 2)
+        return 0;
+    memcpy(db, line + 6, (size_t)(dot - line - 6));
+    db[dot - line - 6] = '\0';
+    return 1;
+}
+
+/* The databases of the plan's table lines, in order; NULL when none. */
+static plan_db *plan_dbs(const char *plan, size_t *n)
+{
+    plan_db *dbs = NULL;
+    size_t cap = 0;
+
+    *n = 0;
+    for (const char *l = plan; *l;) {
+        const char *end = strchr(l, '\n');
+        size_t len = end ? (size_t)(end - l) : strlen(l);
+        char db[65];
+        unsigned long long rows, bytes;
+        if (plan_table(l, len, db, &rows, &bytes)) {
+            if (!*n || strcmp(dbs[*n - 1].name, db) != 0) {
+                if (*n == cap) {
+                    plan_db *more = realloc(dbs, (cap = cap ? 2 * cap : 64) * sizeof *dbs);
+                    if (!more) {
+                        free(dbs);
+                        *n = 0;
+                        return NULL;
+                    }
+                    dbs = more;
+                }
+                memset(&dbs[*n], 0, sizeof *dbs);
+                snprintf(dbs[(*n)++].name, sizeof dbs->name, "%s", db);
+            }
+            dbs[*n - 1].tables++;
+            dbs[*n - 1].rows += rows;
+            dbs[*n - 1].bytes += bytes;
+        }
+        l += len + (end ? 1 : 0);
+    }
+    return dbs;
+}
+
+/* Databases [i, j) summed up: as a line, or as a JSON object. */
+static void plan_range(const plan_db *d, size_t i, size_t j, json_t *out)
+{
+    unsigned long long tables = 0, rows = 0, bytes = 0;
+    char size[32];
+
+    for (size_t k = i; k < j; k++) {
+        tables += d[k].tables;
+        rows += d[k].rows;
+        bytes += d[k].bytes;
+    }
+    if (out) {
+        json_array_append_new(out, json_pack("{s:s,s:s,s:I,s:I,s:I,s:I}", "first", d[i].name,
+                                             "last", d[j - 1].name, "databases",
+                                             (json_int_t)(j - i), "tables", (json_int_t)tables,
+                                             "rows", (json_int_t)rows, "bytes",
+                                             (json_int_t)bytes));
+        return;
+    }
+    human_bytes((json_int_t)bytes, size, sizeof size);
+    printf("databases %s%s%s: %zu database%s, %llu tables, %llu rows, %s on disk\n",
+           d[i].name, j - i > 1 ? "-" : "", j - i > 1 ? d[j - 1].name : "", j - i,
+           j - i == 1 ? "" : "s", tables, rows, size);
+}
+
+static void plan_json(const char *plan, const plan_db *dbs, size_t n, size_t chunk,
+                      int verbose)
+{
+    json_t *doc = json_object(), *checks = json_array(), *ranges = json_array();
+    json_t *tables = json_array(), *other = json_array();
+    char *text;
+
+    for (const char *l = plan; *l;) {
+        const char *end = strchr(l, '\n');
+        size_t len = end ? (size_t)(end - l) : strlen(l);
+        char db[65];
+        unsigned long long rows, bytes;
+        json_t *line = json_stringn(l, len);
+        if (plan_table(l, len, db, &rows, &bytes))
+            json_array_append(tables, line);
+        else if (len > 6 && strncmp(l, "check ", 6) == 0)
+            json_array_append(checks, line);
+        else if (len > 8 && strncmp(l, "phases: ", 8) == 0)
+            json_object_set_new(doc, "phases", json_stringn(l + 8, len - 8));
+        else if (l == plan)
+            json_object_set(doc, "move", line);
+        else
+            json_array_append(other, line);
+        json_decref(line);
+        l += len + (end ? 1 : 0);
+    }
+    for (size_t i = 0; i < n; i += chunk)
+        plan_range(dbs, i, i + chunk < n ? i + chunk : n, ranges);
+    plan_range(dbs, 0, n, other); /* the whole move, last */
+    json_object_set_new(doc, "checks", checks);
+    json_object_set_new(doc, "ranges", ranges);
+    json_object_set_new(doc, "total", json_incref(json_array_get(other,
+                                                             json_array_size(other) - 1)));
+    json_array_remove(other, json_array_size(other) - 1);
+    json_object_set_new(doc, "notes", other);
+    if (verbose)
+        json_object_set_new(doc, "tables", tables);
+    else
+        json_decref(tables);
+    if ((text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER))) {
+        printf("%s\n", text);
+        free(text);
+    }
+    json_decref(doc);
+}
+
+/*
+ * The plan of move --dry-run: its table lines summed up per range of
+ * databases (at most PLAN_RANGE_LINES lines), every table only with
+ * --verbose, or one JSON document with --json. A plan without table lines
+ * is printed as it is.
+ */
+static void print_plan(const args *a, const char *plan)
+{
+    size_t n = 0, chunk;
+    plan_db *dbs = plan_dbs(plan, &n);
+    int verbose = (a->seen & O(OPT_VERBOSE)) != 0, shown = 0;
+
+    if (!dbs) {
+        fputs(plan, stdout);
+        return;
+    }
+    chunk = (n + PLAN_RANGE_LINES - 1) / PLAN_RANGE_LINES;
+    if (a->seen & O(OPT_JSON)) {
+        plan_json(plan, dbs, n, chunk, verbose);
+        free(dbs);
+        return;
+    }
+    for (const char *l = plan; *l;) {
+        const char *end = strchr(l, '\n');
+        size_t len = end ? (size_t)(end - l) : strlen(l);
+        char db[65];
+        unsigned long long rows, bytes;
+        int table = plan_table(l, len, db, &rows, &bytes);
+        if (table && !shown) {
+            for (size_t i = 0; i < n; i += chunk)
+                plan_range(dbs, i, i + chunk < n ? i + chunk : n, NULL);
+            shown = 1;
+        }
+        if (!table || verbose)
+            printf("%.*s\n", (int)len, l);
+        l += len + (end ? 1 : 0);
+    }
+    free(dbs);
+}
+
 static int cmd_move(const args *a)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
@@ -1105,7 +1294,7 @@ static int cmd_move(const args *a)
     if (p.total)
         move_draw(&p, 1);
     if (plan)
-        fputs(plan, stdout);
+        print_plan(a, plan);
     else if (rc == 0 || r.move_id)
         print_report(&r);
     shard_free(plan);
@@ -1336,20 +1525,6 @@ static const char *jstr(const json_t *o, const char *key)
 static json_int_t jint(const json_t *o, const char *key)
 {
     return json_integer_value(json_object_get(o, key));
-}
-
-/* 6.9 MB: bytes for a human. */
-static void human_bytes(json_int_t n, char *buf, size_t size)
-{
-    const char *unit[] = {"B", "KB", "MB", "GB", "TB", "PB"};
-    double v = (double)n;
-    int u = 0;
-
-    while (v >= 1000 && u < 5) {
-        v /= 1000;
-        u++;
-    }
-    snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
 }
 
 /* "0-31, 64-95" from [[0,31],[64,95]]. */
@@ -1733,7 +1908,7 @@ static const command commands[] = {
     {"help", NULL, cmd_help, 0},
     {"move", NULL, cmd_move,
      O(OPT_SHARDS) | O(OPT_TO) | O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_KEEP_SOURCE) |
-         O(OPT_THREADS)},
+         O(OPT_THREADS) | O(OPT_VERBOSE) | O(OPT_JSON)},
 };
 
 static int run_command(const command *c, const args *a)

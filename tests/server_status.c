@@ -3,7 +3,7 @@
  * real servers: healthy pairs, a broken pair link, a move journaled in
  * flight (interrupted, then with a live mover's lock), a paused and a
  * killed standby; and the small things of shardctl(1): --version, help
- * CMD, CMD --help.
+ * CMD, CMD --help, the summary of move --dry-run.
  *
  * Starts 2 pairs (8 ID shards, 4 mod shards) once and runs the shardctl
  * binary ($SHARDCTL, default build/shardctl) as a separate process.
@@ -296,6 +296,37 @@ START_TEST(killed_standby)
 }
 END_TEST
 
+/* move --dry-run sums the plan up per range of databases. */
+START_TEST(dry_run_summary)
+{
+    run_result r = RUN("move", "--shards", "0-3", "--to", "MySQL002", "--dry-run");
+    json_t *doc;
+
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, "\ndatabases db00000: 1 database, 6 tables, "));
+    ck_assert_ptr_nonnull(strstr(r.out, "\ndatabases db00003: 1 database, 6 tables, "));
+    ck_assert_ptr_null(strstr(r.out, "\ntable "));
+    ck_assert_ptr_nonnull(strstr(r.out, "\nphases: "));
+    run_free(&r);
+    r = RUN("move", "--shards", "0-3", "--to", "MySQL002", "--dry-run", "--verbose");
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "\ntable db00002.pins: "));
+    ck_assert_ptr_nonnull(strstr(r.out, "\ndatabases db00002: "));
+    run_free(&r);
+    r = RUN("move", "--shards", "0-3", "--to", "MySQL002", "--dry-run", "--json");
+    ck_assert_int_eq(r.status, 0);
+    doc = json_loads(r.out, 0, NULL);
+    ck_assert_msg(doc, "not JSON: %s", r.out);
+    ck_assert_int_eq(json_array_size(json_object_get(doc, "ranges")), 4);
+    ck_assert_int_eq(json_array_size(json_object_get(doc, "checks")), 4);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(doc, "total"),
+                                                        "tables")), 24);
+    ck_assert_ptr_null(json_object_get(doc, "tables"));
+    json_decref(doc);
+    run_free(&r);
+}
+END_TEST
+
 START_TEST(version_and_help)
 {
     run_result r = RUN("--version");
@@ -341,6 +372,7 @@ static Suite *status_suite(void)
     tcase_add_test(tc, move_in_flight);
     tcase_add_test(tc, paused_standby);
     tcase_add_test(tc, version_and_help);
+    tcase_add_test(tc, dry_run_summary);
     tcase_add_test(tc, killed_standby); /* last: it kills a server */
     suite_add_tcase(s, tc);
     return s;
