@@ -203,19 +203,22 @@ static int check_addresses(const shard_map *m, size_t pi)
 static int edit_add(shard_ctx *ctx, const shard_map *cur, void *arg, shard_map **next)
 {
     add_arg *a = arg;
-    json_t *doc, *pairs;
+    json_t *doc, *pairs, *pair;
     int rc;
 
     (void)ctx;
     if (shard_map_find_pair(cur, a->name) >= 0)
         return shard_fail(SHARD_EEXISTS, "pair %.64s is already in the map", a->name);
+    /* NULL only for text that is not UTF-8 (or out of memory). */
+    if (!(pair = json_pack("{s:s,s:s}", "master", a->master, "standby", a->standby)))
+        return shard_fail(SHARD_EINVAL, "the addresses must be UTF-8 text");
     doc = json_deep_copy(cur->doc);
     pairs = doc ? json_object_get(doc, "pairs") : NULL;
-    if (!pairs || json_object_set_new(pairs, a->name, json_pack("{s:s,s:s}", "master",
-                                                                a->master, "standby",
-                                                                a->standby))) {
+    if (!pairs || json_object_set_new(pairs, a->name, pair)) {
+        if (!pairs)
+            json_decref(pair);
         json_decref(doc);
-        return shard_fail(SHARD_ENOMEM, "out of memory editing the shard map");
+        return shard_fail(SHARD_EINVAL, "pair %.64s: the name must be UTF-8 text", a->name);
     }
     rc = doc_map(doc, cur->version + 1, next);
     json_decref(doc);
