@@ -89,6 +89,22 @@ static void wait_healthy(void)
     ck_assert_int_eq(status, 0);
 }
 
+/* The standby has applied everything its master had (what schema apply
+ * created there reaches it by replication). */
+static void sync_standby(const char *master, const char *standby)
+{
+    char *pos = NULL, sql[300], *out = NULL;
+
+    ck_assert_int_eq(harness_sql(H, master, "SELECT @@gtid_binlog_pos", &pos), 0);
+    pos[strcspn(pos, "\n")] = '\0';
+    ck_assert(strspn(pos, "0123456789-,") == strlen(pos));
+    snprintf(sql, sizeof sql, "SELECT MASTER_GTID_WAIT('%s', 30)", pos);
+    ck_assert_int_eq(harness_sql(H, standby, sql, &out), 0);
+    ck_assert_msg(strcmp(out, "0\n") == 0, "%s did not apply %s: %s", standby, pos, out);
+    free(pos);
+    free(out);
+}
+
 START_TEST(healthy_pairs)
 {
     run_result r = RUN("schema", "apply");
@@ -97,6 +113,8 @@ START_TEST(healthy_pairs)
 
     ck_assert_msg(r.status == 0, "schema apply: %s", r.err);
     run_free(&r);
+    sync_standby("s1", "s2");
+    sync_standby("s3", "s4");
     r = RUN("status");
     ck_assert_msg(r.status == 0, "status exits %d: %s%s", r.status, r.out, r.err);
     ck_assert_msg(strncmp(r.out, "status: healthy (map version 1, 8 open shards, 2 pairs",
@@ -269,8 +287,14 @@ START_TEST(paused_standby)
     ck_assert(json_is_true(json_object_get(server_of(doc, 1, 0), "reachable")));
     ck_assert(json_is_true(json_object_get(server_of(doc, 1, 1), "reachable")));
     snprintf(want, sizeof want, "MySQL001 standby %s: unreachable", address("s2"));
-    ck_assert_msg(strstr(json_string_value(json_array_get(json_object_get(doc, "problems"), 0)),
-                         want), "%s", r.out);
+    {
+        json_t *p;
+        size_t i;
+        int named = 0;
+        json_array_foreach(json_object_get(doc, "problems"), i, p)
+            named |= strstr(json_string_value(p), want) != NULL;
+        ck_assert_msg(named, "no problem names the paused standby: %s", r.out);
+    }
     json_decref(doc);
     run_free(&r);
     wait_healthy();
