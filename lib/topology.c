@@ -417,6 +417,8 @@ typedef struct moves_job {
     const shard_map *map;
     const char *pair;
     uint64_t *found; /* per master: the id of a move naming pair, 0: none */
+    int *rc;         /* per master: its journal could not be read */
+    char (*err)[600];
 } moves_job;
 
 static int moves_on(void *arg, size_t i, unsigned worker)
@@ -427,10 +429,9 @@ static int moves_on(void *arg, size_t i, unsigned worker)
     size_t n = 0;
 
     (void)worker;
-    if (fleet_connect(j->ctx, &j->map->pairs[i].master, &c) ||
-        fleet_moves_get(c, m, FLEET_MOVES, &n)) {
-        ctx_log(j->ctx, SHARD_LOG_WARN, "pair remove: cannot read the move journal of %s: %s",
-                j->map->pairs[i].name, shard_errmsg());
+    if ((j->rc[i] = fleet_connect(j->ctx, &j->map->pairs[i].master, &c)) ||
+        (j->rc[i] = fleet_moves_get(c, m, FLEET_MOVES, &n))) {
+        snprintf(j->err[i], sizeof j->err[i], "%s", shard_errmsg());
         conn_put(c, false);
         return 0;
     }
@@ -441,21 +442,34 @@ static int moves_on(void *arg, size_t i, unsigned worker)
     return 0;
 }
 
-/* An unfinished move naming the pair still needs its servers. */
+/* An unfinished move naming the pair still needs its servers; a journal
+ * that cannot be read might hold one, so that refuses too. */
 static int check_no_moves(shard_ctx *ctx, const shard_map *cur, const char *name)
 {
     uint64_t *found = shard_calloc(cur->npairs, sizeof *found);
-    moves_job j = {ctx, cur, name, found};
+    int *rcs = shard_calloc(cur->npairs, sizeof *rcs);
+    char (*err)[600] = shard_calloc(cur->npairs, sizeof *err);
+    moves_job j = {ctx, cur, name, found, rcs, err};
     int rc = 0;
 
-    if (!found)
-        return shard_fail(SHARD_ENOMEM, "out of memory");
+    if (!found || !rcs || !err) {
+        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        goto out;
+    }
     fanout_run(cur->npairs, (unsigned)cur->npairs, moves_on, &j);
     for (size_t i = 0; i < cur->npairs && !rc; i++)
         if (found[i])
             rc = shard_fail(SHARD_EBUSY, "move %llu involving %s is unfinished: resume or "
                             "abort it first", (unsigned long long)found[i], name);
+    for (size_t i = 0; i < cur->npairs && !rc; i++)
+        if (rcs[i])
+            rc = shard_fail(rcs[i], "cannot tell whether a move involving %s is unfinished: "
+                            "the move journal on pair %s cannot be read: %s", name,
+                            cur->pairs[i].name, err[i]);
+out:
     free(found);
+    free(rcs);
+    free(err);
     return rc;
 }
 
