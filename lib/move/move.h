@@ -28,6 +28,7 @@
 #define MOVE_RETRIES 5       /* transient failures retried per run */
 #define MOVE_VERIFY_CHUNK_ROWS 1000 /* rows per checksummed chunk */
 #define MOVE_VERIFY_MAX_KEY 8       /* primary key columns a chunk boundary can have */
+#define MOVE_VERIFY_GROUP 32        /* small tables or chunks per statement */
 #define MOVE_POSTPONE_POLL_MS 500   /* how often a postponed cut-over looks at its file */
 
 /* The phases, in the journal's numbers (the public SHARD_MOVE_*). */

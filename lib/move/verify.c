@@ -6,11 +6,14 @@
  * differ is streamed from both sides and compared row by row, to name its
  * differing rows.
  *
- * Chunks: the source's primary key is walked once, a boundary every
- * MOVE_VERIFY_CHUNK_ROWS rows; the first chunk is open below and the last
- * open above, so every row of either side falls in exactly one chunk, and
- * both sides run the same WHERE text. Chunks are handed out over the
- * workers; worker w reads the target through snapshot w (all of one point).
+ * Chunks: the source's primary key is walked once, keys only, a boundary
+ * every MOVE_VERIFY_CHUNK_ROWS rows; the first chunk is open below and the
+ * last open above, so every row of either side falls in exactly one chunk,
+ * and both sides run the same WHERE text. A table smaller than a chunk is
+ * one chunk, and small chunks share statements (MOVE_VERIFY_GROUP), so
+ * that thousands of small tables cost tens of round trips, not thousands.
+ * Work is handed out over the workers; worker w reads the target through
+ * snapshot w (all of one point).
  *
  * The checksum of a chunk is COUNT(*) and the exact (DECIMAL) SUM of a
  * 64-bit hash of each row, the first 64 bits of the MD5 of the row's key
@@ -37,8 +40,12 @@ typedef struct vtable {
     bool key_num[MOVE_VERIFY_MAX_KEY]; /* numeric key column: compared as a number */
     char key[MOVE_VERIFY_MAX_KEY][65]; /* key column names */
     bool whole;                        /* no primary key: one chunk, ordered by column 1 */
+    unsigned pk;                       /* columns in the primary key */
+    bool first_num;                    /* column 1: numeric? and its name */
+    char first[65];
     int updated_at;                    /* the TIMESTAMP column updated_at, or -1 */
-    char *hash;                        /* the row hash expression (SQL) */
+    sqlbuf hash;                       /* the row hash expression (SQL) */
+    sqlbuf cols, tcols;                /* column names on the source, the target */
     uint64_t rows;                     /* on the source, exactly */
 } vtable;
 
@@ -49,11 +56,18 @@ typedef struct vchunk {
     uint64_t rows;
 } vchunk;
 
+/* Consecutive chunks checksummed in one statement per side. */
+typedef struct vgroup {
+    size_t first, n;
+} vgroup;
+
 typedef struct vrun {
     mv *m;
     vtable *tables;
     vchunk *chunks;
     size_t nchunks, cap;
+    vgroup *groups;
+    size_t ngroups;
 } vrun;
 
 /* ---- row comparison (a chunk that differs) ------------------------------------ */
@@ -211,9 +225,21 @@ static int compare_rows(mv *m, shard_conn *src, shard_conn *v, const vtable *vt,
 
 /* ---- chunk checksums ------------------------------------------------------------ */
 
-/* The chunk's row count and hash sum on c, as the server prints them. */
-static int checksum(shard_conn *c, const vtable *vt, const char *where, char *count,
-                    char *sum)
+/* One chunk's part of a checksum statement: its index, COUNT(*) and the
+ * sum of its row hashes. */
+static void add_checksum(sqlbuf *q, const vtable *vt, const vchunk *ch, size_t k)
+{
+    sql_addf(q, "%sSELECT %zu, COUNT(*), SUM(CAST(CONV(LEFT(", k ? " UNION ALL " : "", k);
+    sql_add(q, vt->hash.s);
+    sql_add(q, ", 16), 16, 10) AS UNSIGNED)) FROM ");
+    sql_table(q, vt->t->db, vt->t->name);
+    sql_add(q, " WHERE ");
+    sql_add(q, ch->where);
+}
+
+/* The checksums of a group's chunks on c, as the server prints them:
+ * "count sum" per chunk, in sums[k]. */
+static int checksums(shard_conn *c, const vrun *vr, const vgroup *g, char (*sums)[112])
 {
     MYSQL_RES *res;
     MYSQL_ROW row;
@@ -221,12 +247,11 @@ static int checksum(shard_conn *c, const vtable *vt, const char *where, char *co
     int rc;
 
     sql_init(&q);
-    sql_add(&q, "SELECT COUNT(*), SUM(CAST(CONV(LEFT(");
-    sql_add(&q, vt->hash);
-    sql_add(&q, ", 16), 16, 10) AS UNSIGNED)) FROM ");
-    sql_table(&q, vt->t->db, vt->t->name);
-    sql_add(&q, " WHERE ");
-    sql_add(&q, where);
+    for (size_t k = 0; k < g->n; k++) {
+        const vchunk *ch = &vr->chunks[g->first + k];
+        add_checksum(&q, &vr->tables[ch->table], ch, k);
+        sums[k][0] = '\0';
+    }
     if ((rc = sql_check(&q)) == 0)
         rc = conn_query(c, &q);
     sql_free(&q);
@@ -234,42 +259,76 @@ static int checksum(shard_conn *c, const vtable *vt, const char *where, char *co
         return rc;
     if (!(res = mysql_store_result(c->my)))
         return shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
-    row = mysql_fetch_row(res);
-    snprintf(count, 32, "%s", row && row[0] ? row[0] : "");
-    snprintf(sum, 80, "%s", row && row[1] ? row[1] : "0");
+    while ((row = mysql_fetch_row(res))) {
+        size_t k = row[0] ? strtoull(row[0], NULL, 10) : g->n;
+        if (k < g->n)
+            snprintf(sums[k], sizeof sums[k], "%.40s %.60s", row[1] ? row[1] : "",
+                     row[2] ? row[2] : "0");
+    }
     mysql_free_result(res);
     return 0;
 }
 
-static int chunk_fn(void *arg, size_t i, unsigned w)
+static int group_fn(void *arg, size_t i, unsigned w)
 {
     vrun *vr = arg;
     mv *m = vr->m;
-    const vchunk *ch = &vr->chunks[i];
-    const vtable *vt = &vr->tables[ch->table];
-    char cs[32], ct[32], ss[80], st[80];
+    const vgroup *g = &vr->groups[i];
+    char (*ss)[112] = NULL, (*ts)[112] = NULL;
     vcount n = {0, 0, 0, 0};
-    uint64_t done, total;
+    uint64_t rows = 0, done, total;
     shard_conn *src;
     int rc;
 
-    if ((rc = move_wsrc(m, w, &src)) || (rc = checksum(src, vt, ch->where, cs, ss)) ||
-        (rc = checksum(m->vsnap[w], vt, ch->where, ct, st)))
-        return shard_fail_prefix(rc, "verifying %s.%s: ", vt->t->db, vt->t->name);
-    if (strcmp(cs, ct) == 0 && strcmp(ss, st) == 0)
-        n.verified = ch->rows;
-    else if ((rc = compare_rows(m, src, m->vsnap[w], vt, ch->where, &n)))
+    ss = shard_calloc(g->n, sizeof *ss);
+    ts = shard_calloc(g->n, sizeof *ts);
+    if (!ss || !ts)
+        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+    else if ((rc = move_wsrc(m, w, &src)) == 0 && (rc = checksums(src, vr, g, ss)) == 0)
+        rc = checksums(m->vsnap[w], vr, g, ts);
+    for (size_t k = 0; rc == 0 && k < g->n; k++) {
+        const vchunk *ch = &vr->chunks[g->first + k];
+        const vtable *vt = &vr->tables[ch->table];
+        rows += ch->rows;
+        if (ss[k][0] && strcmp(ss[k], ts[k]) == 0)
+            n.verified += ch->rows;
+        else if ((rc = compare_rows(m, src, m->vsnap[w], vt, ch->where, &n)))
+            shard_fail_prefix(rc, "verifying %s.%s: ", vt->t->db, vt->t->name);
+    }
+    free(ss);
+    free(ts);
+    if (rc)
         return rc;
     pthread_mutex_lock(&m->lock);
     m->r->rows_verified += n.verified;
     m->r->mismatches += n.mismatches;
     m->verify_unchecked += n.unchecked;
     m->verify_missing += n.missing;
-    m->done += ch->rows; /* the source's rows, so never past the total */
+    m->done += rows; /* the source's rows, so never past the total */
     done = m->done;
     total = m->total;
     pthread_mutex_unlock(&m->lock);
     move_progress(m, SHARD_MOVE_VERIFYING, done, total);
+    return 0;
+}
+
+/* Small chunks (small tables) share statements: a move of many small
+ * shards pays a round trip per MOVE_VERIFY_CHUNK_ROWS rows, not per table. */
+static int make_groups(vrun *vr)
+{
+    size_t cap = vr->nchunks ? vr->nchunks : 1;
+
+    if (!(vr->groups = shard_calloc(cap, sizeof *vr->groups)))
+        return shard_fail(SHARD_ENOMEM, "out of memory");
+    for (size_t i = 0; i < vr->nchunks;) {
+        uint64_t rows = vr->chunks[i].rows;
+        size_t n = 1;
+        while (i + n < vr->nchunks && n < MOVE_VERIFY_GROUP &&
+               rows + vr->chunks[i + n].rows <= MOVE_VERIFY_CHUNK_ROWS)
+            rows += vr->chunks[i + n++].rows;
+        vr->groups[vr->ngroups++] = (vgroup){i, n};
+        i += n;
+    }
     return 0;
 }
 
@@ -410,92 +469,181 @@ static int walk_table(vrun *vr, size_t ti, shard_conn *src)
     return rc;
 }
 
-/* The table's columns on both sides (from empty results: nothing is
- * streamed), its key and the row hash expression. */
-static int describe_table(vtable *vt, shard_conn *src, shard_conn *v)
+static bool numeric_type(const char *t)
+{
+    static const char *const num[] = {"tinyint", "smallint", "mediumint", "int", "bigint",
+                                      "decimal", "float", "double", "year"};
+    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++)
+        if (strcmp(t, num[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The moved table db.name, or NULL; *hint: where the last one was (the
+ * columns come in table order). */
+static vtable *find_table(vrun *vr, const char *db, const char *name, size_t *hint)
+{
+    size_t n = vr->m->ntables;
+
+    for (size_t k = 0; k < n; k++) {
+        size_t i = (*hint + k) % n;
+        if (strcmp(vr->tables[i].t->db, db) == 0 && strcmp(vr->tables[i].t->name, name) == 0) {
+            *hint = i;
+            return &vr->tables[i];
+        }
+    }
+    return NULL;
+}
+
+/* One source column: its name, its part of the row hash, the key. */
+static int add_column(vtable *vt, const char *name, const char *type, const char *key)
+{
+    if (!move_name_ok(name))
+        return shard_fail(SHARD_ESERVER, "%s.%s: unexpected column name", vt->t->db,
+                          vt->t->name);
+    if (vt->ncols == vt->nkey && strcmp(key, "PRI") == 0 && vt->nkey < MOVE_VERIFY_MAX_KEY) {
+        vt->key_num[vt->nkey] = numeric_type(type);
+        snprintf(vt->key[vt->nkey++], sizeof vt->key[0], "%s", name);
+    }
+    vt->pk += strcmp(key, "PRI") == 0;
+    if (strcmp(name, "updated_at") == 0 && strcmp(type, "timestamp") == 0)
+        vt->updated_at = (int)vt->ncols;
+    if (vt->ncols == 0) {
+        vt->first_num = numeric_type(type);
+        snprintf(vt->first, sizeof vt->first, "%s", name);
+    }
+    sql_addf(&vt->cols, "%s%s", vt->ncols ? "," : "", name);
+    sql_addf(&vt->hash, ", COALESCE(CONCAT(LENGTH(CAST(`%s` AS BINARY)), ':', CAST(`%s` AS"
+             " BINARY)), 'N')", name, name);
+    vt->ncols++;
+    return 0;
+}
+
+/*
+ * Every moved table's columns, from one information_schema query per side
+ * (not a statement per table): on the source the key and the row hash, on
+ * the target the names, which must be the same.
+ */
+static int describe_tables(vrun *vr, shard_conn *c, bool target)
 {
     MYSQL_RES *res;
-    MYSQL_FIELD *f;
-    unsigned tcols = 0, pk = 0;
-    sqlbuf h;
+    MYSQL_ROW row;
+    size_t hint = 0;
+    sqlbuf q;
     int rc;
 
-    for (int side = 1; side >= 0; side--) {
-        shard_conn *c = side ? v : src;
-        if ((rc = move_runf(c, "SELECT * FROM `%s`.`%s` LIMIT 0", vt->t->db, vt->t->name)))
-            return rc;
-        if (!(res = mysql_store_result(c->my)))
-            return shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
-        if (side) {
-            tcols = mysql_num_fields(res);
-            mysql_free_result(res);
-        }
-    }
-    vt->ncols = mysql_num_fields(res);
-    f = mysql_fetch_fields(res);
-    vt->nkey = 0;
-    vt->updated_at = -1;
-    for (unsigned i = 0; i < vt->ncols; i++)
-        pk += (f[i].flags & PRI_KEY_FLAG) != 0;
-    sql_init(&h);
-    sql_add(&h, "MD5(CONCAT_WS(','");
-    for (unsigned i = 0; i < vt->ncols; i++) {
-        if (!move_name_ok(f[i].name)) {
-            mysql_free_result(res);
-            sql_free(&h);
-            return shard_fail(SHARD_ESERVER, "%s.%s: unexpected column name", vt->t->db,
-                              vt->t->name);
-        }
-        if (i == vt->nkey && (f[i].flags & PRI_KEY_FLAG) && vt->nkey < MOVE_VERIFY_MAX_KEY) {
-            vt->key_num[vt->nkey] = IS_NUM(f[i].type);
-            snprintf(vt->key[vt->nkey++], sizeof vt->key[0], "%s", f[i].name);
-        }
-        if (strcmp(f[i].name, "updated_at") == 0 && f[i].type == MYSQL_TYPE_TIMESTAMP)
-            vt->updated_at = (int)i;
-        sql_addf(&h, ", COALESCE(CONCAT(LENGTH(CAST(`%s` AS BINARY)), ':', CAST(`%s` AS BINARY)),"
-                 " 'N')", f[i].name, f[i].name);
-    }
-    sql_add(&h, "))");
-    /* Chunks need a unique key leading the columns (libshard's tables
-     * have one); any other table is one chunk. */
-    if ((vt->whole = vt->nkey == 0 || vt->nkey != pk)) {
-        vt->key_num[0] = IS_NUM(f[0].type);
-        snprintf(vt->key[0], sizeof vt->key[0], "%s", f[0].name);
-        vt->nkey = 1;
+    sql_init(&q);
+    sql_add(&q, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_KEY FROM"
+                " information_schema.COLUMNS WHERE TABLE_SCHEMA IN (");
+    move_db_list(vr->m, &q, true);
+    sql_add(&q, ") ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION");
+    if ((rc = sql_check(&q)) == 0)
+        rc = conn_query(c, &q);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    if (!(res = mysql_store_result(c->my)))
+        return shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
+    while (rc == 0 && (row = mysql_fetch_row(res))) {
+        vtable *vt = find_table(vr, row[0], row[1], &hint);
+        if (!vt || !row[2] || !row[3] || !row[4])
+            continue;
+        if (target)
+            sql_addf(&vt->tcols, "%s%s", vt->tcols.len ? "," : "", row[2]);
+        else
+            rc = add_column(vt, row[2], row[3], row[4]);
     }
     mysql_free_result(res);
-    if ((rc = sql_check(&h)) == 0 && !(vt->hash = shard_strdup(h.s)))
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
-    sql_free(&h);
-    if (rc == 0 && tcols != vt->ncols)
-        rc = shard_fail(SHARD_EVERIFY, "%s.%s: the target has %u columns, the source %u",
-                        vt->t->db, vt->t->name, tcols, vt->ncols);
     return rc;
 }
 
-static int table_fn(void *arg, size_t i, unsigned w)
+/* The tables' row hashes complete, the target's columns checked. */
+static int finish_tables(vrun *vr)
+{
+    int rc = 0;
+
+    for (size_t i = 0; rc == 0 && i < vr->m->ntables; i++) {
+        vtable *vt = &vr->tables[i];
+        sql_add(&vt->hash, "))");
+        /* Chunks need a unique key leading the columns (libshard's tables
+         * have one); any other table is one chunk, ordered by column 1. */
+        if ((vt->whole = vt->nkey == 0 || vt->nkey != vt->pk)) {
+            vt->key_num[0] = vt->first_num;
+            snprintf(vt->key[0], sizeof vt->key[0], "%s", vt->first);
+            vt->nkey = 1;
+        }
+        if ((rc = sql_check(&vt->hash)) || (rc = sql_check(&vt->cols)) ||
+            (rc = sql_check(&vt->tcols)))
+            break;
+        if (!vt->ncols)
+            rc = shard_fail(SHARD_ESERVER, "%s.%s: no columns on the source", vt->t->db,
+                            vt->t->name);
+        else if (!vt->tcols.len)
+            rc = shard_fail(SHARD_EVERIFY, "%s.%s is missing on the target", vt->t->db,
+                            vt->t->name);
+        else if (strcmp(vt->cols.s, vt->tcols.s) != 0)
+            rc = shard_fail(SHARD_EVERIFY, "%s.%s: the target's columns (%.200s) are not the "
+                            "source's (%.200s)", vt->t->db, vt->t->name, vt->tcols.s,
+                            vt->cols.s);
+    }
+    return rc;
+}
+
+/*
+ * Tables MOVE_VERIFY_GROUP at a time: one statement counts up to a chunk's
+ * rows of each; a table with fewer is one chunk (its count exact), and
+ * only a larger one has its keys walked.
+ */
+static int table_group_fn(void *arg, size_t gi, unsigned w)
 {
     vrun *vr = arg;
-    vtable *vt = &vr->tables[i];
+    size_t first = gi * MOVE_VERIFY_GROUP, n = vr->m->ntables - first;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
     shard_conn *src;
+    sqlbuf q, all;
     int rc;
 
-    vt->t = &vr->m->tables[i];
-    if ((rc = move_wsrc(vr->m, w, &src)) || (rc = describe_table(vt, src, vr->m->vsnap[w])))
+    if (n > MOVE_VERIFY_GROUP)
+        n = MOVE_VERIFY_GROUP;
+    if ((rc = move_wsrc(vr->m, w, &src)))
         return rc;
-    if (vt->whole) { /* no primary key: no unique boundaries, one chunk */
-        char sql[300];
-        uint64_t rows = 0;
-        sqlbuf all;
-        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM `%s`.`%s`", vt->t->db, vt->t->name);
-        sql_init(&all);
-        if ((rc = repl_value_u64(src, sql, &rows)) == 0)
-            rc = add_chunk(vr, i, &all, rows);
-        sql_free(&all);
-    } else {
-        rc = walk_table(vr, i, src);
+    sql_init(&q);
+    sql_init(&all);
+    for (size_t k = 0; k < n; k++) {
+        const vtable *vt = &vr->tables[first + k];
+        sql_addf(&q, "%sSELECT %zu, COUNT(*) FROM ", k ? " UNION ALL " : "", k);
+        if (vt->whole) {
+            sql_table(&q, vt->t->db, vt->t->name);
+        } else {
+            sql_add(&q, "(SELECT 1 FROM ");
+            sql_table(&q, vt->t->db, vt->t->name);
+            sql_addf(&q, " LIMIT %u) x%zu", MOVE_VERIFY_CHUNK_ROWS, k);
+        }
     }
-    return rc ? shard_fail_prefix(rc, "verifying %s.%s: ", vt->t->db, vt->t->name) : 0;
+    if ((rc = sql_check(&q)) == 0)
+        rc = conn_query(src, &q);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    if (!(res = mysql_store_result(src->my)))
+        return shard_fail(SHARD_ESERVER, "%s", mysql_error(src->my));
+    while (rc == 0 && (row = mysql_fetch_row(res))) {
+        size_t k = row[0] ? strtoull(row[0], NULL, 10) : n;
+        uint64_t rows = row[1] ? strtoull(row[1], NULL, 10) : 0;
+        const vtable *vt = &vr->tables[first + (k < n ? k : 0)];
+        if (k >= n)
+            continue;
+        if (vt->whole || rows < MOVE_VERIFY_CHUNK_ROWS)
+            rc = add_chunk(vr, first + k, &all, rows);
+        else
+            rc = walk_table(vr, first + k, src); /* src's result is stored: free to use */
+        if (rc)
+            shard_fail_prefix(rc, "verifying %s.%s: ", vt->t->db, vt->t->name);
+    }
+    mysql_free_result(res);
+    sql_free(&all);
+    return rc;
 }
 
 /* ---- the phase --------------------------------------------------------------------- */
@@ -559,7 +707,7 @@ static int keep_source_for_missing(mv *m)
 int move_verify(mv *m)
 {
     double t0 = now_seconds();
-    vrun vr = {m, NULL, NULL, 0, 0};
+    vrun vr = {m, NULL, NULL, 0, 0, NULL, 0};
     unsigned n;
     int rc = 0;
 
@@ -580,20 +728,37 @@ int move_verify(mv *m)
     }
     if (rc == 0 && !(vr.tables = shard_calloc(m->ntables ? m->ntables : 1, sizeof *vr.tables)))
         rc = shard_fail(SHARD_ENOMEM, "out of memory");
+    for (size_t i = 0; vr.tables && i < m->ntables; i++) {
+        vtable *vt = &vr.tables[i];
+        vt->t = &m->tables[i];
+        vt->updated_at = -1;
+        sql_init(&vt->hash);
+        sql_init(&vt->cols);
+        sql_init(&vt->tcols);
+        sql_add(&vt->hash, "MD5(CONCAT_WS(','");
+    }
+    if (rc == 0 && (rc = describe_tables(&vr, m->wsrc[0], false)) == 0 &&
+        (rc = describe_tables(&vr, m->vsnap[0], true)) == 0)
+        rc = finish_tables(&vr);
     if (rc == 0)
-        rc = fanout_run(m->ntables, n, table_fn, &vr);
-    if (rc == 0) {
+        rc = fanout_run((m->ntables + MOVE_VERIFY_GROUP - 1) / MOVE_VERIFY_GROUP, n,
+                        table_group_fn, &vr);
+    if (rc == 0 && (rc = make_groups(&vr)) == 0) {
         move_progress(m, SHARD_MOVE_VERIFYING, 0, m->total);
-        rc = fanout_run(vr.nchunks, n, chunk_fn, &vr);
+        rc = fanout_run(vr.ngroups, n, group_fn, &vr);
     }
     move_close_vsnaps(m);
     move_close_workers(m);
-    for (size_t i = 0; vr.tables && i < m->ntables; i++)
-        free(vr.tables[i].hash);
+    for (size_t i = 0; vr.tables && i < m->ntables; i++) {
+        sql_free(&vr.tables[i].hash);
+        sql_free(&vr.tables[i].cols);
+        sql_free(&vr.tables[i].tcols);
+    }
     for (size_t i = 0; i < vr.nchunks; i++)
         free(vr.chunks[i].where);
     free(vr.tables);
     free(vr.chunks);
+    free(vr.groups);
     m->r->verify_seconds = now_seconds() - t0;
     if (rc)
         return rc;
