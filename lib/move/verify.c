@@ -17,8 +17,9 @@
  *
  * The checksum of a chunk is COUNT(*) and the exact (DECIMAL) SUM of a
  * 64-bit hash of each row, the first 64 bits of the MD5 of the row's key
- * and every column, each as its length, ':' and its bytes, NULL as 'N'
- * (so ('a','bc') != ('ab','c') and NULL != ''). Why a sum: an XOR cancels
+ * and every column, separated by ',', each as its length, ':' and its
+ * bytes, NULL as 'N' (so ('a','bc') != ('ab','c') and NULL != ''); a NOT
+ * NULL number or time, which never prints a ',', as it prints. Why a sum: an XOR cancels
  * any hash that appears twice and CRC32 collides at this volume; a sum
  * does not wrap and has no such pairs. Because the key is in the hash,
  * swapping two rows' contents changes both rows' hashes to unrelated
@@ -495,8 +496,18 @@ static vtable *find_table(vrun *vr, const char *db, const char *name, size_t *hi
     return NULL;
 }
 
+/* A NOT NULL column whose text never holds the separator ',': hashed as
+ * it prints, without a length (the cheaper part of the row hash). */
+static bool plain_type(const char *type, const char *nullable)
+{
+    return strcmp(nullable, "NO") == 0 &&
+           (numeric_type(type) || strcmp(type, "timestamp") == 0 ||
+            strcmp(type, "datetime") == 0 || strcmp(type, "date") == 0);
+}
+
 /* One source column: its name, its part of the row hash, the key. */
-static int add_column(vtable *vt, const char *name, const char *type, const char *key)
+static int add_column(vtable *vt, const char *name, const char *type, const char *key,
+                      const char *nullable)
 {
     if (!move_name_ok(name))
         return shard_fail(SHARD_ESERVER, "%s.%s: unexpected column name", vt->t->db,
@@ -513,8 +524,11 @@ static int add_column(vtable *vt, const char *name, const char *type, const char
         snprintf(vt->first, sizeof vt->first, "%s", name);
     }
     sql_addf(&vt->cols, "%s%s", vt->ncols ? "," : "", name);
-    sql_addf(&vt->hash, ", COALESCE(CONCAT(LENGTH(CAST(`%s` AS BINARY)), ':', CAST(`%s` AS"
-             " BINARY)), 'N')", name, name);
+    if (plain_type(type, nullable))
+        sql_addf(&vt->hash, ", `%s`", name);
+    else
+        sql_addf(&vt->hash, ", COALESCE(CONCAT(LENGTH(CAST(`%s` AS BINARY)), ':', CAST(`%s` AS"
+                 " BINARY)), 'N')", name, name);
     vt->ncols++;
     return 0;
 }
@@ -533,8 +547,8 @@ static int describe_tables(vrun *vr, shard_conn *c, bool target)
     int rc;
 
     sql_init(&q);
-    sql_add(&q, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_KEY FROM"
-                " information_schema.COLUMNS WHERE TABLE_SCHEMA IN (");
+    sql_add(&q, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_KEY,"
+                " IS_NULLABLE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA IN (");
     move_db_list(vr->m, &q, true);
     sql_add(&q, ") ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION");
     if ((rc = sql_check(&q)) == 0)
@@ -546,12 +560,12 @@ static int describe_tables(vrun *vr, shard_conn *c, bool target)
         return shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
     while (rc == 0 && (row = mysql_fetch_row(res))) {
         vtable *vt = find_table(vr, row[0], row[1], &hint);
-        if (!vt || !row[2] || !row[3] || !row[4])
+        if (!vt || !row[2] || !row[3] || !row[4] || !row[5])
             continue;
         if (target)
             sql_addf(&vt->tcols, "%s%s", vt->tcols.len ? "," : "", row[2]);
         else
-            rc = add_column(vt, row[2], row[3], row[4]);
+            rc = add_column(vt, row[2], row[3], row[4], row[5]);
     }
     mysql_free_result(res);
     return rc;
