@@ -1104,6 +1104,101 @@ START_TEST(resumed_after_flip_ignores_later_writes)
 }
 END_TEST
 
+
+typedef struct cli_move {
+    const char **argv;
+    run_result res;
+} cli_move;
+
+static void *run_cli(void *arg)
+{
+    cli_move *c = arg;
+    run_spec sp = {NULL, NULL, 0, 300};
+    c->res = run_cmd(&sp, c->argv);
+    return NULL;
+}
+
+/* The newest move's journaled phase on a target master (-1: none yet). */
+static int newest_phase(const char *server)
+{
+    char *out = sql1(server, "SELECT IFNULL(MAX(id), 0) FROM libshard_control.moves");
+    char sql[200];
+    int phase = -1;
+    if (strtoull(out, NULL, 10) != 0) {
+        snprintf(sql, sizeof sql, "SELECT phase FROM libshard_control.moves WHERE id = %s", out);
+        free(out);
+        out = sql1(server, sql);
+        phase = atoi(out);
+    }
+    free(out);
+    return phase;
+}
+
+/* shardctl move --postpone-cutover FILE, with the other cut-over options:
+ * the move holds in catch-up (said once on standard error) until the file
+ * goes, then finishes. */
+START_TEST(shardctl_postpone_cutover)
+{
+    char path[600], target[65], range[32], *out;
+    const char *tm;
+    unsigned s = 11;
+    cli_move c;
+    pthread_t t;
+    FILE *f;
+    int phase = -1;
+
+    fill(s, s, 5);
+    snprintf(target, sizeof target, "%s", other_pair(s));
+    tm = master_of(target);
+    snprintf(range, sizeof range, "%u-%u", s, s);
+    snprintf(path, sizeof path, "%s/postpone-cli", harness_dir(h));
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fclose(f);
+    /* The journal may hold earlier moves: wait for a new one. */
+    out = sql1(tm, "SELECT IFNULL(MAX(id), 0) FROM libshard_control.moves");
+    {
+        const char *argv[] = {"--map", harness_map_path(h), "move", "--shards", range, "--to",
+                              target, "--yes", "--max-lag-ms", "200", "--fence-timeout", "1",
+                              "--cutover-attempts", "3", "--postpone-cutover", path, NULL};
+        uint64_t before = strtoull(out, NULL, 10);
+        free(out);
+        c.argv = argv;
+        ck_assert_int_eq(pthread_create(&t, NULL, run_cli, &c), 0);
+        for (int i = 0; i < 1200 && phase != SHARD_MOVE_CATCHUP; i++) {
+            char sql[200];
+            usleep(50000);
+            snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM libshard_control.moves WHERE id >"
+                     " %llu AND phase = %d", (unsigned long long)before, SHARD_MOVE_CATCHUP);
+            out = sql1(tm, sql);
+            phase = atoi(out) ? SHARD_MOVE_CATCHUP : -1;
+            free(out);
+        }
+        ck_assert_int_eq(phase, SHARD_MOVE_CATCHUP);
+        /* Caught up and holding: writes reach the target, the phase stays. */
+        fill(s, s, 5);
+        {
+            uint64_t want = count_on(master_of(pair_of(s)), s);
+            for (int i = 0; i < 200 && count_on(tm, s) != want; i++)
+                usleep(50000);
+            ck_assert_uint_eq(count_on(tm, s), want);
+        }
+        ck_assert_int_eq(newest_phase(tm), SHARD_MOVE_CATCHUP);
+        ck_assert_int_eq(unlink(path), 0);
+        pthread_join(t, NULL);
+    }
+    ck_assert_msg(c.res.status == 0, "exit %d: %s", c.res.status, c.res.err);
+    ck_assert_msg(strstr(c.res.out, ": done\n"), "%s", c.res.out);
+    {
+        const char *p = strstr(c.res.err, "the cut-over is postponed while");
+        ck_assert_msg(p && !strstr(p + 1, "the cut-over is postponed while"), "%s", c.res.err);
+    }
+    run_free(&c.res);
+    ck_assert_str_eq(pair_of(s), target);
+    check_all();
+    check_rows_on_master(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_move");
@@ -1147,6 +1242,7 @@ int main(void)
     tcase_add_test(tc, verification_chunks_a_large_table);
     tcase_add_test(tc, postponed_cutover_waits_for_the_file);
     tcase_add_test(tc, resumed_after_flip_ignores_later_writes);
+    tcase_add_test(tc, shardctl_postpone_cutover);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
