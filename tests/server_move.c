@@ -1182,10 +1182,12 @@ START_TEST(shardctl_postpone_cutover)
                 usleep(50000);
             ck_assert_uint_eq(count_on(tm, s), want);
         }
-        ck_assert_int_eq(newest_phase(tm), SHARD_MOVE_CATCHUP);
+        phase = newest_phase(tm);
         ck_assert_int_eq(unlink(path), 0);
         pthread_join(t, NULL);
     }
+    ck_assert_msg(phase == SHARD_MOVE_CATCHUP, "phase %d while postponed: %s", phase,
+                  c.res.err);
     ck_assert_msg(c.res.status == 0, "exit %d: %s", c.res.status, c.res.err);
     ck_assert_msg(strstr(c.res.out, ": done\n"), "%s", c.res.out);
     {
