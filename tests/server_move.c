@@ -1139,8 +1139,7 @@ static int newest_phase(const char *server)
  * goes, then finishes. */
 START_TEST(shardctl_postpone_cutover)
 {
-    char path[600], target[65], range[32], *out;
-    const char *tm;
+    char path[600], target[65], range[32], tm[16], *out;
     unsigned s = 11;
     cli_move c;
     pthread_t t;
@@ -1149,7 +1148,7 @@ START_TEST(shardctl_postpone_cutover)
 
     fill(s, s, 5);
     snprintf(target, sizeof target, "%s", other_pair(s));
-    tm = master_of(target);
+    snprintf(tm, sizeof tm, "%s", master_of(target)); /* master_of's buffer is reused */
     snprintf(range, sizeof range, "%u-%u", s, s);
     snprintf(path, sizeof path, "%s/postpone-cli", harness_dir(h));
     ck_assert_ptr_nonnull(f = fopen(path, "w"));
