@@ -101,10 +101,11 @@ static int drain_pair(planner *pl, size_t d)
             return shard_fail(SHARD_EINVAL, "no pair is left to take the shards of the "
                               "drained pair %ld", (long)d);
         need = pl->mean - pl->pair_load[dst];
-        for (e = s; e < b; e++) {
-            if (cum + in->load[e] >= need) {
+        for (e = s;; e++) {
+            bool enough = cum + in->load[e] >= need;
+            if (enough || e == b) {
                 /* Stop here or just before, whichever lands nearer the mean. */
-                if (e > s && need - cum < cum + in->load[e] - need)
+                if (enough && e > s && need - cum < cum + in->load[e] - need)
                     e--;
                 break;
             }
