@@ -1327,7 +1327,21 @@ static void print_rebalance_move(FILE *f, const shard_rebalance_move *m, size_t 
     fputs(m->drain ? " (drain)\n" : "\n", f);
 }
 
-static void print_rebalance_plan(const shard_rebalance *plan, const shard_rebalance_options *o)
+/* A drained pair that serves mod shards is not empty after the plan. */
+static void note_mod_shards(const shard_map *map, const char *pair)
+{
+    uint32_t n = 0;
+    for (uint32_t m = 0; m < shard_map_mod_count(map); m++) {
+        const char *p;
+        n += shard_map_mod_pair_of(map, m, &p) == 0 && strcmp(p, pair) == 0;
+    }
+    if (n)
+        printf("note: %s also serves %u mod shard%s, which moves do not carry: it is not "
+               "empty after the plan\n", pair, n, n == 1 ? "" : "s");
+}
+
+static void print_rebalance_plan(const shard_rebalance *plan, const shard_rebalance_options *o,
+                                 const shard_map *map)
 {
     size_t nm, np, nactive = 0;
     const shard_rebalance_move *mv = shard_rebalance_moves(plan, &nm);
@@ -1359,6 +1373,9 @@ static void print_rebalance_plan(const shard_rebalance *plan, const shard_rebala
     }
     shard_rebalance_spread(plan, &before, &after);
     printf("  spread (max - min) / mean: %.3f before, %.3f after\n", before, after);
+    for (size_t i = 0; i < np; i++)
+        if (pp[i].drained)
+            note_mod_shards(map, pp[i].name);
     if (!nm)
         printf("nothing to move: %s\n",
                outside ? "no move narrows the gap between the fullest and the emptiest pair "
@@ -1459,6 +1476,7 @@ static int cmd_rebalance(const args *a)
     move_progress mp;
     shard_rebalance *plan = NULL;
     const shard_rebalance_move *mv;
+    shard_map *map = NULL;
     shard_ctx *ctx;
     size_t nm, done = 0;
     int rc;
@@ -1467,7 +1485,7 @@ static int cmd_rebalance(const args *a)
         return usage_error("rebalance takes no arguments");
     if ((rc = rebalance_options(a, &o)) || move_options(a, &mo, &mp))
         return rc ? rc : EXIT_USAGE;
-    if ((rc = open_ctx_log(a, &ctx, NULL, log_warning)))
+    if ((rc = open_ctx_log(a, &ctx, &map, log_warning)))
         return rc;
     if (o.by == SHARD_REBALANCE_BY_WRITES)
         fprintf(stderr, "rebalance: sampling the write rate for %.1f s\n", o.sample_ms / 1e3);
@@ -1475,7 +1493,13 @@ static int cmd_rebalance(const args *a)
         rc = lib_error(rc);
         goto out;
     }
-    print_rebalance_plan(plan, &o);
+    shard_map_free(map); /* the plan reloaded the map: note from the one it used */
+    map = NULL;
+    if ((rc = shard_ctx_map(ctx, &map))) {
+        rc = lib_error(rc);
+        goto out;
+    }
+    print_rebalance_plan(plan, &o, map);
     mv = shard_rebalance_moves(plan, &nm);
     if (!nm || a->val[OPT_DRY_RUN])
         goto out;
@@ -1508,6 +1532,7 @@ static int cmd_rebalance(const args *a)
     }
 out:
     shard_rebalance_free(plan);
+    shard_map_free(map);
     shard_ctx_free(ctx);
     return rc;
 }
