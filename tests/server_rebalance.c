@@ -189,6 +189,7 @@ START_TEST(dry_run_changes_nothing)
     ck_assert_msg(strstr(r.out, "move 1/") && strstr(r.out, "from MySQL001 to MySQL00"), "%s",
                   r.out);
     ck_assert_msg(strstr(r.out, "spread (max - min) / mean: "), "%s", r.out);
+    printf("$ shardctl rebalance --threshold %s --dry-run\n%s", THRESHOLD, r.out);
     run_free(&r);
     /* Without --yes it is a plan too. */
     r = run_cmd(&rs, ARGV("rebalance", "--threshold", THRESHOLD));
@@ -290,6 +291,7 @@ START_TEST(stopped_after_one_move_then_continued)
     r = run_cmd(&rs, ARGV("rebalance", "--threshold", THRESHOLD, "--yes"));
     ck_assert_msg(r.status == 0, "exit %d: %s\n%s", r.status, r.err, r.out);
     ck_assert_msg(strstr(r.out, "rebalanced: "), "%s", r.out);
+    printf("$ shardctl rebalance --threshold %s --yes\n%s%s", THRESHOLD, r.out, r.err);
     expect_moves_verified(r.err, &cli_moves);
     ck_assert_uint_ge(cli_moves, 1);
     run_free(&r);
@@ -386,6 +388,8 @@ START_TEST(drain_interrupted_then_continued)
 
     status = rebalance_interrupted(ARGV("rebalance", "--threshold", THRESHOLD, "--drain",
                                         "MySQL003", "--yes"), &err);
+    printf("$ shardctl rebalance --threshold %s --drain MySQL003 --yes  (^C)\n%s", THRESHOLD,
+           err);
     ck_assert_msg(status == 1, "exit %d: %s", status, err);
     ck_assert_msg(strstr(err, "stopping after the current move"), "%s", err);
     ck_assert_msg(strstr(err, "stopped after 1 of "), "%s", err);
