@@ -1389,6 +1389,7 @@ static void print_rebalance_plan(const shard_rebalance *plan, const shard_rebala
 typedef struct rebalance_progress {
     int by;
     move_progress *mp;
+    shard_move_report last; /* of the last move that ran */
 } rebalance_progress;
 
 static int on_rebalance_step(const shard_rebalance_move *m, size_t i, size_t n, int rc,
@@ -1405,6 +1406,7 @@ static int on_rebalance_step(const shard_rebalance_move *m, size_t i, size_t n, 
         p->mp->total = 0;
         return 0;
     }
+    p->last = *r;
     if (p->mp->total)
         move_draw(p->mp, 1);
     if (rc == 0)
@@ -1448,24 +1450,21 @@ static int rebalance_options(const args *a, shard_rebalance_options *o)
     return 0;
 }
 
-/* Run the plan with SIGINT taken by a thread of its own. */
-static int run_rebalance(shard_ctx *ctx, const shard_rebalance *plan,
-                         shard_rebalance_options *o, size_t *done)
+/* SIGINT from now on goes to a thread of its own; -1 when it cannot. */
+static int take_sigint(void)
 {
     static sigset_t set;
     pthread_t t;
-    int rc;
 
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0 ||
         pthread_create(&t, NULL, rebalance_signals, &set) != 0) {
         fprintf(stderr, "shardctl: cannot set up the interrupt handling\n");
-        return SHARD_EINTERNAL;
+        return -1;
     }
     pthread_detach(t);
-    rc = shard_rebalance_run(ctx, plan, o, done);
-    return rc;
+    return 0;
 }
 
 static int cmd_rebalance(const args *a)
@@ -1508,16 +1507,22 @@ static int cmd_rebalance(const args *a)
         goto out;
     }
     fflush(stdout);
+    memset(&rp, 0, sizeof rp);
     rp.by = o.by;
     rp.mp = &mp;
     o.move = &mo;
     o.step = on_rebalance_step;
     o.payload = &rp;
-    rc = run_rebalance(ctx, plan, &o, &done);
+    if (take_sigint()) {
+        rc = EXIT_FAIL;
+        goto out;
+    }
+    rc = shard_rebalance_run(ctx, plan, &o, &done);
     if (rc) {
-        rc = lib_error(rc);
-        fprintf(stderr, "shardctl: see shardctl move status; once the move is resumed or "
-                "aborted, shardctl rebalance plans again from where things are\n");
+        /* The failed move's id and how to go on, when it got that far. */
+        rc = rp.last.move_id ? move_stopped(rc, &rp.last) : lib_error(rc);
+        fprintf(stderr, "shardctl: %zu of %zu moves done; once the failed move is resumed or "
+                "aborted, shardctl rebalance plans again from there\n", done, nm);
     } else if (done < nm) {
         fprintf(stderr, "shardctl: stopped after %zu of %zu moves; left:\n", done, nm);
         for (size_t i = done; i < nm; i++) {
