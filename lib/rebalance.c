@@ -101,7 +101,9 @@ static int drain_pair(planner *pl, size_t d)
             return shard_fail(SHARD_EINVAL, "no pair is left to take the shards of the "
                               "drained pair %ld", (long)d);
         need = pl->mean - pl->pair_load[dst];
-        for (e = s;; e++) {
+        /* Every pair is at the mean already (or nothing weighs anything):
+         * splitting the run would only make more moves. */
+        for (e = need > 0 ? s : b;; e++) {
             bool enough = cum + in->load[e] >= need;
             if (enough || e == b) {
                 /* Stop here or just before, whichever lands nearer the mean. */

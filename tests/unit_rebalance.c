@@ -128,6 +128,20 @@ START_TEST(drain_empties_the_pair)
 }
 END_TEST
 
+START_TEST(drain_of_nothing_is_one_move_per_run)
+{
+    setup_all_on_first();
+    for (unsigned s = 0; s < NS; s++) {
+        pair_of[s] = (long)(s / (NS / NP));
+        load[s] = 0;
+    }
+    drained[0] = true;
+    ck_assert_uint_eq(plan_apply(0.1, 0), 1);
+    for (unsigned s = 0; s < NS / NP; s++)
+        ck_assert_int_ne(pair_of[s], 0);
+}
+END_TEST
+
 START_TEST(merge_two_of_three)
 {
     setup_all_on_first();
@@ -177,6 +191,7 @@ int main(void)
     tcase_add_test(tc, balanced_is_left_alone);
     tcase_add_test(tc, a_giant_shard_is_not_moved_back_and_forth);
     tcase_add_test(tc, drain_empties_the_pair);
+    tcase_add_test(tc, drain_of_nothing_is_one_move_per_run);
     tcase_add_test(tc, merge_two_of_three);
     tcase_add_test(tc, max_moves_bounds_and_a_second_plan_continues);
     tcase_add_test(tc, nowhere_to_drain_to);
