@@ -5,7 +5,8 @@
  * callback) that a second run (shardctl rebalance --yes) finishes, leaving
  * every pair within the threshold and every row verified and readable; a
  * drain interrupted by SIGINT and continued, leaving the pair serving
- * nothing; planning by writes, refused while userstat is off.
+ * nothing; planning by writes, refused while userstat is off; no plan
+ * while a move is unfinished.
  */
 #include "harness.h"
 #include "run_cmd.h"
@@ -488,6 +489,49 @@ START_TEST(plan_by_writes)
 }
 END_TEST
 
+/* While a move of a considered pair is unfinished, no plan is made: the
+ * plan is asked from the move's own progress callback, mid-copy. */
+static int busy_rc = 1;
+static char busy_msg[512];
+
+static void plan_while_moving(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    shard_rebalance *p = NULL;
+    (void)done;
+    (void)total;
+    (void)payload;
+    if (phase != SHARD_MOVE_COPYING || busy_rc != 1)
+        return;
+    busy_rc = shard_rebalance_plan(ctx, NULL, &p);
+    snprintf(busy_msg, sizeof busy_msg, "%s", shard_errmsg());
+    shard_rebalance_free(p);
+}
+
+START_TEST(no_plan_while_a_move_is_unfinished)
+{
+    shard_move_options mo = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    shard_map *m = NULL;
+    const char *from = NULL;
+    unsigned shard = SHARDS;
+    int rc;
+
+    ck_assert_int_eq(shard_ctx_reload(ctx), 0);
+    ck_assert_int_eq(shard_ctx_map(ctx, &m), 0);
+    for (unsigned s = 0; s < SHARDS && shard == SHARDS; s++)
+        if (shard_map_pair_of(m, s, &from) == 0 && strcmp(from, "MySQL001") == 0)
+            shard = s;
+    shard_map_free(m);
+    ck_assert_uint_lt(shard, SHARDS);
+    mo.progress = plan_while_moving;
+    rc = shard_move(ctx, shard, shard, "MySQL003", &mo, &r, NULL);
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_int_eq(busy_rc, SHARD_EBUSY);
+    ck_assert_msg(strstr(busy_msg, "unfinished"), "%s", busy_msg);
+    check_rows();
+}
+END_TEST
+
 /* Bad options are refused before anything is measured. */
 START_TEST(bad_options)
 {
@@ -571,6 +615,7 @@ int main(void)
     tcase_add_test(tc, stopped_after_one_move_then_continued);
     tcase_add_test(tc, drain_interrupted_then_continued);
     tcase_add_test(tc, plan_by_writes);
+    tcase_add_test(tc, no_plan_while_a_move_is_unfinished);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
