@@ -710,8 +710,8 @@ typedef struct shard_rebalance_pair {
 /*
  * Called by shard_rebalance_run() before each move (report NULL, rc 0) and
  * after it (its report and return code). `index` counts from 0 of `count`.
- * Return non-zero to start no further move (the one that just ran, or is
- * about to start when report is NULL, is the last to run or is skipped).
+ * Return non-zero to start no further move: returned before a move, that
+ * move is skipped; after one, it was the last.
  */
 typedef int (*shard_rebalance_fn)(const shard_rebalance_move *move, size_t index,
                                   size_t count, int rc, const shard_move_report *report,
