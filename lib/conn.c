@@ -478,3 +478,46 @@ int conn_stmt_get(shard_conn *c, const char *key, const sqlbuf *sql, uint64_t ar
         stmt_drop(cs);
     return rc;
 }
+
+int conn_stmt_run(shard_conn *c, const char *key, const sqlbuf *sql, const conn_param *params,
+                  unsigned n)
+{
+    MYSQL_BIND b[CONN_PARAMS_MAX];
+    unsigned long lens[CONN_PARAMS_MAX];
+    unsigned long long nums[CONN_PARAMS_MAX];
+    conn_stmt *cs = NULL;
+    size_t bytes = sql->len;
+    double t0 = now_seconds();
+    int rc;
+
+    if (n > CONN_PARAMS_MAX)
+        return shard_fail(SHARD_EINTERNAL, "statement with %u parameters", n);
+    memset(b, 0, sizeof b);
+    for (unsigned i = 0; i < n; i++) {
+        if (params[i].data) {
+            /* Bytes travel as they are (no hex): the server's limit applies
+             * to the value itself. */
+            b[i].buffer_type = MYSQL_TYPE_LONG_BLOB;
+            b[i].buffer = (void *)params[i].data;
+            b[i].buffer_length = lens[i] = (unsigned long)params[i].len;
+            b[i].length = &lens[i];
+            bytes += params[i].len;
+        } else {
+            nums[i] = params[i].u64;
+            b[i].buffer_type = MYSQL_TYPE_LONGLONG;
+            b[i].buffer = &nums[i];
+            b[i].is_unsigned = 1;
+            bytes += 8;
+        }
+    }
+    if ((rc = conn_fits(c, bytes)) || (rc = stmt_for(c, key, sql, &cs)))
+        return rc;
+    if (mysql_stmt_bind_param(cs->st, b) || mysql_stmt_execute(cs->st)) {
+        rc = stmt_fail(c, cs->st, t0);
+        stmt_drop(cs); /* prepared afresh next time: the table may have changed */
+        return rc;
+    }
+    c->affected = mysql_stmt_affected_rows(cs->st);
+    c->insert_id = mysql_stmt_insert_id(cs->st);
+    return 0;
+}

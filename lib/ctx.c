@@ -490,11 +490,11 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
         if (rc == SHARD_ETIMEOUT && connect_failed)
             rc = SHARD_ECONNECT;
         if (rc == 0) {
-            exec_env env = {c, map, db, shard, false};
+            exec_env env = {c, map, db, shard, false, false};
             rc = fn(&env, arg);
             ambiguous = env.ambiguous;
             rc = ctx_check_moved(ctx, c, db, shard, flags & EXEC_MOD, map->pairs[pi].name, rc);
-            conn_put(c, rc == 0 || conn_reusable(rc));
+            conn_put(c, (rc == 0 || conn_reusable(rc)) && !env.discard);
         }
         if (rc == 0) {
             shard_map_free(map);

@@ -15,7 +15,7 @@ typedef struct shard_server shard_server;
 #define CONN_STMTS 32
 
 typedef struct conn_stmt {
-    char key[140]; /* db.table */
+    char key[160]; /* what the statement does, and its db.table */
     MYSQL_STMT *st;
     uint64_t used;
 } conn_stmt;
@@ -30,6 +30,8 @@ typedef struct shard_conn {
     double idle_since;          /* monotonic seconds */
     unsigned last_errno;        /* server/client error number of the last failure */
     unsigned read_timeout_ms;
+    uint64_t affected;          /* rows the last conn_stmt_run changed */
+    uint64_t insert_id;         /* and the AUTO_INCREMENT value it used */
 } shard_conn;
 
 /* One pool per server address, shared by every thread of the context. */
@@ -94,6 +96,23 @@ int conn_select(shard_conn *c, const sqlbuf *sql, MYSQL_RES **res);
  */
 int conn_stmt_get(shard_conn *c, const char *key, const sqlbuf *sql, uint64_t arg,
                   char **out, size_t *len);
+/* A parameter of a prepared statement: bytes (data non-NULL) or an unsigned integer. */
+typedef struct conn_param {
+    const void *data;
+    size_t len;
+    uint64_t u64;
+} conn_param;
+#define CONN_PARAMS_MAX 4
+#define CONN_BYTES(p, n) ((conn_param){(p) ? (const void *)(p) : (const void *)"", (n), 0})
+#define CONN_U64(v) ((conn_param){NULL, 0, (v)})
+/*
+ * Run the prepared statement `sql` (cached under `key`) with its parameters;
+ * c->affected and c->insert_id tell what it did. Values go as binary
+ * parameters, so the limit is the server's max_allowed_packet for the value
+ * itself (SHARD_ETOOBIG beyond it, before anything is sent).
+ */
+int conn_stmt_run(shard_conn *c, const char *key, const sqlbuf *sql, const conn_param *params,
+                  unsigned n);
 /* Run a query; the first column of its first row into out ("" for NULL/none). */
 int conn_value(shard_conn *c, const char *sql, char *out, size_t size);
 /* Fail with SHARD_ETOOBIG when the statement exceeds the server's packet limit. */
@@ -116,6 +135,9 @@ typedef struct exec_env {
      * its outcome unknown (not idempotent, not inside an open transaction):
      * such a failure is reported, never retried. */
     bool ambiguous;
+    /* fn sets this when the connection must not go back to the pool
+     * whatever fn returns (e.g. a ROLLBACK that failed). */
+    bool discard;
 } exec_env;
 
 typedef int (*exec_fn)(exec_env *env, void *arg);

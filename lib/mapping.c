@@ -37,6 +37,16 @@ static int check_ids(uint64_t from, uint64_t to)
     return 0;
 }
 
+/* An ID whose shard no range serves: SHARD_ENOSHARD, before anything is written. */
+static int check_mapped(const shard_map *map, const char *what, uint64_t id)
+{
+    if (shard_map_pair_index(map, shard_id_shard(id)) >= 0)
+        return 0;
+    return shard_fail(SHARD_ENOSHARD, "%s ID %llu: shard %u is not in any range of map "
+                      "version %llu", what, (unsigned long long)id, shard_id_shard(id),
+                      (unsigned long long)map->version);
+}
+
 int64_t mapping_now(void)
 {
     struct timespec ts;
@@ -103,11 +113,17 @@ static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t 
     if ((rc = check_ids(from, to)))
         return rc;
     {
+        /* Every argument is checked before the first write: a failure after
+         * the forward row would leave half a mapping. */
         shard_map *map = ctx_map(ctx);
         const shard_mapdef *def = NULL;
         rc = mapping_table(map, name, true, &def);
         if (rc == 0 && def->reverse)
             snprintf(reverse, sizeof reverse, "%s", def->reverse);
+        if (rc == 0)
+            rc = check_mapped(map, "from", from);
+        if (rc == 0)
+            rc = check_mapped(map, "to", to);
         shard_map_free(map);
         if (rc)
             return rc;

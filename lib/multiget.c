@@ -225,6 +225,10 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
         pi = shard_map_pair_index(map, shard_id_shard(ids[i]));
         if (pi < 0) {
             items[i].status = SHARD_ENOSHARD;
+            if (!shard_errmsg()[0])
+                shard_fail(SHARD_EPARTIAL, "ID %llu: shard %u is not in any range of map "
+                           "version %llu", (unsigned long long)ids[i],
+                           shard_id_shard(ids[i]), (unsigned long long)map->version);
             continue;
         }
         items[i].status = SHARD_ENOTFOUND;

@@ -1,24 +1,74 @@
 /* Objects: create, get, read-modify-write, soft and hard delete. */
 #include "object.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int object_parse(const char *json, size_t len, json_t **out)
+/* What a JSON value is, for messages: "null", "an array", "a string"... */
+static const char *json_kind(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL: return "a number";
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    default: return "null";
+    }
+}
+
+/* Parse any JSON value (scalars too, so that a message can name them). */
+static int parse_any(const char *json, size_t len, const char *what, json_t **out)
 {
     json_error_t err;
-    json_t *v;
 
     if (!json)
-        return shard_fail(SHARD_EINVAL, "object JSON is NULL");
-    v = json_loadb(json, len, OBJECT_JSON_FLAGS, &err);
-    if (!v)
-        return shard_fail(SHARD_EINVAL, "object JSON is invalid at line %d, column %d: %s",
+        return shard_fail(SHARD_EINVAL, "%s: NULL JSON text", what);
+    *out = json_loadb(json, len, OBJECT_JSON_FLAGS | JSON_DECODE_ANY, &err);
+    if (!*out)
+        return shard_fail(SHARD_EINVAL, "%s: invalid JSON at line %d, column %d: %s", what,
                           err.line, err.column, err.text);
+    return 0;
+}
+
+int object_parse(const char *json, size_t len, json_t **out)
+{
+    json_t *v;
+    int rc = parse_any(json, len, "object", &v);
+
+    if (rc)
+        return rc;
     if (!json_is_object(v)) {
-        const char *what = json_is_array(v) ? "an array" : "a scalar";
+        rc = shard_fail(SHARD_EINVAL, "object JSON must be an object {...}, not %s",
+                        json_kind(v));
         json_decref(v);
-        return shard_fail(SHARD_EINVAL, "object JSON must be an object {...}, not %s", what);
+        return rc;
+    }
+    *out = v;
+    return 0;
+}
+
+/*
+ * A merge patch that is not an object would, by RFC 7386, replace the whole
+ * target with itself: null would leave no object at all, and anything else
+ * would make the object a non-object. Neither is an object store's update.
+ */
+int object_parse_patch(const char *json, size_t len, json_t **out)
+{
+    json_t *v;
+    int rc = parse_any(json, len, "merge patch", &v);
+
+    if (rc)
+        return rc;
+    if (!json_is_object(v)) {
+        rc = shard_fail(SHARD_EINVAL, "a patch must be a JSON object {...}, not %s (a "
+                        "merge patch that is not an object would replace the whole object)",
+                        json_kind(v));
+        json_decref(v);
+        return rc;
     }
     *out = v;
     return 0;
@@ -26,16 +76,17 @@ int object_parse(const char *json, size_t len, json_t **out)
 
 bool object_deleted(const char *text, size_t len)
 {
-    json_t *v;
-    bool deleted;
+    json_t *v = json_loadb(text, len, JSON_ALLOW_NUL, NULL);
+    bool deleted = v && object_deleted_json(v);
 
-    /* Cheap test first: most objects never mention "active". */
-    if (!memmem(text, len, "\"active\"", 8))
-        return false;
-    v = json_loadb(text, len, JSON_ALLOW_NUL, NULL);
-    deleted = v && json_is_false(json_object_get(v, "active"));
+    /* Parsed, never searched: a key may be spelt with escapes ("\u0061ctive"). */
     json_decref(v);
     return deleted;
+}
+
+bool object_deleted_json(const json_t *obj)
+{
+    return json_is_false(json_object_get(obj, "active"));
 }
 
 int object_table(const shard_map *map, unsigned type, const char **table)
@@ -70,9 +121,17 @@ int object_dump(const json_t *obj, char **text, size_t *len)
     return rc;
 }
 
+/* The cache key of a statement: its kind and its table. */
+static void stmt_key(char *key, size_t size, const char *kind, const char *db, const char *table)
+{
+    snprintf(key, size, "%s %s.%s", kind, db, table);
+}
+
 int object_insert(shard_conn *c, const char *db, const char *table, unsigned shard,
                   unsigned type, const char *json, size_t len, uint64_t *id)
 {
+    conn_param p = CONN_BYTES(json, len);
+    char key[160];
     sqlbuf q;
     uint64_t local;
     int rc;
@@ -80,14 +139,13 @@ int object_insert(shard_conn *c, const char *db, const char *table, unsigned sha
     sql_init(&q);
     sql_add(&q, "INSERT INTO ");
     sql_table(&q, db, table);
-    sql_add(&q, " (data) VALUES (");
-    sql_hex(&q, json, len);
-    sql_add(&q, ")");
-    rc = conn_query(c, &q);
+    sql_add(&q, " (data) VALUES (?)");
+    stmt_key(key, sizeof key, "insert", db, table);
+    rc = conn_stmt_run(c, key, &q, &p, 1);
     sql_free(&q);
     if (rc)
         return rc;
-    local = mysql_insert_id(c->my);
+    local = c->insert_id;
     if (local < 1 || local > SHARD_MAX_LOCAL) {
         /* The row cannot be named by an ID: take it back. */
         sqlbuf d;
@@ -155,17 +213,17 @@ int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
 int object_write(shard_conn *c, const char *db, const char *table, uint64_t id,
                  const char *json, size_t len)
 {
+    conn_param p[2] = {CONN_BYTES(json, len), CONN_U64(shard_id_local(id))};
+    char key[160];
     sqlbuf q;
     int rc;
 
     sql_init(&q);
     sql_add(&q, "UPDATE ");
     sql_table(&q, db, table);
-    sql_add(&q, " SET data = ");
-    sql_hex(&q, json, len);
-    sql_add(&q, " WHERE local_id = ");
-    sql_u64(&q, shard_id_local(id));
-    rc = conn_query(c, &q);
+    sql_add(&q, " SET data = ? WHERE local_id = ?");
+    stmt_key(key, sizeof key, "update", db, table);
+    rc = conn_stmt_run(c, key, &q, p, 2);
     sql_free(&q);
     return rc;
 }
@@ -313,9 +371,12 @@ static int rmw_fn(exec_env *env, void *arg)
     if (rc || (rc = conn_query_str(env->conn, "START TRANSACTION")))
         return rc;
     rc = rmw_body(env, a, table);
+    /* A failed ROLLBACK leaves the connection unusable (the server rolls
+     * back when it closes), but the outcome stays the body's: an update
+     * callback that aborted must not be retried and run again. */
     if (rc && rc != SHARD_ECONNECT && rc != SHARD_ETIMEOUT &&
         conn_query_str(env->conn, "ROLLBACK") != 0)
-        rc = SHARD_ECONNECT; /* the connection is unusable: do not pool it */
+        env->discard = true;
     return rc;
 }
 
@@ -353,8 +414,8 @@ int shard_object_patch(shard_ctx *ctx, uint64_t id, const char *patch, size_t le
 
     if (!ctx)
         return shard_fail(SHARD_EINVAL, "shard_object_patch: NULL context");
-    if ((rc = object_parse(patch, len, &p)))
-        return shard_fail_prefix(rc, "merge patch: ");
+    if ((rc = object_parse_patch(patch, len, &p)))
+        return rc;
     rc = rmw(ctx, id, apply_patch, p, result, result_len);
     json_decref(p);
     return rc;

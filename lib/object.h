@@ -12,8 +12,12 @@
 json_t *merge_patch(json_t *target, json_t *patch);
 /* Parse text as a JSON object, or fail with SHARD_EINVAL naming the problem. */
 int object_parse(const char *json, size_t len, json_t **out);
-/* Whether stored object text is soft-deleted ("active": false). */
+/* A merge patch: a JSON object, or SHARD_EINVAL naming what it is instead. */
+int object_parse_patch(const char *json, size_t len, json_t **out);
+/* Whether stored object text is soft-deleted ("active": false), judged on
+ * the parsed document, never on the text. */
 bool object_deleted(const char *text, size_t len);
+bool object_deleted_json(const json_t *obj);
 /* The table of a type in this map, or SHARD_EINVAL naming the type. */
 int object_table(const shard_map *map, unsigned type, const char **table);
 /* Check an ID is valid and its type registered; the table name is returned. */

@@ -150,7 +150,7 @@ int shard_txn_object_put(shard_txn *t, uint64_t id, const char *json, size_t len
     json_decref(v);
     if ((rc = txn_fail(t, object_write(t->conn, t->db, table, id, json, len))))
         return rc;
-    if (mysql_affected_rows(t->conn->my) == 0) {
+    if (t->conn->affected == 0) {
         /* 0 rows: absent, or unchanged; tell them apart without failing the txn. */
         char *cur = NULL;
         rc = object_select(t->conn, t->db, table, id, false, &cur, NULL);

@@ -1553,11 +1553,11 @@ START_TEST(test_hostile_big)
     ck_assert_uint_eq(hid, 0);
     FAILS(SHARD_ETOOBIG, shard_kv_put(C, "users_by_name", "huge", 4, h, huge));
     ck_assert_ptr_nonnull(strstr(shard_errmsg(), "max_allowed_packet"));
-    /* Values travel hex-encoded, so 33 MB already make a statement over the
-     * limit: a patch that grows an object past it fails inside its
+    /* Values travel as binary parameters, so the limit is the value's own
+     * size: a patch that grows an object past it fails inside its
      * transaction, which rolls back; and a transaction with a statement that
      * failed cannot commit. */
-    size_t mid = o - huge + (33u << 20);
+    size_t mid = o - huge + (65u << 20);
     strcpy(h + mid, "\"}");
     FAILS(SHARD_ETOOBIG, shard_object_patch(C, small, h, mid + 2, NULL, NULL));
     ck_assert_ptr_nonnull(strstr(shard_errmsg(), "max_allowed_packet"));
@@ -2151,6 +2151,141 @@ START_TEST(test_standbys_hold_every_write)
 }
 END_TEST
 
+
+/* ------------------------------------------------------------ data-safety defects */
+
+/* Soft deletion is read from the parsed JSON: a key spelt with escapes is
+ * the same key. */
+START_TEST(test_soft_delete_parsed)
+{
+    uint64_t id = create(PINS, 6, "{\"\\u0061ctive\":false,\"n\":1}");
+    uint64_t live = create(PINS, 6, "{\"s\":\"\\\"active\\\":false\",\"active\":true}");
+    shard_item *items = NULL;
+    uint64_t both[2] = {id, live};
+
+    ck_assert_int_eq(rows_of(id), 1);
+    FAILS(SHARD_ENOTFOUND, get_rc(id));
+    OK(shard_object_mget(C, both, 2, &items));
+    ck_assert_int_eq(items[0].status, SHARD_ENOTFOUND);
+    ck_assert_int_eq(items[1].status, 0);
+    shard_items_free(items, 2);
+    FAILS(SHARD_ENOTFOUND, shard_object_patch(C, id, "{\"m\":2}", 7, NULL, NULL));
+    FAILS(SHARD_ENOTFOUND, shard_object_delete(C, id, 0));
+    assert_get_is(live, "{\"s\":\"\\\"active\\\":false\",\"active\":true}");
+}
+END_TEST
+
+/* A patch that is not an object is refused, naming what it is. */
+START_TEST(test_patch_not_object)
+{
+    uint64_t id = create(PINS, 6, "{\"keep\":1}");
+    static const char *const bad[][2] = {{"null", "null"}, {"[1]", "an array"},
+                                         {"\"s\"", "a string"}, {"3", "a number"},
+                                         {"true", "true"}};
+
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        FAILS(SHARD_EINVAL, shard_object_patch(C, id, bad[i][0], strlen(bad[i][0]), NULL,
+                                               NULL));
+        ck_assert_msg(strstr(shard_errmsg(), "a patch must be a JSON object") &&
+                          strstr(shard_errmsg(), bad[i][1]),
+                      "patch %s: %s", bad[i][0], shard_errmsg());
+    }
+    assert_get_is(id, "{\"keep\":1}");
+}
+END_TEST
+
+typedef struct killer {
+    const char *server;
+    int calls;
+} killer;
+
+/* Kills every application connection on the master, then aborts: the
+ * ROLLBACK that follows fails. */
+static int cb_kill_abort(json_t *obj, void *payload)
+{
+    killer *k = payload;
+    char *ids;
+
+    (void)obj;
+    k->calls++;
+    ids = sql_on(k->server, "SELECT GROUP_CONCAT(CONCAT('KILL ', id) SEPARATOR '; ') FROM "
+                            "information_schema.PROCESSLIST WHERE user = 'shard'");
+    if (ids[0] && strcmp(ids, "NULL") != 0)
+        free(sql_on(k->server, "%s", ids));
+    free(ids);
+    return 42;
+}
+
+/* An update whose callback aborted is not run again when its ROLLBACK fails. */
+START_TEST(test_rmw_rollback_fails)
+{
+    uint64_t id = create(PINS, 3, "{\"n\":1}");
+    killer k = {master_of(3), 0};
+
+    FAILS(42, shard_object_update(C, id, cb_kill_abort, &k));
+    ck_assert_int_eq(k.calls, 1);
+    assert_get_is(id, "{\"n\":1}");
+}
+END_TEST
+
+/* Values travel as binary parameters: a value larger than half the server's
+ * max_allowed_packet (what hex text allowed) is written and read back. */
+START_TEST(test_large_values)
+{
+    size_t n = 12u << 20;
+    char *big = malloc(n + 32), *got = NULL;
+    size_t o, glen = 0;
+    uint64_t id;
+
+    ck_assert_ptr_nonnull(big);
+    o = (size_t)sprintf(big, "{\"v\":\"");
+    for (size_t i = 0; i < n; i++)
+        big[o++] = (char)('a' + i % 26);
+    strcpy(big + o, "\"}");
+    o += 2;
+    /* 16 MB: the 12 MB value fits, its 24 MB of hex would not. New
+     * connections (a new context) see the new limit. */
+    for (int k = 1; k <= 2 * NPAIRS; k += 2)
+        free(sql_on(server_name(k), "SET GLOBAL max_allowed_packet = 16777216"));
+    shard_ctx_free(C);
+    C = open_ctx();
+    id = 0;
+    int rc = shard_object_create(C, PINS, 9, big, o, &id);
+    int krc = rc ? rc : shard_kv_put(C, "users_by_name", "big", 3, big, o);
+    if (krc == 0)
+        krc = shard_kv_get(C, "users_by_name", "big", 3, &got, &glen);
+    for (int k = 1; k <= 2 * NPAIRS; k += 2)
+        free(sql_on(server_name(k), "SET GLOBAL max_allowed_packet = 67108864"));
+    ck_assert_msg(rc == 0, "create of %zu bytes: %s", o, shard_errmsg());
+    ck_assert_msg(krc == 0, "kv of %zu bytes: %s", o, shard_errmsg());
+    ck_assert_uint_eq(glen, o);
+    ck_assert(memcmp(got, big, o) == 0);
+    shard_free(got);
+    got = get(id);
+    ck_assert(strcmp(got, big) == 0);
+    shard_free(got);
+    free(big);
+}
+END_TEST
+
+/* mapping add checks both IDs' shards before writing anything. */
+START_TEST(test_mapping_add_validates_first)
+{
+    uint64_t board = create(BOARDS, 2, "{}");
+    uint64_t far = make_id(100, PINS, 1);
+    char db[64];
+
+    db_of(2, db, sizeof db);
+    FAILS(SHARD_ENOSHARD, shard_mapping_add(C, "board_has_pins", board, far, 5));
+    ck_assert_ptr_nonnull(strstr(shard_errmsg(), "100"));
+    FAILS(SHARD_ENOSHARD, shard_mapping_add(C, "board_has_pins", far, board, 5));
+    FAILS(SHARD_ENOSHARD, shard_mapping_add(C, "user_likes_pins", board, far, 5));
+    ck_assert_int_eq(sql_num(master_of(2), "SELECT COUNT(*) FROM `%s`.board_has_pins "
+                                           "WHERE from_id = %llu", db,
+                             (unsigned long long)board), 0);
+}
+END_TEST
+
 /* ------------------------------------------------------------ main */
 
 static Suite *data_suite(void)
@@ -2175,6 +2310,11 @@ static Suite *data_suite(void)
     tcase_add_test(tc, test_hostile_names);
     tcase_add_test(tc, test_concurrency);
     tcase_add_test(tc, test_master_killed);
+    tcase_add_test(tc, test_soft_delete_parsed);
+    tcase_add_test(tc, test_patch_not_object);
+    tcase_add_test(tc, test_rmw_rollback_fails);
+    tcase_add_test(tc, test_large_values);
+    tcase_add_test(tc, test_mapping_add_validates_first);
     tcase_add_test(tc, test_standbys_hold_every_write);
     suite_add_tcase(s, tc);
     return s;
