@@ -25,9 +25,7 @@ typedef struct group {
     size_t n;
     shard_item *items;
     int rc;
-    char errmsg[512];
-    pthread_t thread;
-    bool threaded;
+    shard_errsave err; /* the failure's message, when rc */
 } group;
 
 static int cmp_slot(const void *a, const void *b)
@@ -135,7 +133,7 @@ static int group_once(group *g)
         return rc;
     for (size_t from = 0; rc == 0 && from < g->n; from += MGET_BATCH)
         rc = run_batch(g, c, from, from + MGET_BATCH < g->n ? from + MGET_BATCH : g->n);
-    /* A missing table: is one of this group's shards moving? */
+    /* A missing table: did one of this group's shards move? */
     for (size_t i = 0; rc == SHARD_ESERVER && i < g->n; i++) {
         unsigned shard = shard_id_shard(g->slots[i].id);
         char db[SHARD_DBNAME_MAX];
@@ -144,39 +142,29 @@ static int group_once(group *g)
         shard_dbfmt_name(&g->map->dbfmt, shard, db);
         rc = ctx_check_moved(g->ctx, c, db, shard, false, g->map->pairs[g->pair].name, rc);
     }
-    conn_put(c, rc == 0 || rc == SHARD_ESERVER || rc == SHARD_EMOVED);
+    conn_release(c, rc);
     return rc;
-}
-
-/* Reload the context's map, keeping the thread's message. */
-static void reload_keep_error(shard_ctx *ctx)
-{
-    char saved[512];
-    snprintf(saved, sizeof saved, "%s", shard_errmsg());
-    shard_ctx_reload(ctx);
-    shard_fail(0, "%s", saved);
 }
 
 /* Whether the context's map is newer than the snapshot the group uses. */
 static bool map_changed(const group *g)
 {
-    shard_map *map = ctx_map(g->ctx);
-    bool changed = map->version != g->map->version;
-    shard_map_free(map);
-    return changed;
+    return ctx_map_version(g->ctx) != g->map->version;
 }
 
 /* Reads are idempotent: retry transient failures within the budget. A
  * master that cannot be reached may have been replaced by a failover: the
  * map is reloaded once, and when it changed the group stops, for the next
- * round to ask the pair's new master. */
-static void *group_run(void *arg)
+ * round to ask the pair's new master. Moved shards are left to the next
+ * round too. Always 0: the outcome is the group's. */
+static int group_run(void *arg, size_t i, unsigned worker)
 {
-    group *g = arg;
+    group *g = (group *)arg + i;
     double deadline = now_seconds() + g->ctx->opts.retry_budget_ms / 1000.0;
     unsigned attempt = 0;
     bool reloaded = false;
 
+    (void)worker;
     for (;;) {
         g->rc = group_once(g);
         if (g->rc == 0 || g->rc == SHARD_EMOVED || !error_transient(g->rc) ||
@@ -184,18 +172,17 @@ static void *group_run(void *arg)
             break;
         if (g->rc == SHARD_ECONNECT && !reloaded) {
             reloaded = true;
-            reload_keep_error(g->ctx);
+            ctx_reload_soon(g->ctx, true);
         }
         if (g->rc == SHARD_ECONNECT && map_changed(g))
             break;
-        struct timespec ts = {0, 10000000L << (attempt < 5 ? attempt : 5)};
-        nanosleep(&ts, NULL);
+        exec_backoff(attempt, deadline);
     }
     if (g->rc) {
         shard_fail_prefix(g->rc, "pair %s: ", g->map->pairs[g->pair].name);
-        snprintf(g->errmsg, sizeof g->errmsg, "%s", shard_errmsg());
+        shard_error_save(&g->err, g->rc);
     }
-    return NULL;
+    return 0;
 }
 
 /* Items still pending (status SHARD_EMOVED) are asked again; returns how many. */
@@ -206,7 +193,7 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
     slot *slots = shard_calloc(n, sizeof *slots);
     group *groups = NULL;
     size_t ns = 0, ng = 0;
-    char firsterr[512] = "";
+    const shard_errsave *first = NULL;
 
     if (!slots) {
         shard_map_free(map);
@@ -250,22 +237,15 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
                      .n = j - i, .items = items};
         i = j;
     }
-    /* Every group but the first on its own thread; the first on this one. */
-    for (size_t i = 1; i < ng; i++)
-        groups[i].threaded = pthread_create(&groups[i].thread, NULL, group_run, &groups[i]) == 0;
-    for (size_t i = 0; i < ng; i++) {
-        if (i == 0 || !groups[i].threaded)
-            group_run(&groups[i]);
-        else
-            pthread_join(groups[i].thread, NULL);
-    }
+    /* Every pair at once, the first on this thread. */
+    fanout_run(ng, (unsigned)ng, group_run, groups);
     *pending = 0;
     for (size_t i = 0; i < ng; i++) {
         group *g = &groups[i];
         if (!g->rc)
             continue;
-        if (!firsterr[0])
-            snprintf(firsterr, sizeof firsterr, "%s", g->errmsg);
+        if (!first)
+            first = &g->err;
         for (size_t k = 0; k < g->n; k++) {
             shard_item *it = &items[g->slots[k].idx];
             free(it->data);
@@ -275,11 +255,11 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
             *pending += g->rc == SHARD_EMOVED;
         }
     }
+    if (first)
+        shard_fail(SHARD_EPARTIAL, "%s", first->msg);
     free(groups);
     free(slots);
     shard_map_free(map);
-    if (firsterr[0])
-        shard_fail(SHARD_EPARTIAL, "%s", firsterr);
     return 0;
 }
 
@@ -327,20 +307,21 @@ int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
     /* Items on a moving shard are asked again, after the map flips, within
      * the retry budget; so are those of a pair whose master a failover
      * replaced. */
-    double deadline = now_seconds() + ctx->opts.retry_budget_ms / 1000.0;
+    double started = now_seconds();
+    double deadline = started + ctx->opts.retry_budget_ms / 1000.0;
     for (unsigned round = 0;; round++) {
-        struct timespec ts = {0, 10000000L << (round < 5 ? round : 5)};
         uint64_t used = 0;
         bool more;
         if ((rc = mget_round(ctx, ids, n, items, &pending, &used)))
             break;
-        more = round + 1 < ctx->opts.retry_max * 2 && now_seconds() < deadline;
+        more = now_seconds() < deadline;
         if (!pending && more)
             pending = reask_unreachable(ctx, items, n, used);
         if (!pending || !more)
             break;
-        nanosleep(&ts, NULL);
-        shard_ctx_reload(ctx);
+        /* Fenced or moved shards: wait for the map that routes them anew
+         * (or one poll of the store), as single calls do. */
+        exec_wait_map(ctx, used, (now_seconds() - started) * 1000.0, deadline);
     }
     if (rc) {
         shard_items_free(items, n);

@@ -182,7 +182,7 @@ int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
         char key[140];
         sql_add(&q, "?");
         snprintf(key, sizeof key, "%s.%s", db, table);
-        rc = conn_stmt_get(c, key, &q, shard_id_local(id), json, len);
+        rc = conn_stmt_get(c, key, &q, shard_id_local(id), NULL, json, len);
         sql_free(&q);
         if (rc == 0 && object_deleted(*json, len ? *len : strlen(*json))) {
             free(*json);
@@ -376,7 +376,7 @@ static int rmw_fn(exec_env *env, void *arg)
      * callback that aborted must not be retried and run again. */
     if (rc && rc != SHARD_ECONNECT && rc != SHARD_ETIMEOUT &&
         conn_query_str(env->conn, "ROLLBACK") != 0)
-        env->discard = true;
+        env->conn->broken = true;
     return rc;
 }
 

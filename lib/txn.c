@@ -32,20 +32,37 @@ static int txn_fail(shard_txn *t, int rc)
 
 static void txn_end(shard_txn *t, bool rollback)
 {
-    bool healthy = t->conn && t->failed != SHARD_ECONNECT && t->failed != SHARD_ETIMEOUT;
-
-    if (t->conn && rollback && healthy)
-        healthy = conn_query_str(t->conn, "ROLLBACK") == 0;
-    conn_put(t->conn, healthy);
+    if (t->conn && rollback && conn_reusable(t->conn, t->failed) &&
+        conn_query_str(t->conn, "ROLLBACK") != 0)
+        t->conn->broken = true;
+    conn_release(t->conn, t->failed);
     shard_map_free(t->map);
     free(t);
+}
+
+/* Opens the transaction on the routed connection and checks the fence under
+ * a shared lock, which the transaction keeps to its end: a move's fence
+ * waits for it, and no write commits after the fence. */
+static int begin_fn(exec_env *env, void *arg)
+{
+    shard_txn *t = arg;
+    int rc = conn_query_str(env->conn, "START TRANSACTION");
+
+    if (rc == 0 && (rc = exec_fence_lock(env)) != 0 && conn_reusable(env->conn, rc) &&
+        conn_query_str(env->conn, "ROLLBACK") != 0)
+        env->conn->broken = true;
+    if (rc)
+        return rc;
+    t->conn = env->conn;
+    t->map = shard_map_ref((shard_map *)env->map);
+    snprintf(t->db, sizeof t->db, "%s", env->db);
+    env->keep = true;
+    return 0;
 }
 
 int shard_txn_begin(shard_ctx *ctx, unsigned shard, shard_txn **out)
 {
     shard_txn *t;
-    shard_server *srv;
-    long pi;
     int rc;
 
     if (!ctx || !out)
@@ -57,25 +74,10 @@ int shard_txn_begin(shard_ctx *ctx, unsigned shard, shard_txn **out)
         return shard_fail(SHARD_ENOMEM, "out of memory");
     t->ctx = ctx;
     t->shard = shard;
-    t->map = ctx_map(ctx);
-    pi = shard_map_pair_index(t->map, shard);
-    if (pi < 0) {
-        rc = shard_fail(SHARD_ENOSHARD, "shard %u is not in any range of map version %llu",
-                        shard, (unsigned long long)t->map->version);
-        txn_end(t, false);
-        return rc;
-    }
-    shard_dbfmt_name(&t->map->dbfmt, shard, t->db);
-    srv = ctx_server(ctx, t->map, (size_t)pi);
-    rc = srv ? conn_get(ctx, srv, &t->conn) : shard_fail(SHARD_ENOMEM, "out of memory");
-    if (rc == 0)
-        rc = conn_query_str(t->conn, "START TRANSACTION");
-    if (rc) {
-        shard_fail_prefix(rc, "pair %s, %s: ", t->map->pairs[pi].name, t->db);
-        t->failed = rc;
-        txn_end(t, false);
-        if (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT || rc == SHARD_EMOVED)
-            ctx_reload_soon(ctx, false); /* a failover may have moved the master */
+    /* Routed like any call: a fenced shard waits for the new map, a lost
+     * server is retried, before anything is written. */
+    if ((rc = ctx_exec(ctx, shard, 0, begin_fn, t))) {
+        free(t);
         return rc;
     }
     *out = t;
