@@ -15,10 +15,10 @@
 /* Error reloads after a lost server, at most this often per context. */
 #define RELOAD_MIN_MS 100.0
 /* While a shard is fenced, the store is polled every FENCE_POLL_MIN_MS at
- * first, growing to a quarter of the time already waited (so a long fence
+ * first, growing to an eighth of the time already waited (so a long fence
  * costs the store little), at most FENCE_POLL_MAX_MS. */
 #define FENCE_POLL_MIN_MS 3.0
-#define FENCE_POLL_MAX_MS 50.0
+#define FENCE_POLL_MAX_MS 25.0
 
 bool error_transient(int code)
 {
@@ -113,7 +113,7 @@ bool ctx_reload_soon(shard_ctx *ctx, bool force)
 
 bool exec_wait_map(shard_ctx *ctx, uint64_t version, double waited_ms, double deadline)
 {
-    double ms = waited_ms / 4;
+    double ms = waited_ms / 8;
 
     if (ms < FENCE_POLL_MIN_MS)
         ms = FENCE_POLL_MIN_MS;

@@ -36,25 +36,41 @@ static int cmp_slot(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+static int cmp_uint(const void *a, const void *b)
+{
+    unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+    return x < y ? -1 : x > y;
+}
+
 static int cmp_id_key(const void *key, const void *elem)
 {
     uint64_t k = *(const uint64_t *)key, id = ((const slot *)elem)->id;
     return k < id ? -1 : k > id;
 }
 
-/* One statement for slots[from..to): SELECT shard, type, local_id, data ... */
-static void build_batch(const group *g, size_t from, size_t to, sqlbuf *q)
+/*
+ * One statement for slots[from..to): SELECT shard, type, local_id, data for
+ * each (shard, type) run, then the fence rows of every shard in it, in the
+ * same statement so that no row is read from a fenced shard: a fence row
+ * has type 0 (no object type is 0) and, first, the 1-based position of its
+ * shard in shards[] (*nshards of them, ascending).
+ */
+static void build_batch(const group *g, size_t from, size_t to, sqlbuf *q, unsigned *shards,
+                        size_t *nshards)
 {
     /* Slots are sorted by id, so equal (shard, type) runs are contiguous. */
     size_t i = from;
     bool first_part = true;
 
+    *nshards = 0;
     while (i < to) {
         uint64_t id = g->slots[i].id;
         unsigned shard = shard_id_shard(id), type = shard_id_type(id);
         char db[SHARD_DBNAME_MAX];
         uint64_t prev = 0;
 
+        if (!*nshards || shards[*nshards - 1] != shard)
+            shards[(*nshards)++] = shard;
         shard_dbfmt_name(&g->map->dbfmt, shard, db);
         sql_add(q, first_part ? "" : " UNION ALL ");
         sql_addf(q, "SELECT %u, %u, local_id, data FROM ", shard, type);
@@ -72,6 +88,33 @@ static void build_batch(const group *g, size_t from, size_t to, sqlbuf *q)
         }
         sql_add(q, ")");
         first_part = false;
+    }
+    for (int part = 0; part < 2 && *nshards; part++) {
+        /* FIELD(db, 'a', 'b') names the position; db IN ('a', 'b') finds the rows. */
+        sql_add(q, part == 0 ? " UNION ALL SELECT FIELD(db" : ", 0, 0, NULL FROM "
+                FENCE_TABLE " WHERE fenced <> 0 AND db IN (");
+        for (size_t k = 0; k < *nshards; k++) {
+            char db[SHARD_DBNAME_MAX];
+            shard_dbfmt_name(&g->map->dbfmt, shards[k], db);
+            sql_add(q, part == 0 || k ? ", '" : "'");
+            sql_add(q, db);
+            sql_add(q, "'");
+        }
+        sql_add(q, part == 0 ? ")" : ")");
+    }
+}
+
+/* Items of a fenced shard are left for the next round (after the new map). */
+static void leave_fenced(group *g, size_t from, size_t to, unsigned shard)
+{
+    for (size_t i = from; i < to; i++) {
+        shard_item *it = &g->items[g->slots[i].idx];
+        if (shard_id_shard(g->slots[i].id) != shard)
+            continue;
+        free(it->data);
+        it->data = NULL;
+        it->len = 0;
+        it->status = SHARD_EMOVED;
     }
 }
 
@@ -98,26 +141,47 @@ static int deliver(group *g, uint64_t id, const char *data, size_t len)
 
 static int run_batch(group *g, shard_conn *c, size_t from, size_t to)
 {
+    unsigned shards[MGET_BATCH];
+    bool fenced[MGET_BATCH] = {false};
+    size_t nshards = 0;
     MYSQL_RES *res;
     MYSQL_ROW row;
+    bool any = false;
     sqlbuf q;
     int rc;
 
     sql_init(&q);
-    build_batch(g, from, to, &q);
+    build_batch(g, from, to, &q, shards, &nshards);
     rc = conn_select(c, &q, &res);
     sql_free(&q);
     if (rc)
         return rc;
+    /* The fence rows first (wherever they come in the result), so that no
+     * row of a fenced shard is delivered. */
+    while ((row = mysql_fetch_row(res))) {
+        unsigned long k = strtoul(row[0], NULL, 10);
+        if (strcmp(row[1], "0") == 0 && k >= 1 && k <= nshards)
+            any = fenced[k - 1] = true;
+    }
+    mysql_data_seek(res, 0);
     while (rc == 0 && (row = mysql_fetch_row(res))) {
         unsigned long *lens = mysql_fetch_lengths(res);
+        unsigned shard = (unsigned)strtoul(row[0], NULL, 10);
+        unsigned *at;
         uint64_t id;
-        if (shard_id_make((unsigned)strtoul(row[0], NULL, 10),
-                          (unsigned)strtoul(row[1], NULL, 10),
+        if (strcmp(row[1], "0") == 0)
+            continue;
+        at = bsearch(&shard, shards, nshards, sizeof *shards, cmp_uint);
+        if (at && fenced[at - shards])
+            continue;
+        if (shard_id_make(shard, (unsigned)strtoul(row[1], NULL, 10),
                           strtoull(row[2], NULL, 10), &id) == 0)
             rc = deliver(g, id, row[3], lens[3]);
     }
     mysql_free_result(res);
+    for (size_t k = 0; rc == 0 && any && k < nshards; k++)
+        if (fenced[k])
+            leave_fenced(g, from, to, shards[k]);
     return rc;
 }
 
@@ -252,9 +316,11 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
             it->data = NULL;
             it->len = 0;
             it->status = g->rc;
-            *pending += g->rc == SHARD_EMOVED;
         }
     }
+    /* Still to ask: a group that found its shard moved, or a fenced shard's items. */
+    for (size_t i = 0; i < ns; i++)
+        *pending += items[slots[i].idx].status == SHARD_EMOVED;
     if (first)
         shard_fail(SHARD_EPARTIAL, "%s", first->msg);
     free(groups);

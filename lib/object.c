@@ -163,8 +163,35 @@ int object_insert(shard_conn *c, const char *db, const char *table, unsigned sha
     return shard_id_make(shard, type, local, id);
 }
 
+/* The hot path: one prepared statement per table, kept on the connection
+ * (binary protocol, parsed once), returning the shard's fence and the
+ * object in one row, so that nobody reads a fenced shard (libshard-move(7)).
+ * Both are primary-key lookups. */
+static int select_fenced(shard_conn *c, const char *db, const char *table, uint64_t id,
+                         bool *fenced, char **json, size_t *len)
+{
+    char key[160];
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "SELECT ");
+    sql_fence_value(&q, db);
+    sql_add(&q, ", (SELECT data FROM ");
+    sql_table(&q, db, table);
+    sql_add(&q, " WHERE local_id = ?)");
+    stmt_key(key, sizeof key, "get", db, table);
+    rc = conn_stmt_get(c, key, &q, shard_id_local(id), fenced, json, len);
+    sql_free(&q);
+    if (rc == 0 && *fenced) {
+        free(*json);
+        *json = NULL;
+    }
+    return *fenced ? 0 : rc;
+}
+
 int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
-                  bool for_update, char **json, size_t *len)
+                  bool for_update, bool *fenced, char **json, size_t *len)
 {
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
@@ -172,18 +199,13 @@ int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
     sqlbuf q;
     int rc;
 
-    sql_init(&q);
-    sql_add(&q, "SELECT data FROM ");
-    sql_table(&q, db, table);
-    sql_add(&q, " WHERE local_id = ");
     if (!for_update) {
-        /* The hot path: a prepared statement per table, kept on the
-         * connection (binary protocol, parsed once). */
-        char key[140];
-        sql_add(&q, "?");
-        snprintf(key, sizeof key, "%s.%s", db, table);
-        rc = conn_stmt_get(c, key, &q, shard_id_local(id), NULL, json, len);
-        sql_free(&q);
+        bool f = false;
+        rc = select_fenced(c, db, table, id, &f, json, len);
+        if (fenced)
+            *fenced = f;
+        if (f)
+            return 0;
         if (rc == 0 && object_deleted(*json, len ? *len : strlen(*json))) {
             free(*json);
             *json = NULL;
@@ -193,6 +215,13 @@ int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
             rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
         return rc;
     }
+    /* FOR UPDATE runs in a transaction that checked the fence already. */
+    if (fenced)
+        *fenced = false;
+    sql_init(&q);
+    sql_add(&q, "SELECT data FROM ");
+    sql_table(&q, db, table);
+    sql_add(&q, " WHERE local_id = ");
     sql_u64(&q, shard_id_local(id));
     sql_add(&q, " FOR UPDATE");
     rc = conn_select(c, &q, &res);
@@ -244,7 +273,6 @@ static int create_fn(exec_env *env, void *arg)
     int rc = object_table(env->map, a->type, &table);
     if (rc)
         return rc;
-    env->ambiguous = true; /* a lost INSERT may have created the row */
     return object_insert(env->conn, env->db, table, env->shard, a->type, a->json, a->len,
                          &a->id);
 }
@@ -270,7 +298,7 @@ int shard_object_create(shard_ctx *ctx, unsigned type, unsigned shard, const cha
         shard = (unsigned)(ctx_random() % map->open_shards);
         shard_map_free(map);
     }
-    if ((rc = ctx_exec(ctx, shard, 0, create_fn, &a)))
+    if ((rc = ctx_exec(ctx, shard, EXEC_WRITE, create_fn, &a)))
         return rc;
     *id = a.id;
     return 0;
@@ -291,7 +319,11 @@ static int get_fn(exec_env *env, void *arg)
     int rc = object_check_id(env->map, a->id, &table);
     if (rc)
         return rc;
-    return object_select(env->conn, env->db, table, a->id, false, &a->json, &a->len);
+    bool fenced = false;
+    if ((rc = object_select(env->conn, env->db, table, a->id, false, &fenced, &a->json,
+                            &a->len)))
+        return rc;
+    return fenced ? exec_fenced(env) : 0;
 }
 
 int shard_object_get(shard_ctx *ctx, uint64_t id, char **json, size_t *len)
@@ -331,7 +363,7 @@ static int rmw_body(exec_env *env, rmw_args *a, const char *table)
     json_t *obj = NULL;
     int rc;
 
-    if ((rc = object_select(env->conn, env->db, table, a->id, true, &old, &oldlen)))
+    if ((rc = object_select(env->conn, env->db, table, a->id, true, NULL, &old, &oldlen)))
         return rc;
     obj = json_loadb(old, oldlen, JSON_ALLOW_NUL, NULL);
     free(old);
@@ -348,11 +380,7 @@ static int rmw_body(exec_env *env, rmw_args *a, const char *table)
     if ((rc = object_dump(obj, &text, &len)) ||
         (rc = object_write(env->conn, env->db, table, a->id, text, len)))
         goto out;
-    env->ambiguous = true; /* a lost COMMIT may have committed */
-    if ((rc = conn_query_str(env->conn, "COMMIT")))
-        goto out;
-    env->ambiguous = false;
-    free(a->result);
+    free(a->result); /* ctx_exec commits; a retry starts again */
     a->result = text;
     a->result_len = len;
     text = NULL;
@@ -362,22 +390,15 @@ out:
     return rc;
 }
 
+/* Runs in ctx_exec's write transaction (EXEC_WRITE): the fence checked
+ * under a shared lock, the row locked, then committed by ctx_exec. */
 static int rmw_fn(exec_env *env, void *arg)
 {
     rmw_args *a = arg;
     const char *table = NULL;
     int rc = object_check_id(env->map, a->id, &table);
 
-    if (rc || (rc = conn_query_str(env->conn, "START TRANSACTION")))
-        return rc;
-    rc = rmw_body(env, a, table);
-    /* A failed ROLLBACK leaves the connection unusable (the server rolls
-     * back when it closes), but the outcome stays the body's: an update
-     * callback that aborted must not be retried and run again. */
-    if (rc && rc != SHARD_ECONNECT && rc != SHARD_ETIMEOUT &&
-        conn_query_str(env->conn, "ROLLBACK") != 0)
-        env->conn->broken = true;
-    return rc;
+    return rc ? rc : rmw_body(env, a, table);
 }
 
 static int rmw(shard_ctx *ctx, uint64_t id, transform_fn t, void *arg, char **result,
@@ -388,7 +409,7 @@ static int rmw(shard_ctx *ctx, uint64_t id, transform_fn t, void *arg, char **re
 
     if (!shard_id_valid(id))
         return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
-    rc = ctx_exec(ctx, shard_id_shard(id), 0, rmw_fn, &a);
+    rc = ctx_exec(ctx, shard_id_shard(id), EXEC_WRITE, rmw_fn, &a);
     if (rc == 0 && result) {
         rc = copy_out(a.result, a.result_len, result, result_len);
     }
@@ -493,7 +514,7 @@ int shard_object_delete(shard_ctx *ctx, uint64_t id, int flags)
     if (!shard_id_valid(id))
         return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
     if (flags & SHARD_DELETE_HARD)
-        return ctx_exec(ctx, shard_id_shard(id), 0, hard_delete_fn, &id);
+        return ctx_exec(ctx, shard_id_shard(id), EXEC_WRITE, hard_delete_fn, &id);
     return rmw(ctx, id, soft_delete, NULL, NULL, NULL);
 }
 

@@ -2,7 +2,7 @@
 #ifndef LIBSHARD_OBJECT_H
 #define LIBSHARD_OBJECT_H
 
-#include "ctx.h"
+#include "exec.h"
 
 #include <jansson.h>
 
@@ -28,8 +28,11 @@ int object_dump(const json_t *obj, char **text, size_t *len);
 /* The statements themselves, on a connection already routed to db. */
 int object_insert(shard_conn *c, const char *db, const char *table, unsigned shard,
                   unsigned type, const char *json, size_t len, uint64_t *id);
+/* for_update: SELECT ... FOR UPDATE, in a transaction that checked the
+ * fence. Else the hot-path read, which checks the fence in the same
+ * statement: *fenced (may be NULL only inside such a transaction) tells. */
 int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
-                  bool for_update, char **json, size_t *len);
+                  bool for_update, bool *fenced, char **json, size_t *len);
 int object_write(shard_conn *c, const char *db, const char *table, uint64_t id,
                  const char *json, size_t len);
 

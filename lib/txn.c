@@ -134,7 +134,7 @@ int shard_txn_object_get(shard_txn *t, uint64_t id, char **json, size_t *len)
     if ((rc = check_on_shard(t, id, "shard_txn_object_get")) ||
         (rc = object_check_id(t->map, id, &table)))
         return rc;
-    rc = object_select(t->conn, t->db, table, id, true, json, len);
+    rc = object_select(t->conn, t->db, table, id, true, NULL, json, len);
     return rc == SHARD_ENOTFOUND ? rc : txn_fail(t, rc);
 }
 
@@ -155,7 +155,7 @@ int shard_txn_object_put(shard_txn *t, uint64_t id, const char *json, size_t len
     if (t->conn->affected == 0) {
         /* 0 rows: absent, or unchanged; tell them apart without failing the txn. */
         char *cur = NULL;
-        rc = object_select(t->conn, t->db, table, id, false, &cur, NULL);
+        rc = object_select(t->conn, t->db, table, id, false, NULL, &cur, NULL);
         free(cur);
         if (rc)
             return rc == SHARD_ENOTFOUND ? rc : txn_fail(t, rc);
