@@ -230,7 +230,7 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
 {
     double started = now_seconds();
     double deadline = started + ctx->opts.retry_budget_ms / 1000.0;
-    unsigned attempt = 0;
+    unsigned attempt = 0, tries = 0; /* attempts counted against retry_max; all */
     int rc;
 
     for (;;) {
@@ -282,9 +282,10 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
             return shard_fail_prefix(rc, "the write may or may not have been applied: ");
         if (!error_transient(rc))
             return rc;
+        tries++;
         if (now_seconds() >= deadline ||
             (rc != SHARD_EMOVED && ++attempt >= ctx->opts.retry_max))
-            return shard_fail_prefix(rc, "gave up after %.0f ms: ",
+            return shard_fail_prefix(rc, "gave up after %u attempts (%.0f ms): ", tries,
                                      (now_seconds() - started) * 1000.0);
         ctx_log(ctx, SHARD_LOG_DEBUG, "retrying after: %s", shard_errmsg());
         if (rc == SHARD_EMOVED) {
