@@ -495,9 +495,12 @@ static int stmt_fail(shard_conn *c, MYSQL_STMT *st, double t0)
                       mysql_stmt_sqlstate(st), mysql_stmt_error(st));
 }
 
-/* The cached statement for key, prepared now if need be. */
-static int stmt_for(shard_conn *c, const char *key, const sqlbuf *sql, conn_stmt **out)
+/* The cached statement for key, prepared now if need be: from sql, or (sql
+ * NULL) from what build(q, barg) writes, which costs nothing when cached. */
+static int stmt_for(shard_conn *c, const char *key, const sqlbuf *sql, conn_sql_fn build,
+                    const void *barg, conn_stmt **out)
 {
+    sqlbuf built;
     conn_stmt *slot = &c->stmts[0];
     double t0 = now_seconds();
     int rc;
@@ -512,24 +515,35 @@ static int stmt_for(shard_conn *c, const char *key, const sqlbuf *sql, conn_stmt
         if (!cs->st || (slot->st && cs->used < slot->used))
             slot = cs;
     }
-    if ((rc = sql_check(sql)))
+    sql_init(&built);
+    if (!sql) {
+        build(&built, barg);
+        sql = &built;
+    }
+    if ((rc = sql_check(sql))) {
+        sql_free(&built);
         return rc;
+    }
     stmt_drop(slot);
-    if (!(slot->st = mysql_stmt_init(c->my)))
+    if (!(slot->st = mysql_stmt_init(c->my))) {
+        sql_free(&built);
         return shard_fail(SHARD_ENOMEM, "%s: out of memory for a statement", c->srv->label);
+    }
     if (mysql_stmt_prepare(slot->st, sql->s, (unsigned long)sql->len)) {
         rc = stmt_fail(c, slot->st, t0);
         stmt_drop(slot);
+        sql_free(&built);
         return rc;
     }
+    sql_free(&built);
     snprintf(slot->key, sizeof slot->key, "%s", key);
     slot->used = ++c->stmt_clock;
     *out = slot;
     return 0;
 }
 
-int conn_stmt_get(shard_conn *c, const char *key, const sqlbuf *sql, uint64_t arg,
-                  bool *fenced, char **out, size_t *len)
+int conn_stmt_get(shard_conn *c, const char *key, conn_sql_fn build, const void *barg,
+                  uint64_t arg, bool *fenced, char **out, size_t *len)
 {
     unsigned long long param = arg;
     char small[8192];
@@ -542,7 +556,7 @@ int conn_stmt_get(shard_conn *c, const char *key, const sqlbuf *sql, uint64_t ar
     double t0 = now_seconds();
     int rc, f;
 
-    if ((rc = stmt_for(c, key, sql, &cs)))
+    if ((rc = stmt_for(c, key, NULL, build, barg, &cs)))
         return rc;
     memset(&p, 0, sizeof p);
     p.buffer_type = MYSQL_TYPE_LONGLONG;
@@ -631,7 +645,7 @@ int conn_stmt_run(shard_conn *c, const char *key, const sqlbuf *sql, const conn_
             bytes += 8;
         }
     }
-    if ((rc = conn_fits(c, bytes)) || (rc = stmt_for(c, key, sql, &cs)))
+    if ((rc = conn_fits(c, bytes)) || (rc = stmt_for(c, key, sql, NULL, NULL, &cs)))
         return rc;
     if (mysql_stmt_bind_param(cs->st, b) || mysql_stmt_execute(cs->st)) {
         rc = stmt_fail(c, cs->st, t0);

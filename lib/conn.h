@@ -104,15 +104,18 @@ int conn_query(shard_conn *c, const sqlbuf *sql);
 int conn_query_str(shard_conn *c, const char *sql);
 /* Run a statement and store its whole result (*res: mysql_free_result). */
 int conn_select(shard_conn *c, const sqlbuf *sql, MYSQL_RES **res);
+/* Writes a statement's text into q (called only when it must be prepared). */
+typedef void (*conn_sql_fn)(sqlbuf *q, const void *arg);
 /*
- * A prepared statement `sql` (cached under `key`) with one unsigned integer
+ * A prepared statement (cached under `key`; its text from build(q, barg)
+ * when it is not cached yet) with one unsigned integer
  * parameter `arg`, returning one row of two columns: the shard's fence
  * (NULL: no row, not fenced) into *fenced, and a value into a caller-owned
  * NUL-terminated *out (shard_free). SHARD_ENOTFOUND: the value is NULL
  * (*fenced is still set).
  */
-int conn_stmt_get(shard_conn *c, const char *key, const sqlbuf *sql, uint64_t arg,
-                  bool *fenced, char **out, size_t *len);
+int conn_stmt_get(shard_conn *c, const char *key, conn_sql_fn build, const void *barg,
+                  uint64_t arg, bool *fenced, char **out, size_t *len);
 
 /* A parameter of a prepared statement: bytes (data non-NULL) or an unsigned integer. */
 typedef struct conn_param {
