@@ -236,10 +236,18 @@ static void expect_schema_run(run_result r)
 
 START_TEST(schema_apply_twice)
 {
-    /* Before the schema exists, a write fails (exit 1) and says why. */
-    expect_fail(RUN("obj", "create", "pins", "{}"), "", "doesn't exist");
+    /* Before the schema exists, a write fails (exit 1) and says what to run. */
+    expect_fail(RUN("obj", "create", "pins", "{}"), "", "shardctl schema apply");
+    expect_fail(RUN("kv", "put", "users_by_email", "k", "v"), "", "doesn't exist");
 
     expect_schema_run(RUN("schema", "apply"));
+    /* The fence table, on every server, masters and standbys alike. */
+    for (int k = 1; k <= 2 * NPAIRS; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "s%d", k);
+        expect_sql(name, "1\n", "SELECT COUNT(*) FROM information_schema.tables WHERE "
+                                "table_schema = 'libshard_control' AND table_name = 'fence'");
+    }
     for (unsigned s = 0; s < ID_SHARDS; s++)
         expect_sql(master_of_shard(s), "6\n",
                    "SELECT COUNT(*) FROM information_schema.tables "
