@@ -395,7 +395,11 @@ int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
     }
     for (size_t i = 0; i < n; i++)
         if (items[i].status != 0 && items[i].status != SHARD_ENOTFOUND) {
-            if (!shard_errmsg()[0])
+            if (!shard_errmsg()[0] && items[i].status == SHARD_EMOVED)
+                shard_fail(SHARD_EPARTIAL, "ID %llu: shard %u stayed fenced by a move (or "
+                           "moved) through the retry budget", (unsigned long long)ids[i],
+                           shard_id_shard(ids[i]));
+            else if (!shard_errmsg()[0])
                 shard_fail(SHARD_EPARTIAL, "ID %llu: %s", (unsigned long long)ids[i],
                            shard_strerror(items[i].status));
             rc = SHARD_EPARTIAL;
