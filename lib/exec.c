@@ -123,8 +123,11 @@ bool exec_wait_map(shard_ctx *ctx, uint64_t version, double waited_ms, double de
     ms = ms * 0.75 + (double)(ctx_random() % 1000) / 1000.0 * ms / 2;
     if (ctx_map_version(ctx) > version)
         return true;
-    if (now_seconds() + ms / 1000.0 > deadline)
+    if (now_seconds() + ms / 1000.0 > deadline) {
+        /* No time for another poll: sleep out the budget, not spin in it. */
+        sleep_ms((deadline - now_seconds()) * 1000.0);
         return false;
+    }
     exec_reload(ctx, ms, true);
     return ctx_map_version(ctx) > version;
 }
@@ -206,14 +209,14 @@ int exec_fence_lock(exec_env *env)
 /* ---- running ------------------------------------------------------------------ */
 
 /* fn inside a transaction that checked the fence first; committed after it. */
-static int run_write(exec_env *env, exec_fn fn, void *arg)
+static int run_write(exec_env *env, exec_fn fn, void *arg, bool idempotent)
 {
     int rc;
 
     if ((rc = conn_query_str(env->conn, "START TRANSACTION")))
         return rc;
     if ((rc = exec_fence_lock(env)) == 0 && (rc = fn(env, arg)) == 0) {
-        env->ambiguous = true; /* a lost COMMIT may have committed */
+        env->ambiguous = !idempotent; /* a lost COMMIT may have committed */
         if ((rc = conn_query_str(env->conn, "COMMIT")) == 0)
             env->ambiguous = false;
         return rc;
@@ -264,7 +267,8 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
             rc = SHARD_ECONNECT;
         if (rc == 0) {
             exec_env env = {c, map, db, shard, map->pairs[pi].name, false, false};
-            rc = (flags & EXEC_WRITE) ? run_write(&env, fn, arg) : fn(&env, arg);
+            rc = (flags & EXEC_WRITE) ? run_write(&env, fn, arg, flags & EXEC_IDEMPOTENT)
+                                      : fn(&env, arg);
             ambiguous = env.ambiguous;
             rc = ctx_check_moved(ctx, c, db, shard, flags & EXEC_MOD, map->pairs[pi].name, rc);
             if (!(rc == 0 && env.keep))

@@ -15,6 +15,8 @@
 #define EXEC_MOD 1   /* shard is a mod shard: never moved, no fence */
 #define EXEC_WRITE 2 /* run fn in a transaction that first checks the fence under a
                       * shared lock, and commit it after fn */
+#define EXEC_IDEMPOTENT 4 /* with EXEC_WRITE: running fn twice does no harm, so even
+                           * a COMMIT lost in flight is retried */
 
 typedef struct exec_env {
     shard_conn *conn;

@@ -129,7 +129,8 @@ static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t 
             return rc;
         rev = reverse[0] ? reverse : NULL;
     }
-    if ((rc = ctx_exec(ctx, shard_id_shard(from), EXEC_WRITE, row_fn, &a)))
+    /* Both statements are idempotent: retried even after a lost COMMIT. */
+    if ((rc = ctx_exec(ctx, shard_id_shard(from), EXEC_WRITE | EXEC_IDEMPOTENT, row_fn, &a)))
         return rc;
     if (remove && a.affected == 0)
         rc = shard_fail(SHARD_ENOTFOUND, "mapping %s has no row (%llu, %llu)", name,
@@ -138,7 +139,7 @@ static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t 
         /* The reverse row lives on the shard of `to`, maybe another pair:
          * written second, and idempotent, so a failed call can be repeated. */
         row_args r = {rev, to, from, seq, remove, 0};
-        int rrc = ctx_exec(ctx, shard_id_shard(to), EXEC_WRITE, row_fn, &r);
+        int rrc = ctx_exec(ctx, shard_id_shard(to), EXEC_WRITE | EXEC_IDEMPOTENT, row_fn, &r);
         if (rrc)
             return shard_fail_prefix(rrc, "reverse mapping %s: ", rev);
     }

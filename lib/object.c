@@ -528,7 +528,8 @@ int shard_object_delete(shard_ctx *ctx, uint64_t id, int flags)
     if (!shard_id_valid(id))
         return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
     if (flags & SHARD_DELETE_HARD)
-        return ctx_exec(ctx, shard_id_shard(id), EXEC_WRITE, hard_delete_fn, &id);
+        return ctx_exec(ctx, shard_id_shard(id), EXEC_WRITE | EXEC_IDEMPOTENT, hard_delete_fn,
+                        &id);
     return rmw(ctx, id, soft_delete, NULL, NULL, NULL);
 }
 
