@@ -4,9 +4,10 @@
 #   make check                unit tests, server tests, ABI/docs checks
 #   make check SANITIZE=address,undefined     the same under ASan+UBSan
 #   make check VALGRIND=1     the same under valgrind (leaks are failures)
-#   make demo | bench | install PREFIX=... DESTDIR=... | clean
+#   make demo | bench | install PREFIX=... DESTDIR=... | uninstall | clean
 #
-# WERROR=1 turns warnings into errors (CI sets it).
+# WERROR=1 turns warnings into errors (CI sets it). CPPFLAGS, CFLAGS and
+# LDFLAGS from the environment or the command line are honoured.
 
 VERSION := $(shell sed -n 's/^\#define SHARD_VERSION_STRING "\(.*\)"/\1/p' include/libshard.h)
 MAJOR   := $(firstword $(subst ., ,$(VERSION)))
@@ -20,6 +21,9 @@ MANDIR  ?= $(PREFIX)/share/man
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
+CPPFLAGS ?=
+OBJCOPY ?= objcopy
+AR      ?= ar
 PKGS    := libmariadb jansson libcrypto
 DEPS_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEPS_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread
@@ -39,15 +43,20 @@ else
 B       := build
 SANFLAGS :=
 endif
-ALL_CFLAGS  = -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) $(CFLAGS) $(SANFLAGS) \
+ALL_CFLAGS  = -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) $(CPPFLAGS) $(CFLAGS) $(SANFLAGS) \
               -Iinclude $(DEPS_CFLAGS)
 LIB_CFLAGS  = $(ALL_CFLAGS) -fvisibility=hidden -DLIBSHARD_BUILD
 ALL_LDFLAGS = $(LDFLAGS) $(SANFLAGS) -pthread
 
-LIB_SRC  := $(wildcard lib/*.c)
+# lib/ holds one file per concern; a concern that outgrows one file becomes a
+# subdirectory (lib/move/*.c) with its private header.
+LIB_SRC  := $(wildcard lib/*.c lib/*/*.c)
+LIB_HDR  := $(wildcard lib/*.h lib/*/*.h)
 LIB_OBJ  := $(patsubst lib/%.c,$(B)/lib/%.o,$(LIB_SRC))
 SONAME   := libshard.so.$(MAJOR)
 SOFILE   := libshard.so.$(VERSION)
+# Only shard_* is exported from the .so, under the version node LIBSHARD_0.
+VERSION_SCRIPT := lib/libshard.ver
 
 UNIT_TESTS   := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/unit_*.c))
 SERVER_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/server_*.c))
@@ -68,18 +77,38 @@ endif
 
 all: $(B)/libshard.a $(B)/$(SOFILE) $(EXAMPLES)
 
-$(B)/lib/%.o: lib/%.c lib/*.h include/libshard.h | $(B)/lib
+$(B)/lib/%.o: lib/%.c $(LIB_HDR) include/libshard.h
+	@mkdir -p $(@D)
 	$(CC) $(LIB_CFLAGS) -c -o $@ $<
 
 $(B)/lib $(B)/tests:
 	@mkdir -p $@
 
-$(B)/libshard.a: $(LIB_OBJ)
-	@rm -f $@
-	ar rcs $@ $^
+# The installed static library, like the .so, has no global name but the
+# API: the objects are linked into one (a relocatable link, cc -r), whose
+# hidden symbols (everything not SHARD_EXPORT: the library is compiled with
+# -fvisibility=hidden) are then made local. An application with its own
+# now_seconds() or conn_get() links against it. Objects built with -flto are
+# compiled at this link (GCC), so that the symbols to localise exist.
+LTO_REL := $(if $(findstring -flto,$(CFLAGS)),$(CFLAGS) -flinker-output=nolto-rel)
+$(B)/libshard.o: $(LIB_OBJ)
+	$(CC) -r -nostdlib $(LTO_REL) -o $@.tmp $^
+	$(OBJCOPY) --localize-hidden $@.tmp $@
+	@rm -f $@.tmp
 
-$(B)/$(SOFILE): $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -o $@ $^ $(ALL_LDFLAGS) $(DEPS_LIBS)
+$(B)/libshard.a: $(B)/libshard.o
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+# The tests' archive: the same objects with their internal names global, so
+# tests reach private hooks (fanout_run, shard__alloc_budget). Never installed.
+$(B)/libshard_internal.a: $(LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(B)/$(SOFILE): $(LIB_OBJ) $(VERSION_SCRIPT)
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined \
+	    -Wl,--version-script=$(VERSION_SCRIPT) -o $@ $(LIB_OBJ) $(ALL_LDFLAGS) $(DEPS_LIBS)
 	ln -sf $(SOFILE) $(B)/$(SONAME)
 	ln -sf $(SONAME) $(B)/libshard.so
 
@@ -92,10 +121,10 @@ $(B)/%: examples/%.c $(B)/libshard.a
 $(B)/tests/harness.o: tests/harness.c tests/harness.h | $(B)/tests
 	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -c -o $@ $<
 
-# Tests link the static library so they can reach private test hooks.
-$(B)/tests/%: tests/%.c tests/*.h $(B)/libshard.a $(B)/tests/harness.o | $(B)/tests
+# Tests link the internal archive so they can reach private test hooks.
+$(B)/tests/%: tests/%.c tests/*.h $(B)/libshard_internal.a $(B)/tests/harness.o | $(B)/tests
 	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Ilib -o $@ $< $(B)/tests/harness.o \
-	    $(B)/libshard.a $(ALL_LDFLAGS) $(DEPS_LIBS) $(CHECK_LIBS)
+	    $(B)/libshard_internal.a $(ALL_LDFLAGS) $(DEPS_LIBS) $(CHECK_LIBS)
 
 # ---- tests --------------------------------------------------------------
 
@@ -148,6 +177,14 @@ fuzz:
 
 # ---- install ------------------------------------------------------------
 
+# The .pc file names its directories relative to ${prefix}, so a package
+# relocated with its prefix (or pkg-config --define-prefix) stays right.
+pcdir = $(if $(filter $(PREFIX)/%,$(1)),$(2)$(patsubst $(PREFIX)%,%,$(1)),$(1))
+PC_LIBDIR := $(call pcdir,$(LIBDIR),$${exec_prefix})
+PC_INCDIR := $(call pcdir,$(INCDIR),$${prefix})
+
+MAN_PAGES := $(wildcard man/man[1-9]/*.[1-9])
+
 install: all
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) \
 	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man7
@@ -156,18 +193,25 @@ install: all
 	install -m 755 $(B)/$(SOFILE) $(DESTDIR)$(LIBDIR)/
 	ln -sf $(SOFILE) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libshard.so
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
-	    -e 's|@INCDIR@|$(INCDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(PC_LIBDIR)|g' \
+	    -e 's|@INCDIR@|$(PC_INCDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
 	    pkgconfig/libshard.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/libshard.pc
 	install -m 755 $(B)/shardctl $(DESTDIR)$(BINDIR)/
-	for s in 1 3 7; do for f in man/man$$s/*.$$s; do [ -f "$$f" ] && \
-	    install -m 644 "$$f" $(DESTDIR)$(MANDIR)/man$$s/ || true; done; done
+	for f in $(MAN_PAGES); do \
+	    d=$(DESTDIR)$(MANDIR)/$$(basename $$(dirname $$f)); \
+	    install -d $$d && install -m 644 $$f $$d/ || exit 1; done
+	sh man/links.sh man | while read -r dir link page; do \
+	    ln -sf $$page $(DESTDIR)$(MANDIR)/$$dir/$$link || exit 1; done
 
+# Removes every file that install put there; directories stay.
 uninstall:
 	rm -f $(DESTDIR)$(INCDIR)/libshard.h $(DESTDIR)$(LIBDIR)/libshard.a \
 	    $(DESTDIR)$(LIBDIR)/$(SOFILE) $(DESTDIR)$(LIBDIR)/$(SONAME) \
 	    $(DESTDIR)$(LIBDIR)/libshard.so $(DESTDIR)$(LIBDIR)/pkgconfig/libshard.pc \
-	    $(DESTDIR)$(BINDIR)/shardctl
+	    $(DESTDIR)$(BINDIR)/shardctl \
+	    $(patsubst man/%,$(DESTDIR)$(MANDIR)/%,$(MAN_PAGES))
+	sh man/links.sh man | while read -r dir link page; do \
+	    rm -f $(DESTDIR)$(MANDIR)/$$dir/$$link || exit 1; done
 
 clean:
 	rm -rf build build-*

@@ -1,29 +1,105 @@
 #!/bin/sh
-# The public contract: the header stands alone (C11 pedantic and C++), and
-# the shared library exports nothing but shard_* symbols.
+# The public contract: the header stands alone (C11 pedantic and C++); the
+# shared library exports nothing but shard_* symbols, all under the version
+# node LIBSHARD_0; the static library defines no global name but shard_*; and
+# an application that defines names the library uses internally
+# (now_seconds, conn_get, ...) still links statically against libshard.a.
 set -eu
 B=${B:-build}
+CC=${CC:-cc}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+fail() { echo "abi_check: $*"; exit 1; }
+
 printf '#include <libshard.h>\nint main(void){return shard_version_num()==SHARD_VERSION_NUM?0:1;}\n' >"$tmp/h.c"
-cc -std=c11 -Wall -Wextra -pedantic -Werror -Iinclude -c -o "$tmp/h.o" "$tmp/h.c"
+$CC -std=c11 -Wall -Wextra -pedantic -Werror -Iinclude -c -o "$tmp/h.o" "$tmp/h.c"
 cp "$tmp/h.c" "$tmp/h.cc"
 if command -v c++ >/dev/null 2>&1; then
     c++ -std=c++11 -Wall -Wextra -pedantic -Werror -Iinclude -c -o "$tmp/hpp.o" "$tmp/h.cc"
 else
     echo "abi_check: no C++ compiler, skipping the C++ header check"
 fi
+
+# ---- the shared library --------------------------------------------------
 so=$(ls "$B"/libshard.so.*.*.* | head -n 1)
-bad=$(nm -D --defined-only "$so" | awk '$2 ~ /^[TDBRVW]$/ {print $3}' | grep -v '^shard_' || true)
-if [ -n "$bad" ]; then
-    echo "abi_check: $so exports symbols without the shard_ prefix:"; echo "$bad"; exit 1
-fi
+# Defined dynamic symbols as NAME VERSION (version strings split off).
+nm -D --defined-only --with-symbol-versions "$so" |
+    awk '$2 ~ /^[TDBRVWi]$/ { v = $3; sub(/^[^@]*@+/, "", v); if (v == $3) v = "";
+                              n = $3; sub(/@.*/, "", n); print n, v }' >"$tmp/dyn"
+bad=$(awk '$1 !~ /^shard_/ { print $1 }' "$tmp/dyn")
+[ -z "$bad" ] || fail "$so exports symbols without the shard_ prefix:
+$bad"
+unversioned=$(awk '$2 != "LIBSHARD_0" { print $1 }' "$tmp/dyn")
+[ -z "$unversioned" ] || fail "$so exports symbols outside the version node LIBSHARD_0:
+$unversioned"
 soname=$(objdump -p "$so" | awk '$1 == "SONAME" {print $2}')
 major=$(sed -n 's/^#define SHARD_VERSION_MAJOR \([0-9]*\)/\1/p' include/libshard.h)
-[ "$soname" = "libshard.so.$major" ] || { echo "abi_check: soname $soname, expected libshard.so.$major"; exit 1; }
+[ "$soname" = "libshard.so.$major" ] || fail "soname $soname, expected libshard.so.$major"
 # Every function the header declares is exported.
 for f in $(grep -oE '\bshard_[a-z0-9_]+ *\(' include/libshard.h | tr -d ' (' | sort -u); do
-    nm -D --defined-only "$so" | awk '{print $3}' | grep -qx "$f" ||
-        { echo "abi_check: $f is declared in libshard.h but not exported"; exit 1; }
+    awk '{ print $1 }' "$tmp/dyn" | grep -qx "$f" ||
+        fail "$f is declared in libshard.h but not exported by $so"
 done
-echo "abi_check: ok ($(nm -D --defined-only "$so" | grep -c ' T shard_') exported functions, soname $soname)"
+
+# ---- the static library --------------------------------------------------
+a=$B/libshard.a
+# Global definitions only (U is a reference; the sanitizers' own
+# module constructors and instrumentation tables are not ours to name).
+nm -g --defined-only "$a" | awk 'NF == 3 { print $3 }' |
+    grep -vE '^(__asan_|__odr_asan|__ubsan_|__tsan_|___asan_)' >"$tmp/static" || true
+bad=$(grep -v '^shard_' "$tmp/static" || true)
+[ -z "$bad" ] || fail "$a defines global symbols without the shard_ prefix:
+$bad"
+for f in $(awk '{ print $1 }' "$tmp/dyn"); do
+    grep -qx "$f" "$tmp/static" || fail "$f is exported by $so but not defined in $a"
+done
+
+# An application with names of its own that the library also uses inside:
+# with those names global in libshard.a this fails with "multiple definition".
+# It refers to every API function, so that the link pulls in all of the
+# library, whatever the archive's members.
+fns=$(grep -oE '\bshard_[a-z0-9_]+ *\(' include/libshard.h | tr -d ' (' | sort -u)
+{
+    echo '#include <jansson.h>'; echo '#include <libshard.h>'
+    echo 'typedef void (*any_fn)(void);'
+    echo 'const any_fn every_api_function[] = {'
+    for f in $fns; do echo "    (any_fn)$f,"; done
+    echo '};'
+} >"$tmp/all.c"
+cat >"$tmp/app.c" <<'C'
+#include <libshard.h>
+#include <stdio.h>
+#include <string.h>
+typedef void (*any_fn)(void);
+extern const any_fn every_api_function[];
+double now_seconds(void) { return 42.0; }
+void *conn_get(void *p) { return p; }
+int copy_out(char *dst, const char *src) { strcpy(dst, src); return 0; }
+int merge_patch(int a) { return a + 1; }
+int sql_addf(const char *fmt) { return fmt != NULL; }
+int main(void)
+{
+    char buf[16];
+    if (now_seconds() != 42.0 || conn_get(buf) != buf || copy_out(buf, "x") ||
+        merge_patch(1) != 2 || !sql_addf("%s"))
+        return 1;
+    if (strcmp(shard_version(), SHARD_VERSION_STRING) != 0 || !every_api_function[0])
+        return 1;
+    printf("%s\n", shard_version());
+    return 0;
+}
+C
+deps_cflags=$(pkg-config --cflags libmariadb jansson libcrypto 2>/dev/null || true)
+deps=$(pkg-config --libs libmariadb jansson libcrypto 2>/dev/null || echo "-lmariadb -ljansson -lcrypto")
+sanflags=""
+case $(basename "$B") in
+    build-*) sanflags="-fsanitize=$(basename "$B" | sed 's/^build-//; s/-/,/g')" ;;
+esac
+if ! $CC -std=c11 -Iinclude $deps_cflags $sanflags -o "$tmp/app" "$tmp/app.c" "$tmp/all.c" "$a" $deps -lpthread \
+    >"$tmp/link.log" 2>&1; then
+    cat "$tmp/link.log"
+    fail "an application defining now_seconds, conn_get, copy_out, merge_patch and sql_addf does not link against $a"
+fi
+"$tmp/app" >/dev/null || fail "the statically linked application does not run"
+
+echo "abi_check: ok ($(awk 'END { print NR }' "$tmp/dyn") exported symbols under LIBSHARD_0, soname $soname; $a defines only shard_*)"

@@ -1,5 +1,5 @@
 /*
- * tests/bench_move.c: online shard moves (DESIGN.md section 6) measured side
+ * tests/bench_move.c: online shard moves (libshard-move(7)) measured side
  * by side with the usual tools, on two throwaway pairs started here.
  *
  *   bench copy-vs-myloader   (mydumper + myloader: same thread count, same
@@ -10,6 +10,12 @@
  *   bench cutover-pause-ms   the worst call two concurrent writers saw during
  *                             the cut-over (report.pause_ms in the detail)
  *   bench mover-rss          the mover's peak RSS moving 10x the rows / 1x
+ *   bench move-scale-pause-ms    the worst call of 4 writer threads while 256
+ *                             shards x 6 tables (1000 pins each) move to an
+ *                             empty pair (3 pairs, 1024 open shards)
+ *   bench move-scale-vs-myloader mydumper + myloader of the same 256
+ *                             databases into the same empty pair / the whole
+ *                             shard_move's wall time
  *
  * Data: shards 0-1 (MySQL001) hold BIG_ROWS rows of ~200-byte JSON in their
  * pins and boards tables (four tables, one per copy thread; the other eight
@@ -28,10 +34,15 @@
  * a timed assertion. Exit status 1 means something failed outright (a
  * server, a query, a tool, a move).
  *
+ * The move-scale lines come from a run of their own on three pairs (see
+ * scale_bench below): one round, the tools before the move.
+ *
  * Knobs: BENCH_MOVE_ROWS=N (rows on shards 0-1, rounded down to a multiple
  * of 40), BENCH_MOVE_ROUNDS=N (1..16), BENCH_MOVE_WRAP="perf record -g -o
  * FILE --" (runs each mover child under that command; the RSS figure is then
- * the wrapper's).
+ * the wrapper's), BENCH_MOVE_SCALE_SHARDS=N (shards moved in the scale run,
+ * 256; 4N open). Arguments or BENCH_ONLY choose the lines to produce (see
+ * bench_util.h): `bench_move move-scale` runs only the scale run.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -81,8 +92,8 @@ static const char *const DATA_TABLES[] = {"pins", "boards"};
 static harness *H;
 static char Tmpdir[PATH_MAX]; /* private (0700): option file, TSV files, dump */
 static char Self[PATH_MAX];   /* this binary, re-executed for the mover */
-static int Port[5];           /* s1..s4 */
-static pid_t Srv_pid[5];      /* their mariadbd processes, for CPU figures */
+static int Port[7];           /* s1..s4 (s1..s6 in the scale bench) */
+static pid_t Srv_pid[7];      /* their mariadbd processes, for CPU figures */
 static long Big_rows = DEFAULT_BIG_ROWS;
 
 /* ------------------------------------------------------------ helpers */
@@ -825,7 +836,7 @@ static void *write_loop(void *arg)
             snprintf(w->err, sizeof w->err, "%s: %s", shard_strerror(rc), shard_errmsg());
         }
         /* A steady application load, not a flood: the target's single
-         * replication applier must be able to keep up (DESIGN.md 6). */
+         * replication applier must be able to keep up (libshard-move(7)). */
         sleep_s(WRITER_PAUSE_S);
     }
     return NULL;
@@ -852,22 +863,32 @@ static void settle(void)
     sync_standby(Port[3], Port[4]);
 }
 
-int main(int argc, char **argv)
+/* The servers of harness H: ports and pids of s1..s<2 npairs>. */
+static void servers_of(int npairs)
+{
+    for (int k = 1; k <= 2 * npairs; k++) {
+        char name[8], path[PATH_MAX + 32];
+        snprintf(name, sizeof name, "s%d", k);
+        if ((Port[k] = harness_port(H, name)) < 0)
+            die("no port for %s", name);
+        snprintf(path, sizeof path, "%s/%s/mariadbd.pid", harness_dir(H), name);
+        Srv_pid[k] = read_pid(path);
+    }
+}
+
+/* copy-vs-myloader, copy-vs-loaddata, cutover-pause-ms and mover-rss: one
+ * run on two pairs of their own. */
+static void copy_benches(bool have_mydumper)
 {
     shard_ctx *ctx = NULL;
     shard_options so = SHARD_OPTIONS_INIT;
     moveres mv[MAX_ROUNDS], mv_small, mv_cut;
     dumpres dl[MAX_ROUNDS];
     ldres ld[MAX_ROUNDS];
-    double t_start = now();
     long long tsv_rows;
     long small_rows;
     int rounds = DEFAULT_ROUNDS;
-    bool have_mydumper;
 
-    if (argc == 6 && strcmp(argv[1], "--mover") == 0)
-        return mover_main(argv);
-    setvbuf(stdout, NULL, _IOLBF, 0);
     if (getenv("BENCH_MOVE_ROWS"))
         Big_rows = atol(getenv("BENCH_MOVE_ROWS")) / (4 * RSS_FACTOR) * (4 * RSS_FACTOR);
     if (Big_rows < 4 * RSS_FACTOR)
@@ -877,33 +898,11 @@ int main(int argc, char **argv)
     if (rounds < 1 || rounds > MAX_ROUNDS)
         die("BENCH_MOVE_ROUNDS must be 1..%d", MAX_ROUNDS);
     small_rows = Big_rows / RSS_FACTOR;
-    {
-        ssize_t n = readlink("/proc/self/exe", Self, sizeof Self - 1);
-        if (n <= 0)
-            die("readlink /proc/self/exe: %s", strerror(errno));
-        Self[n] = '\0';
-    }
-    have_mydumper = system("command -v mydumper >/dev/null 2>&1 && "
-                           "command -v myloader >/dev/null 2>&1") == 0;
 
     if (!(H = harness_start_ex(2, 4, 2)))
         die("cannot start the servers");
     note("servers in %s", harness_dir(H));
-    for (int k = 1; k <= 4; k++) {
-        char name[8], path[PATH_MAX + 32];
-        snprintf(name, sizeof name, "s%d", k);
-        if ((Port[k] = harness_port(H, name)) < 0)
-            die("no port for %s", name);
-        snprintf(path, sizeof path, "%s/%s/mariadbd.pid", harness_dir(H), name);
-        Srv_pid[k] = read_pid(path);
-    }
-    {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(Tmpdir, sizeof Tmpdir, "%s/bench_move-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(Tmpdir))
-            die("mkdtemp: %s", strerror(errno));
-        atexit(cleanup_tmpdir); /* runs before the harness's stop */
-    }
+    servers_of(2);
     so.refresh_interval_ms = 0; /* moves are followed through the fence alone */
     if (shard_ctx_open(&ctx, harness_map_path(H), &so))
         die("open: %s", shard_errmsg());
@@ -1004,15 +1003,17 @@ int main(int argc, char **argv)
             free(w[i].calls);
         }
         shard_ctx_free(app);
-        printf("bench cutover-pause-ms value=%.1f (worst shard_object_create among %ld calls "
-               "of %d writer threads (one context, %.0f ms apart) in flight between the fence "
-               "and the map flip; report.pause_ms %.1f, fence attempts %u, cut-over %.3f s; "
-               "during the whole %.2f s move of %llu rows: %ld creates, worst %.1f ms, "
-               "%d errors%s%s; target <= 500)\n",
-               worst_cut * 1000, in_window, WRITERS, WRITER_PAUSE_S * 1000, mv_cut.r.pause_ms,
-               mv_cut.r.fence_attempts, mv_cut.r.cutover_seconds, t_mv1 - t_mv0,
-               (unsigned long long)mv_cut.r.rows_copied, ops, worst_all * 1000, errors,
-               errors ? ", last: " : "", lasterr);
+        if (bench_selected("cutover-pause-ms")) {
+            printf("bench cutover-pause-ms value=%.1f (worst shard_object_create among %ld calls "
+                   "of %d writer threads (one context, %.0f ms apart) in flight between the fence "
+                   "and the map flip; report.pause_ms %.1f, fence attempts %u, cut-over %.3f s; "
+                   "during the whole %.2f s move of %llu rows: %ld creates, worst %.1f ms, "
+                   "%d errors%s%s; target <= 500)\n",
+                   worst_cut * 1000, in_window, WRITERS, WRITER_PAUSE_S * 1000, mv_cut.r.pause_ms,
+                   mv_cut.r.fence_attempts, mv_cut.r.cutover_seconds, t_mv1 - t_mv0,
+                   (unsigned long long)mv_cut.r.rows_copied, ops, worst_all * 1000, errors,
+                   errors ? ", last: " : "", lasterr);
+        }
         if (errors)
             die("%d writer errors during the move; last: %s", errors, lasterr);
     }
@@ -1059,7 +1060,9 @@ int main(int argc, char **argv)
         copy_med = median(copy, rounds);
 
         /* copy-vs-myloader */
-        if (!have_mydumper) {
+        if (!bench_selected("copy-vs-myloader")) {
+            /* not asked for */
+        } else if (!have_mydumper) {
             printf("bench copy-vs-myloader skipped (install mydumper)\n");
         } else {
             printf("bench copy-vs-myloader ratio=%.2f (median of %d rounds of mydumper + "
@@ -1082,7 +1085,7 @@ int main(int argc, char **argv)
         }
 
         /* copy-vs-loaddata */
-        {
+        if (bench_selected("copy-vs-loaddata")) {
             double ldt = 0, ldsb = 0;
             for (int r = 0; r < rounds; r++) {
                 ldt += ld[r].cpu.dst / rounds;
@@ -1104,7 +1107,7 @@ int main(int argc, char **argv)
         }
 
         /* mover-rss */
-        {
+        if (bench_selected("mover-rss")) {
             long big = 0;
             for (int r = 0; r < rounds; r++)
                 if (mv[r].maxrss_kb > big)
@@ -1122,6 +1125,409 @@ int main(int argc, char **argv)
     shard_ctx_free(ctx);
     harness_stop(H);
     H = NULL;
+}
+
+/* ------------------------------------------------------------ at Pinterest's scale */
+
+/*
+ * move-scale-pause-ms and move-scale-vs-myloader: 3 pairs, 4N open shards
+ * of the harness map's 6 tables (0..2N-1 on MySQL001, 2N..4N-1 on
+ * MySQL002), MySQL003 empty; shards N..2N-1 hold SCALE_PINS pins each
+ * (N = 256 unless BENCH_MOVE_SCALE_SHARDS says otherwise). First mydumper +
+ * myloader copy those N databases into MySQL003, and the copy is dropped
+ * again; then shard_move moves them there while SCALE_WRITERS threads of
+ * one context create, patch and read pins on them.
+ */
+#define SCALE_SHARDS 256      /* moved */
+#define SCALE_PINS 1000       /* per moved shard */
+#define SCALE_WRITERS 4
+#define SCALE_MAX_CALLS 400000 /* recorded per writer */
+
+enum { OP_CREATE, OP_PATCH, OP_GET };
+static const char *const op_name[] = {"create", "patch", "get"};
+
+typedef struct scall {
+    double t0, t1;
+    int op;
+} scall;
+
+typedef struct swriter {
+    shard_ctx *ctx;
+    int no;
+    unsigned first, n; /* the moved shards */
+    volatile int *stop;
+    scall *calls;
+    long ncalls, rounds;
+    int errors;
+    char err[256];
+    pthread_t thread;
+} swriter;
+
+static int scall_done(swriter *w, int op, double t0, int rc)
+{
+    if (w->ncalls < SCALE_MAX_CALLS)
+        w->calls[w->ncalls++] = (scall){t0, now(), op};
+    if (rc) {
+        w->errors++;
+        snprintf(w->err, sizeof w->err, "%s: %s: %s", op_name[op], shard_strerror(rc),
+                 shard_errmsg());
+    }
+    return rc;
+}
+
+static void *scale_write_loop(void *arg)
+{
+    swriter *w = arg;
+    uint64_t rng = 0x5DEECE66Dull * (uint64_t)(w->no + 1);
+
+    for (long i = 0; !*w->stop; i++) {
+        unsigned s = w->first + (unsigned)(xorshift(&rng) % w->n);
+        char json[256], patch[64], *res = NULL, *got = NULL;
+        size_t len = make_json(json, sizeof json, s, (unsigned long)i, &rng);
+        uint64_t id;
+        double t0 = now();
+
+        if (scall_done(w, OP_CREATE, t0, shard_object_create(w->ctx, 1, s, json, len, &id)) == 0) {
+            int n = snprintf(patch, sizeof patch, "{\"writer\":%d,\"round\":%ld}", w->no, i);
+            t0 = now();
+            if (scall_done(w, OP_PATCH, t0,
+                           shard_object_patch(w->ctx, id, patch, (size_t)n, &res, NULL)) == 0) {
+                t0 = now();
+                if (scall_done(w, OP_GET, t0, shard_object_get(w->ctx, id, &got, NULL)) == 0 &&
+                    strcmp(got, res) != 0) {
+                    w->errors++;
+                    snprintf(w->err, sizeof w->err, "get %llu: not the patched object",
+                             (unsigned long long)id);
+                }
+            }
+        }
+        shard_free(res);
+        shard_free(got);
+        w->rounds++;
+        sleep_s(WRITER_PAUSE_S);
+    }
+    return NULL;
+}
+
+typedef struct scale_load_job {
+    int port;
+    unsigned first, last;
+    pthread_t thread;
+} scale_load_job;
+
+static void *scale_load_main(void *arg)
+{
+    scale_load_job *j = arg;
+    MYSQL *my = raw_connect(j->port, CONNECT_TIMEOUT, false);
+
+    for (unsigned s = j->first; s <= j->last; s++) {
+        char db[16];
+        snprintf(db, sizeof db, "db%05u", s);
+        load_pins(my, db, s, SCALE_PINS, INSERT_BATCH);
+    }
+    mysql_close(my);
+    return NULL;
+}
+
+/* SCALE_PINS pins on each of shards first..last, on pair 1's master. */
+static void scale_load(unsigned first, unsigned last)
+{
+    scale_load_job jobs[THREADS];
+    unsigned n = last - first + 1;
+
+    for (unsigned i = 0; i < THREADS; i++) {
+        jobs[i] = (scale_load_job){master_port_of(1), first + i * n / THREADS,
+                                   first + (i + 1) * n / THREADS - 1, 0};
+        pthread_create(&jobs[i].thread, NULL, scale_load_main, &jobs[i]);
+    }
+    for (unsigned i = 0; i < THREADS; i++)
+        pthread_join(jobs[i].thread, NULL);
+    sync_standby(master_port_of(1), standby_port_of(1));
+}
+
+typedef struct scale_tools_res {
+    double dump_s, load_s, standby_lag;
+    long long rows;
+    cpusplit dump_cpu, load_cpu;
+} scale_tools_res;
+
+/* mydumper of shards first..last from pair src's master, myloader into pair
+ * dst's (empty) master with the binary log on; then the copy is dropped. */
+static void scale_tools(int src, int dst, unsigned first, unsigned last, scale_tools_res *out)
+{
+    char cnf[PATH_MAX + 16], dir[PATH_MAX + 16], log[PATH_MAX + 16], t[16], port[16];
+    size_t cap = 16 + (size_t)(last - first + 1) * 9, len = 0;
+    char *regex = malloc(cap);
+    double c0[7], c1[7], tool, t0;
+
+    if (!regex)
+        die("out of memory");
+    /* ^(db00256|db00257|...)[.] : exactly the moved databases */
+    len += (size_t)snprintf(regex + len, cap - len, "^(");
+    for (unsigned s = first; s <= last; s++)
+        len += (size_t)snprintf(regex + len, cap - len, "%sdb%05u", s > first ? "|" : "", s);
+    snprintf(regex + len, cap - len, ")[.]");
+    snprintf(cnf, sizeof cnf, "%s/my.cnf", Tmpdir);
+    snprintf(dir, sizeof dir, "%s/scale-dump", Tmpdir);
+    snprintf(t, sizeof t, "%d", THREADS);
+    rm_tree(dir);
+
+    write_defaults(cnf, master_port_of(src));
+    snprintf(log, sizeof log, "%s/mydumper.log", Tmpdir);
+    snprintf(port, sizeof port, "%d", master_port_of(src));
+    {
+        const char *argv[] = {"mydumper", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
+                              port, "-u", "shard", "-t", t, "--trx-consistency-only",
+                              "-x", regex, "-o", dir, "-v", "1", NULL};
+        for (int k = 1; k <= 6; k++)
+            c0[k] = cpu_of(Srv_pid[k]);
+        out->dump_s = run_tool(argv, log, &tool);
+        for (int k = 1; k <= 6; k++)
+            c1[k] = cpu_of(Srv_pid[k]);
+        out->dump_cpu = split_of(c0, c1, src, dst, tool);
+    }
+    unlink(cnf);
+    write_defaults(cnf, master_port_of(dst));
+    snprintf(log, sizeof log, "%s/myloader.log", Tmpdir);
+    snprintf(port, sizeof port, "%d", master_port_of(dst));
+    {
+        const char *argv[] = {"myloader", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
+                              port, "-u", "shard", "-t", t, "-e", "-d", dir, "-v", "1", NULL};
+        for (int k = 1; k <= 6; k++)
+            c0[k] = cpu_of(Srv_pid[k]);
+        out->load_s = run_tool(argv, log, &tool);
+        for (int k = 1; k <= 6; k++)
+            c1[k] = cpu_of(Srv_pid[k]);
+        out->load_cpu = split_of(c0, c1, src, dst, tool);
+        t0 = now();
+        sync_standby(master_port_of(dst), standby_port_of(dst));
+        out->standby_lag = now() - t0;
+    }
+    unlink(cnf);
+    free(regex);
+    out->rows = count_rows(dst, "db", first, last);
+    rm_tree(dir);
+    note("mydumper %.2f s + myloader %.2f s of %u databases (%lld rows) MySQL%03d -> "
+         "MySQL%03d, target standby %.2f s behind; dropping the copy", out->dump_s,
+         out->load_s, last - first + 1, out->rows, src, dst, out->standby_lag);
+    drop_dbs(dst, "db", first, last);
+}
+
+static double scale_phase_t[SHARD_MOVE_ABORTED + 1];
+
+static void scale_phase(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    (void)done;
+    (void)total;
+    (void)payload;
+    if (phase >= 0 && phase <= SHARD_MOVE_ABORTED && scale_phase_t[phase] == 0) {
+        scale_phase_t[phase] = now();
+        note("scale move: %s", shard_move_phase_name(phase));
+    }
+}
+
+/* The q-quantile of v[0..n) (sorted in place), n >= 1. */
+static double quantile(double *v, long n, double q)
+{
+    long i;
+
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+    i = (long)(q * (double)(n - 1) + 0.5);
+    return v[i < n ? i : n - 1];
+}
+
+static void scale_bench(bool have_mydumper)
+{
+    unsigned nmoved = SCALE_SHARDS, first, last, open;
+    shard_options so = SHARD_OPTIONS_INIT;
+    shard_move_options mo = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    shard_ctx *app = NULL, *mover = NULL;
+    scale_tools_res tr = {0};
+    swriter w[SCALE_WRITERS];
+    volatile int stop = 0;
+    double t_mv0, t_mv1, t0, t_flip, c0[7], c1[7], worst = 0, worst_cut = 0, *d;
+    long ncalls = 0, nd = 0, in_window = 0;
+    int rc, errors = 0, worst_op = OP_CREATE;
+    char lasterr[256] = "";
+
+    if (getenv("BENCH_MOVE_SCALE_SHARDS"))
+        nmoved = (unsigned)atoi(getenv("BENCH_MOVE_SCALE_SHARDS"));
+    if (nmoved < 1 || nmoved > 4096)
+        die("BENCH_MOVE_SCALE_SHARDS must be 1..4096");
+    first = nmoved;
+    last = 2 * nmoved - 1;
+    open = 4 * nmoved;
+
+    t0 = now();
+    if (!(H = harness_start_serving(3, 2, (int)open, 4)))
+        die("cannot start the servers");
+    note("scale: servers in %s", harness_dir(H));
+    servers_of(3);
+    so.refresh_interval_ms = 0; /* the writers follow the move through the fence alone */
+    if (shard_ctx_open(&app, harness_map_path(H), &so) ||
+        shard_ctx_open(&mover, harness_map_path(H), &so))
+        die("open: %s", shard_errmsg());
+    if (shard_schema_apply(app, NULL, NULL))
+        die("schema: %s", shard_errmsg());
+    note("scale: servers and schema of %u shards x 6 tables on 2 pairs in %.1f s", open,
+         now() - t0);
+    t0 = now();
+    scale_load(first, last);
+    sync_standby(master_port_of(2), standby_port_of(2));
+    note("scale: %u pins on each of shards %u-%u (MySQL001) in %.1f s", SCALE_PINS, first,
+         last, now() - t0);
+
+    if (have_mydumper)
+        scale_tools(1, 3, first, last, &tr);
+
+    for (int i = 0; i < SCALE_WRITERS; i++) {
+        w[i] = (swriter){app, i, first, nmoved, &stop, NULL, 0, 0, 0, "", 0};
+        if (!(w[i].calls = malloc(SCALE_MAX_CALLS * sizeof *w[i].calls)))
+            die("out of memory");
+        pthread_create(&w[i].thread, NULL, scale_write_loop, &w[i]);
+    }
+    sleep_s(0.5);
+    mo.copy_threads = THREADS;
+    mo.progress = scale_phase;
+    memset(&r, 0, sizeof r);
+    for (int k = 1; k <= 6; k++)
+        c0[k] = cpu_of(Srv_pid[k]);
+    c0[0] = cpu_self();
+    t_mv0 = now();
+    rc = shard_move(mover, first, last, "MySQL003", &mo, &r, NULL);
+    t_mv1 = now();
+    for (int k = 1; k <= 6; k++)
+        c1[k] = cpu_of(Srv_pid[k]);
+    c1[0] = cpu_self();
+    if (rc)
+        snprintf(lasterr, sizeof lasterr, "%s", shard_errmsg());
+    sleep_s(0.5);
+    stop = 1;
+    for (int i = 0; i < SCALE_WRITERS; i++)
+        pthread_join(w[i].thread, NULL);
+    if (rc)
+        die("move %u-%u -> MySQL003: %s (%s)", first, last, shard_strerror(rc), lasterr);
+    if (r.phase != SHARD_MOVE_DONE || r.mismatches)
+        die("the scale move ended in phase %s with %llu mismatches",
+            shard_move_phase_name(r.phase), (unsigned long long)r.mismatches);
+
+    for (int i = 0; i < SCALE_WRITERS; i++)
+        ncalls += w[i].ncalls;
+    if (!(d = malloc((size_t)(ncalls ? ncalls : 1) * sizeof *d)))
+        die("out of memory");
+    /* The pause: report.pause_ms up to the flip (the "fenced" progress call
+     * comes only once the fence holds). */
+    t_flip = scale_phase_t[SHARD_MOVE_FLIPPED];
+    for (int i = 0; i < SCALE_WRITERS; i++) {
+        errors += w[i].errors;
+        if (w[i].errors)
+            snprintf(lasterr, sizeof lasterr, "%s", w[i].err);
+        for (long k = 0; k < w[i].ncalls; k++) {
+            const scall *c = &w[i].calls[k];
+            double dt = c->t1 - c->t0;
+            if (c->t1 < t_mv0 || c->t0 > t_mv1)
+                continue;
+            d[nd++] = dt;
+            if (dt > worst) {
+                worst = dt;
+                worst_op = c->op;
+            }
+            if (t_flip > 0 && c->t0 <= t_flip && c->t1 >= t_flip - r.pause_ms / 1000) {
+                in_window++;
+                worst_cut = maxd(worst_cut, dt);
+            }
+        }
+        free(w[i].calls);
+    }
+    if (nd == 0)
+        die("no writer call during the move");
+
+    {
+        const double *ph = scale_phase_t;
+        double p999 = quantile(d, nd, 0.999), p99 = quantile(d, nd, 0.99);
+        double plan_s = ph[SHARD_MOVE_COPYING] ? ph[SHARD_MOVE_COPYING] - t_mv0 : 0;
+        double clean_s = ph[SHARD_MOVE_CLEANING] ? t_mv1 - ph[SHARD_MOVE_CLEANING] : 0;
+
+        if (bench_selected("move-scale-pause-ms"))
+            printf("bench move-scale-pause-ms value=%.1f (the worst of %ld calls (create, "
+                   "patch, get; a %s) of %d writer threads of one context, %.0f ms apart, "
+                   "during the whole %.1f s move of shards %u-%u (%u shards x 6 tables = %llu "
+                   "tables, %llu rows) from MySQL001 to the empty MySQL003, 3 pairs, %u open "
+                   "shards; p99.9 %.1f ms, p99 %.1f ms; %ld calls in flight during the pause "
+                   "(report.pause_ms up to the map flip), worst %.1f ms; report.pause_ms %.1f, fence attempts %u, "
+                   "cut-over %.3f s; %d errors%s%s; target <= 250)\n",
+                   worst * 1000, nd, op_name[worst_op], SCALE_WRITERS, WRITER_PAUSE_S * 1000,
+                   t_mv1 - t_mv0, first, last, nmoved, (unsigned long long)r.tables,
+                   (unsigned long long)r.rows_copied, open, p999 * 1000, p99 * 1000,
+                   in_window, worst_cut * 1000, r.pause_ms, r.fence_attempts,
+                   r.cutover_seconds, errors, errors ? ", last: " : "", lasterr);
+        if (!bench_selected("move-scale-vs-myloader")) {
+            /* not asked for */
+        } else if (!have_mydumper) {
+            printf("bench move-scale-vs-myloader skipped (install mydumper)\n");
+        } else {
+            if (tr.rows != (long long)nmoved * SCALE_PINS)
+                die("myloader loaded %lld rows, expected %u", tr.rows, nmoved * SCALE_PINS);
+            printf("bench move-scale-vs-myloader ratio=%.2f (mydumper %.2f s + myloader %.2f s "
+                   "of the same %u databases (%lld rows; %d threads each, myloader -e: binlog "
+                   "on) from MySQL001 into the empty MySQL003 = %.2f s / the whole shard_move "
+                   "%.2f s (%d copy threads, under the %d writers): planning %.2f s, copy "
+                   "%.2f s, catch-up %.2f s, cut-over %.3f s, verify %.2f s, cleanup %.2f s; "
+                   "%llu rows copied, %llu verified; CPU s: mydumper+myloader clients %.2f, "
+                   "source %.2f, target %.2f, target standby %.2f vs this process (mover and "
+                   "writers) %.2f, source %.2f, target %.2f, target standby %.2f; tools until "
+                   "the target's standby also had every row %.2f s; target >= 1.0)\n",
+                   (tr.dump_s + tr.load_s) / (t_mv1 - t_mv0), tr.dump_s, tr.load_s, nmoved,
+                   tr.rows, THREADS, tr.dump_s + tr.load_s, t_mv1 - t_mv0, THREADS,
+                   SCALE_WRITERS, plan_s, r.copy_seconds, r.catchup_seconds,
+                   r.cutover_seconds, r.verify_seconds, clean_s,
+                   (unsigned long long)r.rows_copied, (unsigned long long)r.rows_verified,
+                   tr.dump_cpu.client + tr.load_cpu.client, tr.dump_cpu.src + tr.load_cpu.src,
+                   tr.dump_cpu.dst + tr.load_cpu.dst,
+                   tr.dump_cpu.dst_standby + tr.load_cpu.dst_standby, c1[0] - c0[0],
+                   c1[1] - c0[1], c1[5] - c0[5], c1[6] - c0[6],
+                   tr.dump_s + tr.load_s + tr.standby_lag);
+        }
+    }
+    free(d);
+    shard_ctx_free(mover);
+    shard_ctx_free(app);
+    harness_stop(H);
+    H = NULL;
+    if (errors)
+        die("%d writer errors during the scale move; last: %s", errors, lasterr);
+}
+
+int main(int argc, char **argv)
+{
+    double t_start = now();
+    bool have_mydumper;
+
+    if (argc == 6 && strcmp(argv[1], "--mover") == 0)
+        return mover_main(argv);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    bench_select(argc, argv);
+    {
+        ssize_t n = readlink("/proc/self/exe", Self, sizeof Self - 1);
+        if (n <= 0)
+            die("readlink /proc/self/exe: %s", strerror(errno));
+        Self[n] = '\0';
+    }
+    have_mydumper = system("command -v mydumper >/dev/null 2>&1 && "
+                           "command -v myloader >/dev/null 2>&1") == 0;
+    {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(Tmpdir, sizeof Tmpdir, "%s/bench_move-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(Tmpdir))
+            die("mkdtemp: %s", strerror(errno));
+        atexit(cleanup_tmpdir);
+    }
+    if (bench_selected("copy-vs-myloader") || bench_selected("copy-vs-loaddata") ||
+        bench_selected("cutover-pause-ms") || bench_selected("mover-rss"))
+        copy_benches(have_mydumper);
+    if (bench_selected("move-scale-pause-ms") || bench_selected("move-scale-vs-myloader"))
+        scale_bench(have_mydumper);
     cleanup_tmpdir();
     note("total %.1f s", now() - t_start);
     return 0;

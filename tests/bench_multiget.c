@@ -5,6 +5,9 @@
  *                                   shard_object_mget of the same 1000 IDs
  *   bench multiget-vs-slowest-host  the 1000-ID multi-get / the multi-get of
  *                                   only the slowest server's share of them
+ *   bench multiget-vs-raw-fanout    libshard's statements for the same 1000
+ *                                   IDs sent with raw libmariadb, a thread
+ *                                   per server, all at once / the multi-get
  *
  * Every round draws 1000 new IDs and times every contender on them, in an
  * order that flips every round, so that noise on a shared machine falls on
@@ -15,7 +18,8 @@
  * share this machine's cores; separate hosts would not).
  *
  * Figures only: nothing here is a timed assertion. Exit status 1 means
- * something failed outright. BENCH_VERBOSE=1 prints every round on stderr.
+ * something failed outright. BENCH_VERBOSE=1 prints every round on stderr;
+ * arguments or BENCH_ONLY choose the lines to produce (see bench_util.h).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -126,6 +130,11 @@ static void draw(uint64_t *all, size_t nall, uint64_t *x, uint64_t *batch,
  * The statements libshard sends (one per server: a UNION ALL of one IN-list
  * per shard table), sent with raw libmariadb by one thread per server at
  * once, or by one alone: what the machine itself allows, without libshard.
+ *
+ * share_sql() must build what build_batch() in lib/multiget.c builds (the
+ * select list, the IN-lists by (shard, type), at most MGET_BATCH IDs a
+ * statement): when the library's statement changes (a fence check, say),
+ * change it here too, or the comparison stops being like for like.
  */
 typedef struct raw_crew {
     MYSQL *my[PAIRS];
@@ -276,7 +285,7 @@ static double raw_times(raw_crew *c, const shard_map *map, uint64_t share[PAIRS]
 typedef struct rounds {
     double mget[ROUNDS], loop[ROUNDS], share[PAIRS][ROUNDS], sum[ROUNDS];
     double raw[ROUNDS], raw_alone[PAIRS][ROUNDS];
-    double r_loop[ROUNDS], r_vs_raw[ROUNDS];
+    double r_loop[ROUNDS], r_vs_raw[ROUNDS], r_raw_vs[ROUNDS];
 } rounds;
 
 /*
@@ -368,6 +377,7 @@ static void run_round(rounds *r, int k, shard_ctx *ctx, const shard_map *map, ra
         r->sum[k] += r->share[p][k];
     r->r_loop[k] = r->loop[k] / r->mget[k];
     r->r_vs_raw[k] = r->mget[k] / r->raw[k];
+    r->r_raw_vs[k] = r->raw[k] / r->mget[k];
     for (int p = 0; p < PAIRS; p++)
         r->raw_alone[p][k] = raw_alone[p];
     if (Verbose)
@@ -398,7 +408,7 @@ static void cpu_per_mget(shard_ctx *ctx, uint64_t *all, size_t nall, uint64_t *x
     *servers = (cpu_masters() - s0) * 1000 / CPU_REPEAT;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     static uint64_t all[SHARDS * PINS_PER_SHARD];
     static rounds r;
@@ -411,6 +421,10 @@ int main(void)
     size_t nall;
 
     Verbose = getenv("BENCH_VERBOSE") && *getenv("BENCH_VERBOSE") == '1';
+    bench_select(argc, argv);
+    if (!bench_selected("multiget-vs-loop") && !bench_selected("multiget-vs-slowest-host") &&
+        !bench_selected("multiget-vs-raw-fanout"))
+        return 0;
     if (!(H = harness_start_ex(PAIRS, SHARDS, 4)))
         die("cannot start the servers");
     if (shard_ctx_open(&ctx, harness_map_path(H), NULL) || shard_ctx_map(ctx, &map) ||
@@ -432,22 +446,32 @@ int main(void)
     double t_mget = median(r.mget, ROUNDS), t_slow = slowest(r.share, &sp);
     double t_raw = median(r.raw, ROUNDS), t_raw_slow = slowest(r.raw_alone, &rp);
 
-    printf("bench multiget-vs-loop ratio=%.1f (%d IDs over %d pairs: loop of gets %.1f ms "
-           "= %.0f gets/s, one multi-get %.2f ms; medians of %d rounds; target >= 20)\n",
-           median(r.r_loop, ROUNDS), BATCH, PAIRS, median(r.loop, ROUNDS),
-           BATCH * 1000 / median(r.loop, ROUNDS), t_mget, ROUNDS);
-    printf("bench multiget-vs-slowest-host ratio=%.2f (%d IDs over %d pairs in %.2f ms; "
-           "the slowest server's share alone (%s, ~%d IDs) %.2f ms; shares alone "
-           "%.2f/%.2f/%.2f/%.2f ms, sum %.2f ms; libshard's statements through raw "
-           "libmariadb, a thread per server: all at once %.2f ms (the multi-get takes %.2fx "
-           "that), slowest alone %.2f ms, ratio %.2f; CPU per multi-get, client+servers: "
-           "all %.2f+%.2f ms, one share %.2f+%.2f ms, on %ld cores; medians of %d rounds; "
-           "target <= 1.5)\n",
-           t_mget / t_slow, BATCH, PAIRS, t_mget, shard_map_pair_name(map, (size_t)sp),
-           BATCH / PAIRS, t_slow, median(r.share[0], ROUNDS), median(r.share[1], ROUNDS),
-           median(r.share[2], ROUNDS), median(r.share[3], ROUNDS), median(r.sum, ROUNDS),
-           t_raw, median(r.r_vs_raw, ROUNDS), t_raw_slow, t_raw / t_raw_slow, c_all, s_all,
-           c_one, s_one, sysconf(_SC_NPROCESSORS_ONLN), ROUNDS);
+    if (bench_selected("multiget-vs-loop"))
+        printf("bench multiget-vs-loop ratio=%.1f (%d IDs over %d pairs: loop of gets %.1f ms "
+               "= %.0f gets/s, one multi-get %.2f ms; medians of %d rounds; target >= 20)\n",
+               median(r.r_loop, ROUNDS), BATCH, PAIRS, median(r.loop, ROUNDS),
+               BATCH * 1000 / median(r.loop, ROUNDS), t_mget, ROUNDS);
+    if (bench_selected("multiget-vs-slowest-host"))
+        printf("bench multiget-vs-slowest-host ratio=%.2f (%d IDs over %d pairs in %.2f ms; "
+               "the slowest server's share alone (%s, ~%d IDs) %.2f ms; shares alone "
+               "%.2f/%.2f/%.2f/%.2f ms, sum %.2f ms; libshard's statements through raw "
+               "libmariadb, a thread per server: all at once %.2f ms (the multi-get takes %.2fx "
+               "that), slowest alone %.2f ms, ratio %.2f; CPU per multi-get, client+servers: "
+               "all %.2f+%.2f ms, one share %.2f+%.2f ms, on %ld cores; medians of %d rounds; "
+               "target <= 1.5)\n",
+               t_mget / t_slow, BATCH, PAIRS, t_mget, shard_map_pair_name(map, (size_t)sp),
+               BATCH / PAIRS, t_slow, median(r.share[0], ROUNDS), median(r.share[1], ROUNDS),
+               median(r.share[2], ROUNDS), median(r.share[3], ROUNDS), median(r.sum, ROUNDS),
+               t_raw, median(r.r_vs_raw, ROUNDS), t_raw_slow, t_raw / t_raw_slow, c_all, s_all,
+               c_one, s_one, sysconf(_SC_NPROCESSORS_ONLN), ROUNDS);
+    if (bench_selected("multiget-vs-raw-fanout"))
+        printf("bench multiget-vs-raw-fanout ratio=%.2f (%d IDs over %d pairs: libshard's "
+               "statements (one per server, as lib/multiget.c builds them) through raw "
+               "libmariadb, a thread per server, all at once %.2f ms / shard_object_mget "
+               "%.2f ms; medians of %d interleaved rounds (ratio of the medians %.2f); CPU per "
+               "multi-get, client+servers %.2f+%.2f ms, on %ld cores; target >= 0.95)\n",
+               median(r.r_raw_vs, ROUNDS), BATCH, PAIRS, t_raw, t_mget, ROUNDS, t_raw / t_mget,
+               c_all, s_all, sysconf(_SC_NPROCESSORS_ONLN));
     fflush(stdout);
 
     shard_map_free(map);

@@ -6,6 +6,11 @@
  * Every function is static: each benchmark is built on its own from its one
  * .c file (the Makefile links only the harness and the libraries). Before
  * including, define BENCH_NAME: the prefix of die()'s messages.
+ *
+ * Selecting benches: a benchmark's command-line arguments, or else the
+ * environment variable BENCH_ONLY (comma- or space-separated), name the
+ * `bench NAME` lines to produce; a name may be a prefix ("move-scale" selects
+ * move-scale-pause-ms and move-scale-vs-myloader). Nothing named: every line.
  */
 #ifndef LIBSHARD_TESTS_BENCH_UTIL_H
 #define LIBSHARD_TESTS_BENCH_UTIL_H
@@ -44,6 +49,43 @@ BENCH_UTIL void die(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     exit(1);
+}
+
+/* ------------------------------------------------------------ selection */
+
+static const char *bench_only; /* what bench_select() was given, or BENCH_ONLY */
+
+/* The names from argv[1..argc) (joined by spaces), or else from BENCH_ONLY. */
+BENCH_UTIL void bench_select(int argc, char **argv)
+{
+    static char buf[1024];
+    size_t len = 0;
+
+    for (int i = 1; i < argc; i++)
+        len += (size_t)snprintf(buf + len, len < sizeof buf ? sizeof buf - len : 0, "%s%s",
+                                i > 1 ? " " : "", argv[i]);
+    if (len >= sizeof buf)
+        die("too many bench names");
+    bench_only = argc > 1 ? buf : getenv("BENCH_ONLY");
+}
+
+/* Whether the line `bench NAME` is to be produced. */
+BENCH_UTIL bool bench_selected(const char *name)
+{
+    const char *p = bench_only;
+
+    if (!p)
+        p = getenv("BENCH_ONLY");
+    if (!p || !*p)
+        return true;
+    while (*p) {
+        size_t n = strcspn(p, ", ");
+        if (n && strncmp(name, p, n) == 0)
+            return true;
+        p += n;
+        p += strspn(p, ", ");
+    }
+    return false;
 }
 
 /* ------------------------------------------------------------ time */

@@ -2,7 +2,9 @@
 # Make sure what libshard builds and tests with is installed. As root on
 # Debian it installs what is missing; otherwise it says what to install.
 set -u
-PKGS="build-essential pkg-config default-libmysqlclient-dev libjansson-dev libssl-dev check mariadb-server mariadb-client groff-base python3"
+# python3-venv: the Python binding's check installs the package into a fresh
+# venv; mandoc: tests/doc_check.sh lints every manual page with it.
+PKGS="build-essential pkg-config default-libmysqlclient-dev libjansson-dev libssl-dev check mariadb-server mariadb-client groff-base python3 python3-venv mandoc"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

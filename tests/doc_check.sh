@@ -4,14 +4,19 @@
 #  - a shard_*() function declared in include/libshard.h is not named in the
 #    NAME section of a page in man/man3, or the SYNOPSIS of that page does not
 #    show the header's prototype (whitespace aside);
-#  - man/man3/NAME.3 exists but neither it nor the page it .so-includes names
-#    NAME; a .so stub points at a missing page;
-#  - a page that documents functions lacks one of the sections STYLE.md asks
-#    for; a page refers to a libshard page (shard_*, libshard*, shardctl) that
-#    does not exist;
+#  - man/man3/NAME.3 exists but does not name NAME; a page is a .so stub
+#    (those fail to render outside man/: a function that shares a page is
+#    named in that page's NAME section, and make install links it there, see
+#    man/links.sh);
+#  - a page that documents functions lacks one of the sections NAME,
+#    SYNOPSIS, DESCRIPTION, RETURN VALUE, ERRORS, EXAMPLE, SEE ALSO; a page
+#    refers to a libshard page (shard_*, libshard*, shardctl) that does not
+#    exist, neither as a page nor as an installed link;
 #  - the SHARD_E* codes (name and number) of the header differ from those that
 #    man/man3/libshard-errors.3 lists as "SHARD_EXXX (-N)";
-#  - groff -ww -z -man prints anything for any page under man/.
+#  - groff -ww -z -man prints anything for any page under man/;
+#  - mandoc -Tlint reports anything for any page (when mandoc is installed;
+#    tests/deps.sh installs it).
 set -u
 LC_ALL=C
 export LC_ALL
@@ -90,27 +95,19 @@ sed -n -E 's/^[[:space:]]*#[[:space:]]*define[[:space:]]+(SHARD_E[A-Z0-9_]+)[[:s
 
 # ---- the pages -----------------------------------------------------------
 
-# The target of a .so stub (relative to man/), or nothing for a real page.
-so_target() {
-    sed -n -E '/^\.\\"/d; /^[[:space:]]*$/d; s/^\.so[[:space:]]+([^[:space:]]+).*/\1/p; q' "$1"
-}
-
-# Render a page as plain text (run in man/, so .so paths resolve).
+# Render a page as plain text.
 render() {
     (cd "$mandir" && groff -man -Tascii -P-cbou "$1" 2>/dev/null)
 }
 
 : >"$tmp/names"      # NAME<TAB>page, for every name in a real page's NAME
-: >"$tmp/stubs"      # page<TAB>target
 npages=0
 for page in "$mandir"/man*/*.[1-9]*; do
     [ -f "$page" ] || continue
     npages=$((npages + 1))
     rel=${page#"$mandir"/}
-    target=$(so_target "$page")
-    if [ -n "$target" ]; then
-        printf '%s\t%s\n' "$rel" "$target" >>"$tmp/stubs"
-        [ -f "$mandir/$target" ] || problem "$page: .so $target: no such page"
+    if grep -q '^\.so[[:space:]]' "$page"; then
+        problem "$page: a .so request renders only from inside $mandir/: name the function in the NAME section of the page it includes (make install links it)"
         continue
     fi
     # NAME section: the names before "\-".
@@ -153,11 +150,9 @@ while IFS='	' read -r fn proto; do
         continue
     fi
     own="$mandir/man3/$fn.3"
-    if [ -f "$own" ]; then
-        target=$(so_target "$own")
-        shown=${target:-man3/$fn.3}
-        names_it "$fn" "$shown" ||
-            problem "$own shows $shown, whose NAME section does not name $fn"
+    if [ -f "$own" ] && ! grep -q '^\.so[[:space:]]' "$own"; then
+        names_it "$fn" "man3/$fn.3" ||
+            problem "$own does not name $fn in its NAME section"
     fi
     found=no
     for p in $pages; do
@@ -167,7 +162,7 @@ while IFS='	' read -r fn proto; do
         problem "$fn(): the SYNOPSIS of $(echo "$pages" | sed "s|^|$mandir/|" | tr '\n' ' ')does not show the header's prototype: $proto"
 done <"$tmp/decls"
 
-# Every real page that documents functions has the sections of STYLE.md.
+# Every page that documents functions has the sections of a function page.
 for page in $(awk -F '\t' '$1 ~ /^shard_/ { print $2 }' "$tmp/names" | sort -u); do
     for sec in NAME SYNOPSIS DESCRIPTION "RETURN VALUE" ERRORS EXAMPLE "SEE ALSO"; do
         grep -E -q "^\\.SH[[:space:]]+\"?$sec\"?[[:space:]]*\$" "$mandir/$page" ||
@@ -175,7 +170,9 @@ for page in $(awk -F '\t' '$1 ~ /^shard_/ { print $2 }' "$tmp/names" | sort -u);
     done
 done
 
-# References to libshard's own pages must resolve.
+# References to libshard's own pages must resolve, to a page or to a link
+# that make install creates.
+sh "$mandir/links.sh" "$mandir" | awk '{ print $1 "/" $2 }' >"$tmp/links"
 for page in "$mandir"/man*/*.[1-9]*; do
     [ -f "$page" ] || continue
     sed -e 's/\\f[BIRP]//g' -e 's/\\-/-/g' -e 's/"//g' -e 's/\\%//g' "$page" | awk '{
@@ -186,7 +183,7 @@ for page in "$mandir"/man*/*.[1-9]*; do
         }
     }' | sort -u | while read -r ref; do
         n=${ref%(*}; sec=${ref#*(}; sec=${sec%)}
-        [ -f "$mandir/man$sec/$n.$sec" ] ||
+        [ -f "$mandir/man$sec/$n.$sec" ] || grep -qx "man$sec/$n.$sec" "$tmp/links" ||
             echo "doc_check: $page refers to $ref, but there is no $mandir/man$sec/$n.$sec"
     done
 done >"$tmp/refs"
@@ -241,8 +238,25 @@ for page in "$mandir"/man*/*.[1-9]*; do
     fi
 done
 
+# ---- mandoc -Tlint ------------------------------------------------------
+
+linted=""
+if command -v mandoc >/dev/null 2>&1; then
+    for page in "$mandir"/man*/*.[1-9]*; do
+        [ -f "$page" ] || continue
+        out=$(mandoc -Tlint -W style "$page" 2>&1)
+        if [ -n "$out" ]; then
+            problem "$page: mandoc -Tlint says:"
+            printf '%s\n' "$out" | sed 's/^/    /'
+        fi
+    done
+    linted=", mandoc -Tlint clean"
+else
+    echo "doc_check: mandoc not installed, skipping mandoc -Tlint (apt-get install mandoc)"
+fi
+
 if [ "$nproblems" -ne 0 ]; then
     echo "doc_check: $nproblems problem(s)"
     exit 1
 fi
-echo "doc_check: ok ($nfuncs functions documented, $ncodes error codes, $npages pages without groff warnings)"
+echo "doc_check: ok ($nfuncs functions documented, $ncodes error codes, $npages pages without groff warnings$linted)"

@@ -7,6 +7,8 @@
 
 #include "harness.h"
 
+#include <jansson.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -463,6 +465,77 @@ harness *harness_start(int npairs)
     return harness_start_ex(npairs, 0, 0);
 }
 
+/* An even, contiguous split of total shards over pairs MySQL001..n (the
+ * split servers.sh writes), as a JSON array of ranges; NULL if out of memory. */
+static json_t *split_ranges(int total, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++) {
+        char name[16];
+        long lo = (long)i * total / n, hi = (long)(i + 1) * total / n - 1;
+        snprintf(name, sizeof name, "MySQL%03d", i + 1);
+        if (json_array_append_new(a, json_pack("{s:[I,I],s:s}", "range", (json_int_t)lo,
+                                               (json_int_t)hi, "pair", name)) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+/* Rewrite h's map so that only pairs 1..serving serve shards. */
+static int serve_from(harness *h, int serving)
+{
+    json_error_t err;
+    json_t *map = json_load_file(h->map, 0, &err), *mod, *ids, *mods = NULL;
+    json_int_t nmod = 0;
+    unsigned shards;
+    char tmp[PATH_MAX + 32];
+    int rc = -1;
+
+    if (!map) {
+        fprintf(stderr, "harness: %s: %s\n", h->map, err.text);
+        return -1;
+    }
+    shards = (unsigned)json_integer_value(json_object_get(map, "open_shards"));
+    mod = json_object_get(map, "mod_shards");
+    if (mod)
+        nmod = json_integer_value(json_object_get(mod, "count"));
+    ids = split_ranges((int)shards, serving);
+    if (mod)
+        mods = split_ranges((int)nmod, serving);
+    if (!ids || (mod && !mods) || json_object_set_new(map, "id_shards", ids) != 0 ||
+        (mod && json_object_set_new(mod, "ranges", mods) != 0)) {
+        fprintf(stderr, "harness: out of memory rewriting %s\n", h->map);
+        json_decref(map);
+        return -1;
+    }
+    snprintf(tmp, sizeof tmp, "%s.tmp", h->map);
+    if (json_dump_file(map, tmp, JSON_INDENT(2)) != 0 || rename(tmp, h->map) != 0)
+        fprintf(stderr, "harness: cannot write %s: %s\n", h->map, strerror(errno));
+    else
+        rc = 0;
+    json_decref(map);
+    return rc;
+}
+
+harness *harness_start_serving(int npairs, int serving, int shards, int mod_shards)
+{
+    harness *h;
+
+    if (serving < 1 || serving > npairs) {
+        fprintf(stderr, "harness: serving must be 1..npairs\n");
+        return NULL;
+    }
+    if (!(h = start(npairs, shards, mod_shards, NULL)))
+        return NULL;
+    if (serve_from(h, serving) != 0) {
+        harness_stop(h);
+        return NULL;
+    }
+    return h;
+}
+
 const char *harness_map_path(const harness *h)
 {
     return h ? h->map : NULL;
@@ -539,6 +612,64 @@ int harness_sql(harness *h, const char *server, const char *sql, char **out)
     }
     const char *args[] = {"sql", h->dir, server, "--skip-column-names", NULL};
     return run_script(args, sql, out);
+}
+
+/* The first line of a query's output, without its newline, malloc'd. */
+static char *first_line(harness *h, const char *server, const char *sql)
+{
+    char *out = NULL;
+    if (harness_sql(h, server, sql, &out) != 0) {
+        free(out);
+        return NULL;
+    }
+    out[strcspn(out, "\n")] = '\0';
+    return out;
+}
+
+int harness_sync_standby(harness *h, int pair, unsigned timeout_s)
+{
+    char master[16], standby[16], *pos, *dom, *want, *res, *save = NULL;
+    size_t len = 0, cap, dl;
+    int rc = -1;
+
+    if (!h || pair < 1)
+        return -1;
+    snprintf(master, sizeof master, "s%d", 2 * pair - 1);
+    snprintf(standby, sizeof standby, "s%d", 2 * pair);
+    pos = first_line(h, master, "SELECT @@gtid_binlog_pos");
+    dom = first_line(h, standby, "SELECT @@gtid_domain_id");
+    if (!pos || !dom) {
+        fprintf(stderr, "harness: cannot read the GTID state of pair %d\n", pair);
+        free(pos);
+        free(dom);
+        return -1;
+    }
+    cap = strlen(pos) + 1;
+    dl = strlen(dom);
+    want = calloc(1, cap);
+    for (char *p = want ? strtok_r(pos, ",", &save) : NULL; p; p = strtok_r(NULL, ",", &save))
+        if (!(strncmp(p, dom, dl) == 0 && p[dl] == '-'))
+            len += (size_t)snprintf(want + len, cap - len, "%s%s", len ? "," : "", p);
+    if (want && len == 0) {
+        rc = 0; /* nothing of the master's to wait for */
+    } else if (want) {
+        /* GTID positions hold only digits, '-' and ',': safe in a literal */
+        char *sql = malloc(len + 64);
+        if (sql) {
+            snprintf(sql, len + 64, "SELECT MASTER_GTID_WAIT('%s', %u)", want, timeout_s);
+            res = first_line(h, standby, sql);
+            rc = res && strcmp(res, "0") == 0 ? 0 : -1;
+            if (rc)
+                fprintf(stderr, "harness: %s did not reach %s of %s within %u s\n", standby,
+                        want, master, timeout_s);
+            free(res);
+            free(sql);
+        }
+    }
+    free(want);
+    free(pos);
+    free(dom);
+    return rc;
 }
 
 void harness_stop(harness *h)

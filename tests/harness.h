@@ -45,6 +45,12 @@ harness *harness_start_ex(int npairs, int shards, int mod_shards);
  * tests/tls.sh makes); harness_restart() keeps them. */
 harness *harness_start_tls(int npairs, int shards, int mod_shards, const char *certdir);
 
+/* Same as harness_start_ex, but the map puts every ID shard and every mod
+ * shard on the first `serving` pairs only (an even, contiguous split, as
+ * servers.sh splits them over all pairs); pairs serving+1..npairs serve
+ * nothing: empty pairs, for moves to go to. 1 <= serving <= npairs. */
+harness *harness_start_serving(int npairs, int serving, int shards, int mod_shards);
+
 const char *harness_map_path(const harness *h); /* DIR/map.json */
 const char *harness_dir(const harness *h);      /* DIR */
 
@@ -68,6 +74,12 @@ int harness_stop_server(harness *h, const char *server);
  * the malloc'd stdout (never NULL on return, "" if empty or the script could
  * not run); free() it. Errors go to stderr. Returns the exit status. */
 int harness_sql(harness *h, const char *server, const char *sql, char **out);
+
+/* Waits (at most timeout_s seconds) until the standby of pair P (server
+ * s<2P>) has applied everything its master (s<2P-1>) has in its binary log,
+ * in every GTID domain but the standby's own (which the master only relays
+ * back). 0 when it has; -1 on timeout or error (the reason on stderr). */
+int harness_sync_standby(harness *h, int pair, unsigned timeout_s);
 
 /* Stops all servers of h by pid, removes its directory and frees h.
  * Accepts NULL. */

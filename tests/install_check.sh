@@ -1,17 +1,72 @@
 #!/bin/sh
-# make install into a staging DESTDIR, then build a program against the
-# installed copy with pkg-config alone, shared and static, and run both.
+# make install into a staging DESTDIR: every file there (the manual pages and
+# their links included), a .pc file relative to ${prefix}, and make uninstall
+# taking every file away again. Then a real install, a program built against
+# it with pkg-config alone, shared and static, and run.
 set -eu
+MAKE=${MAKE:-make}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-make -s install DESTDIR="$tmp/stage" PREFIX=/usr/local >/dev/null
-root="$tmp/stage/usr/local"
+fail() { echo "install_check: $*"; exit 1; }
+
+# CPPFLAGS reaches every compile (a distribution's -D_FORTIFY_SOURCE=2 and
+# the like): shown by the dry run of a fresh build directory's compile lines.
+$MAKE -s -n -B CPPFLAGS=-DLIBSHARD_CPPFLAGS_PROBE B="$tmp/probe" all >"$tmp/dry" 2>&1 || true
+grep -E ' -c ' "$tmp/dry" | grep -v -q -- -DLIBSHARD_CPPFLAGS_PROBE &&
+    fail "CPPFLAGS is not passed to every compile: $(grep -E ' -c ' "$tmp/dry" | grep -v -- -DLIBSHARD_CPPFLAGS_PROBE | head -n 1)"
+grep -q -- -DLIBSHARD_CPPFLAGS_PROBE "$tmp/dry" || fail "CPPFLAGS is not used at all"
+
+# ---- staged install and uninstall ----------------------------------------
+stage="$tmp/stage"
+$MAKE -s install DESTDIR="$stage" PREFIX=/usr >/dev/null
+root="$stage/usr"
 for f in include/libshard.h lib/libshard.a lib/pkgconfig/libshard.pc bin/shardctl \
-         share/man/man3/shard_id_make.3 share/man/man1/shardctl.1; do
-    [ -e "$root/$f" ] || { echo "install_check: $f was not installed"; exit 1; }
+         share/man/man3/shard_id_make.3 share/man/man1/shardctl.1 \
+         share/man/man7/libshard-move.7; do
+    [ -e "$root/$f" ] || fail "$f was not installed"
 done
 [ -L "$root/lib/libshard.so" ] && [ -L "$root/lib/libshard.so.0" ] ||
-    { echo "install_check: shared library links missing"; exit 1; }
+    fail "shared library links missing"
+# Every page, and a link for every function that shares another's page.
+npages=0
+for p in man/man[1-9]/*.[1-9]; do
+    cmp -s "$p" "$root/share/${p}" || fail "$p was not installed as share/$p"
+    npages=$((npages + 1))
+done
+nlinks=0
+sh man/links.sh man >"$tmp/links"
+while read -r dir link page; do
+    l="$root/share/man/$dir/$link"
+    [ -L "$l" ] || fail "share/man/$dir/$link: no link"
+    [ "$(readlink "$l")" = "$page" ] || fail "share/man/$dir/$link points at $(readlink "$l"), not $page"
+    [ -f "$l" ] || fail "share/man/$dir/$link is a dangling link"
+    nlinks=$((nlinks + 1))
+done <"$tmp/links"
+[ "$nlinks" -gt 0 ] || fail "man/links.sh lists no links (NAME sections not read?)"
+if command -v man >/dev/null 2>&1; then
+    # man -l follows the link from anywhere, with no .so to resolve.
+    (cd / && man -l "$root/share/man/man3/shard_kv_get.3" 2>/dev/null) | grep -q shard_kv_get ||
+        fail "man -l share/man/man3/shard_kv_get.3 does not show shard_kv_get"
+fi
+# The .pc file: directories relative to ${prefix}, right when resolved.
+pcf="$root/lib/pkgconfig/libshard.pc"
+grep -qx 'prefix=/usr' "$pcf" || fail "libshard.pc: prefix is not /usr"
+grep -qx 'exec_prefix=${prefix}' "$pcf" || fail "libshard.pc: exec_prefix is not \${prefix}"
+grep -qx 'libdir=${exec_prefix}/lib' "$pcf" || fail "libshard.pc: libdir is not \${exec_prefix}/lib"
+grep -qx 'includedir=${prefix}/include' "$pcf" || fail "libshard.pc: includedir is not \${prefix}/include"
+[ "$(PKG_CONFIG_PATH="$root/lib/pkgconfig" pkg-config --variable=libdir libshard)" = /usr/lib ] ||
+    fail "pkg-config resolves libdir to $(PKG_CONFIG_PATH="$root/lib/pkgconfig" pkg-config --variable=libdir libshard)"
+$MAKE -s install DESTDIR="$tmp/stage2" PREFIX=/usr LIBDIR=/usr/lib/x86_64-linux-gnu >/dev/null
+grep -qx 'libdir=${exec_prefix}/lib/x86_64-linux-gnu' "$tmp/stage2/usr/lib/x86_64-linux-gnu/pkgconfig/libshard.pc" ||
+    fail "libshard.pc: a LIBDIR under PREFIX is not written relative to \${exec_prefix}"
+rm -rf "$tmp/stage2"
+
+$MAKE -s uninstall DESTDIR="$stage" PREFIX=/usr >/dev/null
+left=$(find "$stage" ! -type d)
+[ -z "$left" ] || fail "make uninstall left files behind:
+$left"
+
+# ---- a real install, used through pkg-config ------------------------------
 cat >"$tmp/prog.c" <<'C'
 #include <libshard.h>
 #include <stdio.h>
@@ -33,22 +88,29 @@ C
 # A staged tree is not where its .pc file says it is: build against a real
 # install instead (same files, PREFIX pointing at them).
 root="$tmp/prefix"
-make -s install PREFIX="$root" >/dev/null
+$MAKE -s install PREFIX="$root" >/dev/null
 export PKG_CONFIG_PATH="$root/lib/pkgconfig"
 pc() { pkg-config "$@"; }
 cc -o "$tmp/prog-shared" "$tmp/prog.c" $(pc --cflags --libs libshard)
-LD_LIBRARY_PATH="$root/lib" "$tmp/prog-shared"
+LD_LIBRARY_PATH="$root/lib" "$tmp/prog-shared" >/dev/null
 if LD_LIBRARY_PATH="$root/lib" ldd "$tmp/prog-shared" | grep -q "libshard.so.0 => $root"; then :; else
-    echo "install_check: the shared program does not use the installed libshard.so.0"; exit 1
+    fail "the shared program does not use the installed libshard.so.0"
 fi
+# The program's references carry the library's symbol version.
+objdump -T "$tmp/prog-shared" | grep -q 'LIBSHARD_0.*shard_version' ||
+    fail "the shared program's shard_version reference is not versioned LIBSHARD_0"
 # What the README says: pkg-config --static gives everything a link needs.
 cc -o "$tmp/prog-pcstatic" "$tmp/prog.c" $(pc --cflags --libs --static libshard)
-LD_LIBRARY_PATH="$root/lib" "$tmp/prog-pcstatic"
+LD_LIBRARY_PATH="$root/lib" "$tmp/prog-pcstatic" >/dev/null
 # And libshard itself linked in from libshard.a.
 cc -o "$tmp/prog-static" "$tmp/prog.c" $(pc --cflags libshard) \
     "$root/lib/libshard.a" $(pc --libs --static libshard | sed 's/-lshard//')
-"$tmp/prog-static"
+"$tmp/prog-static" >/dev/null
 if ldd "$tmp/prog-static" | grep -q libshard; then
-    echo "install_check: the static program still links libshard dynamically"; exit 1
+    fail "the static program still links libshard dynamically"
 fi
-echo "install_check: ok (shared and static programs built with pkg-config and run)"
+$MAKE -s uninstall PREFIX="$root" >/dev/null
+left=$(find "$root" ! -type d)
+[ -z "$left" ] || fail "make uninstall PREFIX=$root left files behind:
+$left"
+echo "install_check: ok ($npages pages and $nlinks links installed, .pc relative to \${prefix}, uninstall leaves no file; shared and static programs built with pkg-config and run)"

@@ -1,7 +1,16 @@
 /*
  * Failover against real pairs: a planned failover under concurrent writes
  * (clients follow the read-only fence to the new master, nothing is lost),
- * a forced failover of a killed master, and the refusals.
+ * a forced failover of a killed master, and the refusals: halves that could
+ * hand out the same local ids, an application account that writes through
+ * read_only, masters that cannot be asked about moves. A standby that lags
+ * past the read timeout still completes a planned failover, and a forced
+ * failover over unsent writes never hands out an acknowledged ID again
+ * (shard_pair_failover(3)).
+ *
+ * Pairs: MySQL001 (s1, s2; shards 0-1) for the first two tests, MySQL002
+ * (s3, s4; shards 2-3) for the refusals and the slow standby, MySQL003 (s5,
+ * s6; shards 4-5) for the forced failovers over unsent writes.
  */
 #include "harness.h"
 
@@ -9,6 +18,7 @@
 #include <libshard.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,17 +102,103 @@ static void check_all_present(void)
     shard_items_free(items, (size_t)nids);
 }
 
-/* The operator's context: an account that may set read_only. */
-static shard_ctx *admin_ctx(void)
+/* Warnings the library logged through an admin context. */
+static char logged[8192];
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void log_keep(int level, const char *message, void *payload)
+{
+    (void)level;
+    (void)payload;
+    pthread_mutex_lock(&log_lock);
+    if (strlen(logged) + strlen(message) + 2 < sizeof logged) {
+        strcat(logged, message);
+        strcat(logged, "\n");
+    }
+    pthread_mutex_unlock(&log_lock);
+}
+
+/* The operator's context: an account that may set read_only. read_timeout_ms
+ * 0: the default. */
+static shard_ctx *admin_ctx_ex(unsigned read_timeout_ms)
 {
     shard_options o = SHARD_OPTIONS_INIT;
     shard_ctx *a = NULL;
     o.refresh_interval_ms = 0;
     o.connect_timeout_ms = 1000;
+    if (read_timeout_ms)
+        o.read_timeout_ms = read_timeout_ms;
     o.user = "shardadmin";
     o.password_env = "LIBSHARD_PASSWORD";
+    o.log = log_keep;
     ck_assert_msg(shard_ctx_open(&a, harness_map_path(h), &o) == 0, "%s", shard_errmsg());
     return a;
+}
+
+static shard_ctx *admin_ctx(void)
+{
+    return admin_ctx_ex(0);
+}
+
+/* SQL as root on a server; the output without its last newline (free it). */
+static char *sql_out(const char *server, const char *sql)
+{
+    char *out = NULL;
+    int rc = harness_sql(h, server, sql, &out);
+    size_t n = strlen(out);
+    ck_assert_msg(rc == 0, "%s on %s: status %d", sql, server, rc);
+    if (n && out[n - 1] == '\n')
+        out[n - 1] = '\0';
+    return out;
+}
+
+static void sql_do(const char *server, const char *sql)
+{
+    free(sql_out(server, sql));
+}
+
+static int read_only_of(const char *server)
+{
+    char *v = sql_out(server, "SELECT @@global.read_only");
+    int ro = atoi(v);
+    free(v);
+    return ro;
+}
+
+static uint64_t stored_version(void)
+{
+    shard_map *m = NULL;
+    uint64_t v;
+    shard_ctx_reload(ctx);
+    ck_assert_int_eq(shard_ctx_map(ctx, &m), 0);
+    v = shard_map_version(m);
+    shard_map_free(m);
+    return v;
+}
+
+/* The standby has applied everything its master wrote (up to 30 s). */
+static void caught_up(const char *standby, const char *master)
+{
+    char *pos = sql_out(master, "SELECT @@gtid_binlog_pos"), sql[1200], *r;
+    snprintf(sql, sizeof sql, "SELECT MASTER_GTID_WAIT('%s', 30)", pos);
+    r = sql_out(standby, sql);
+    ck_assert_msg(strcmp(r, "0") == 0, "%s did not catch up with %s (%s)", standby, master,
+                  pos);
+    free(r);
+    free(pos);
+}
+
+/* A refused failover changed nothing: same map, the master still writable
+ * and taking the application's writes. */
+static void nothing_changed(const char *pair, const char *master, uint64_t version,
+                            unsigned shard)
+{
+    uint64_t id;
+    ck_assert_uint_eq(stored_version(), version);
+    master_is(pair, harness_port(h, master));
+    ck_assert_int_eq(read_only_of(master), 0);
+    ck_assert_msg(shard_object_create(ctx, 1, shard, "{\"still\":1}", 11, &id) == 0, "%s",
+                  shard_errmsg());
 }
 
 START_TEST(planned_failover_under_writes)
@@ -193,6 +289,339 @@ START_TEST(forced_failover_of_dead_master)
 }
 END_TEST
 
+/* Issue 9 item 2: a planned failover of a pair whose halves could hand out
+ * the same local ids is refused, naming the servers and their settings. */
+START_TEST(failover_refuses_overlapping_ids)
+{
+    shard_ctx *admin = admin_ctx();
+    shard_failover_report r;
+    uint64_t v0 = stored_version();
+    char s3[32], s4[32];
+    const char *msg;
+
+    snprintf(s3, sizeof s3, "127.0.0.1:%d", harness_port(h, "s3"));
+    snprintf(s4, sizeof s4, "127.0.0.1:%d", harness_port(h, "s4"));
+    master_is("MySQL002", harness_port(h, "s3"));
+    sql_do("s4", "SET GLOBAL auto_increment_offset = 1"); /* as the master's */
+    ck_assert_int_eq(shard_pair_failover(admin, "MySQL002", 0, &r), SHARD_EINVAL);
+    msg = shard_errmsg();
+    ck_assert_msg(strstr(msg, s3) && strstr(msg, s4) &&
+                  strstr(msg, "auto_increment_increment=2, auto_increment_offset=1; standby"),
+                  "%s", msg);
+    nothing_changed("MySQL002", "s3", v0, 2);
+    /* A master that answers: --force is the planned failover. */
+    ck_assert_int_eq(shard_pair_failover(admin, "MySQL002", SHARD_FAILOVER_FORCE, &r),
+                     SHARD_EINVAL);
+    nothing_changed("MySQL002", "s3", v0, 2);
+    sql_do("s4", "SET GLOBAL auto_increment_increment = 1; SET GLOBAL auto_increment_offset = 2");
+    ck_assert_int_eq(shard_pair_failover(admin, "MySQL002", 0, &r), SHARD_EINVAL);
+    ck_assert_msg(strstr(shard_errmsg(), "auto_increment_increment=1"), "%s", shard_errmsg());
+    nothing_changed("MySQL002", "s3", v0, 2);
+    sql_do("s4", "SET GLOBAL auto_increment_increment = 2; SET GLOBAL auto_increment_offset = 2");
+    shard_ctx_free(admin);
+}
+END_TEST
+
+/* Issue 9 item 3: when the application's account writes through read_only
+ * (directly, through ALL PRIVILEGES, a role or PUBLIC), failover refuses
+ * before changing anything; without it, it proceeds. */
+START_TEST(failover_refuses_unfenceable_account)
+{
+    static const struct {
+        const char *grant, *revoke, *says;
+    } cases[] = {
+        /* (with SUPER too, SHOW GRANTS would say ALL PRIVILEGES) */
+        {"REVOKE SUPER ON *.* FROM 'shard'@'127.0.0.1';"
+         " GRANT READ_ONLY ADMIN ON *.* TO 'shard'@'127.0.0.1'",
+         "REVOKE READ_ONLY ADMIN ON *.* FROM 'shard'@'127.0.0.1';"
+         " GRANT SUPER ON *.* TO 'shard'@'127.0.0.1'",
+         "shard@127.0.0.1 holds READ_ONLY ADMIN"},
+        {"GRANT ALL PRIVILEGES ON *.* TO 'shard'@'localhost'",
+         "REVOKE READ_ONLY ADMIN ON *.* FROM 'shard'@'localhost'",
+         "shard@localhost holds ALL PRIVILEGES"},
+        {"CREATE ROLE fo_writer; GRANT READ_ONLY ADMIN ON *.* TO fo_writer;"
+         " GRANT fo_writer TO 'shard'@'127.0.0.1'",
+         "DROP ROLE fo_writer", "through role fo_writer"},
+        {"GRANT READ_ONLY ADMIN ON *.* TO PUBLIC", "REVOKE READ_ONLY ADMIN ON *.* FROM PUBLIC",
+         "through role PUBLIC"},
+    };
+    shard_ctx *admin = admin_ctx();
+    shard_failover_report r;
+    uint64_t v0 = stored_version();
+
+    master_is("MySQL002", harness_port(h, "s3"));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char sql[400], msg[1024];
+        int rc;
+        snprintf(sql, sizeof sql, "SET sql_log_bin = 0; %s", cases[i].grant);
+        sql_do("s3", sql);
+        rc = shard_pair_failover(admin, "MySQL002", 0, &r);
+        snprintf(msg, sizeof msg, "%s", shard_errmsg());
+        nothing_changed("MySQL002", "s3", v0, 2);
+        snprintf(sql, sizeof sql, "SET sql_log_bin = 0; %s", cases[i].revoke);
+        sql_do("s3", sql);
+        ck_assert_msg(rc == SHARD_EPRIV, "case %zu: rc %d: %s", i, rc, msg);
+        ck_assert_msg(strstr(msg, cases[i].says) && strstr(msg, "cannot be fenced"),
+                      "case %zu: %s", i, msg);
+        ck_assert_int_eq(r.old_master_fenced, 0);
+    }
+    /* The launcher's account (ALL PRIVILEGES but READ_ONLY ADMIN: SUPER
+     * included, which no longer writes through read_only on MariaDB 10.11)
+     * is fine. */
+    ck_assert_msg(shard_pair_failover(admin, "MySQL002", 0, &r) == 0, "%s", shard_errmsg());
+    ck_assert_int_eq(r.old_master_fenced, 1);
+    ck_assert_uint_eq(r.map_version, v0 + 1);
+    master_is("MySQL002", harness_port(h, "s4"));
+    shard_ctx_free(admin);
+}
+END_TEST
+
+typedef struct failover_call {
+    shard_ctx *ctx;
+    const char *pair;
+    int rc;
+    char err[600];
+    shard_failover_report r;
+} failover_call;
+
+static void *failover_thread(void *arg)
+{
+    failover_call *f = arg;
+    f->rc = shard_pair_failover(f->ctx, f->pair, 0, &f->r);
+    snprintf(f->err, sizeof f->err, "%s", shard_errmsg());
+    return NULL;
+}
+
+/* Issue 9 item 5: the wait for the standby outlasts the connection's read
+ * timeout (2 s here) because it is made in steps. */
+START_TEST(failover_waits_past_the_read_timeout)
+{
+    failover_call f;
+    pthread_t t;
+    int i;
+
+    memset(&f, 0, sizeof f);
+    f.ctx = admin_ctx_ex(2000);
+    f.pair = "MySQL002";
+    master_is("MySQL002", harness_port(h, "s4"));
+    caught_up("s3", "s4");
+    sql_do("s3", "STOP SLAVE SQL_THREAD");
+    nids = 0;
+    for (i = 0; i < 20; i++) {
+        uint64_t id;
+        ck_assert_int_eq(shard_object_create(ctx, 1, 2 + (unsigned)i % 2, "{\"p\":1}", 7, &id),
+                         0);
+        ids[nids++] = id;
+    }
+    pthread_create(&t, NULL, failover_thread, &f);
+    for (i = 0; i < 600 && read_only_of("s4") == 0; i++)
+        usleep(50000); /* until the fence is up and the wait has begun */
+    ck_assert_int_eq(read_only_of("s4"), 1);
+    sleep(3); /* longer than the read timeout */
+    sql_do("s3", "START SLAVE SQL_THREAD");
+    pthread_join(t, NULL);
+    shard_ctx_free(f.ctx);
+    ck_assert_msg(f.rc == 0, "failover: %s", f.err);
+    ck_assert_int_gt(f.r.lag_transactions, 0);
+    master_is("MySQL002", harness_port(h, "s3"));
+    check_all_present();
+}
+END_TEST
+
+/* Issue 9 item 5: a master that cannot be asked about unfinished moves
+ * makes failover refuse (it would otherwise proceed without looking). */
+START_TEST(failover_refuses_unchecked_moves)
+{
+    shard_ctx *admin = admin_ctx_ex(2000);
+    shard_failover_report r;
+    uint64_t v0 = stored_version();
+    int rc;
+
+    master_is("MySQL001", harness_port(h, "s1"));
+    master_is("MySQL002", harness_port(h, "s3"));
+    ck_assert_int_eq(harness_pause(h, "s1"), 0); /* another pair's master */
+    rc = shard_pair_failover(admin, "MySQL002", 0, &r);
+    ck_assert_int_eq(harness_resume(h, "s1"), 0);
+    shard_ctx_free(admin);
+    ck_assert_msg(rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT, "rc %d: %s", rc,
+                  shard_errmsg());
+    ck_assert_msg(strstr(shard_errmsg(), "cannot tell whether a move"), "%s", shard_errmsg());
+    nothing_changed("MySQL002", "s3", v0, 2);
+}
+END_TEST
+
+/* What writers were told, across the forced failovers of MySQL003. */
+typedef struct ack {
+    uint64_t id;
+    int writer, n;
+    bool after; /* acknowledged after the failover returned */
+} ack;
+
+#define MAXACK 60000
+static ack acks[MAXACK];
+static atomic_int nacks;
+static atomic_int phase_after; /* 1 once the failover returned */
+
+typedef struct id_writer {
+    int k;
+    atomic_int *stop;
+    atomic_int done_after; /* acks since the failover */
+} id_writer;
+
+static void *id_write_loop(void *arg)
+{
+    id_writer *w = arg;
+    for (int i = 0; !atomic_load(w->stop); i++) {
+        char json[64];
+        uint64_t id;
+        bool after = atomic_load(&phase_after);
+        snprintf(json, sizeof json, "{\"tag\":\"w%d-%d\"}", w->k, i);
+        if (shard_object_create(ctx, 1, 4 + (unsigned)w->k % 2, json, strlen(json), &id))
+            continue;
+        pthread_mutex_lock(&lock);
+        if (nacks < MAXACK)
+            acks[atomic_fetch_add(&nacks, 1)] = (ack){id, w->k, i, after};
+        pthread_mutex_unlock(&lock);
+        if (after)
+            atomic_fetch_add(&w->done_after, 1);
+        if (atomic_load(&nacks) >= MAXACK)
+            break;
+    }
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * Issue 9 item 2's repro on MySQL003: the standby stops receiving while
+ * writers go on, the master is killed, and a forced failover promotes the
+ * standby. Then no acknowledged ID names another object: every one that
+ * reached the new master reads back its own content, no ID was
+ * acknowledged twice, and new creates get IDs no writer was ever given.
+ */
+static uint64_t forced_over_unsent_writes(const char *master, const char *standby,
+                                          shard_ctx *admin)
+{
+    enum { WRITERS = 2 };
+    id_writer w[WRITERS];
+    pthread_t t[WRITERS];
+    atomic_int stop = 0;
+    shard_failover_report r;
+    static int generation;
+    unsigned long long raised = 0;
+    const char *said;
+    uint64_t *sorted;
+    int n, lost = 0, before = atomic_load(&nacks), rc;
+
+    atomic_store(&phase_after, 0);
+    generation++;
+    for (int k = 0; k < WRITERS; k++) {
+        w[k].k = k + WRITERS * generation; /* tags stay unique */
+        w[k].stop = &stop;
+        atomic_init(&w[k].done_after, 0);
+        pthread_create(&t[k], NULL, id_write_loop, &w[k]);
+    }
+    while (atomic_load(&nacks) < before + 100)
+        usleep(10000);
+    sql_do(standby, "STOP SLAVE IO_THREAD");
+    before = atomic_load(&nacks);
+    while (atomic_load(&nacks) < before + 200)
+        usleep(10000); /* acknowledged by the master alone */
+    ck_assert_int_eq(harness_kill(h, master), 0);
+    pthread_mutex_lock(&log_lock);
+    logged[0] = '\0';
+    pthread_mutex_unlock(&log_lock);
+    rc = shard_pair_failover(admin, "MySQL003", SHARD_FAILOVER_FORCE, &r);
+    ck_assert_msg(rc == 0, "forced failover: %s", shard_errmsg());
+    ck_assert_int_eq(r.old_master_fenced, 0);
+    said = strstr(logged, "raised the AUTO_INCREMENT of ");
+    ck_assert_msg(said && sscanf(said, "raised the AUTO_INCREMENT of %llu", &raised) == 1, "%s",
+                  logged);
+    atomic_store(&phase_after, 1);
+    master_is("MySQL003", harness_port(h, standby));
+    for (int k = 0; k < WRITERS; k++)
+        while (atomic_load(&w[k].done_after) < 50)
+            usleep(10000);
+    atomic_store(&stop, 1);
+    for (int k = 0; k < WRITERS; k++)
+        pthread_join(t[k], NULL);
+
+    n = atomic_load(&nacks);
+    sorted = malloc(sizeof *sorted * (size_t)(n + 1));
+    ck_assert_ptr_nonnull(sorted);
+    for (int i = 0; i < n; i++)
+        sorted[i] = acks[i].id;
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_u64);
+    for (int i = 1; i < n; i++)
+        ck_assert_msg(sorted[i] != sorted[i - 1], "ID %llu acknowledged twice",
+                      (unsigned long long)sorted[i]);
+    for (int i = 0; i < n; i++) {
+        shard_item *items = NULL;
+        char want[64];
+        int got = shard_object_mget(ctx, &acks[i].id, 1, &items);
+        ck_assert_msg(got == 0, "mget: %s", shard_errmsg());
+        snprintf(want, sizeof want, "\"w%d-%d\"", acks[i].writer, acks[i].n);
+        if (items[0].status == SHARD_ENOTFOUND) {
+            ck_assert_msg(!acks[i].after, "object %llu (%s), created after the failover, "
+                          "is lost", (unsigned long long)acks[i].id, want);
+            lost++;
+        } else {
+            ck_assert_int_eq(items[0].status, 0);
+            ck_assert_msg(strstr(items[0].data, want), "ID %llu names %s, not %s",
+                          (unsigned long long)acks[i].id, items[0].data, want);
+        }
+        shard_items_free(items, 1);
+    }
+    /* The unsent writes were really lost: the scenario happened. */
+    ck_assert_int_gt(lost, 0);
+    for (int i = 0; i < 300; i++) {
+        uint64_t id;
+        ck_assert_int_eq(shard_object_create(ctx, 1, 4 + (unsigned)i % 2, "{\"new\":1}", 9,
+                                             &id), 0);
+        ck_assert_msg(!bsearch(&id, sorted, (size_t)n, sizeof *sorted, cmp_u64),
+                      "new object got ID %llu, acknowledged before", (unsigned long long)id);
+    }
+    printf("forced failover over unsent writes: %d acknowledged, %d lost with %s, "
+           "%llu counters raised\n", n, lost, master, raised);
+    free(sorted);
+    return raised;
+}
+
+START_TEST(forced_failover_never_reuses_ids)
+{
+    shard_ctx *admin = admin_ctx();
+    uint64_t raised;
+    master_is("MySQL003", harness_port(h, "s5"));
+    caught_up("s6", "s5");
+    raised = forced_over_unsent_writes("s5", "s6", admin);
+    shard_ctx_free(admin);
+    /* The old master comes back as the standby (its unsent rows stay
+     * there, and nothing it has flows to the new master). */
+    ck_assert_int_eq(harness_restart(h, "s5"), 0);
+    ck_assert_uint_eq(raised, 2 * 3); /* shards 4 and 5, three object types */
+}
+END_TEST
+
+/* The same over a misconfigured pair: the standby steps by 1, as a default
+ * server does. The forced failover warns and goes on, and the raised
+ * counters alone keep the IDs apart. */
+START_TEST(forced_failover_raises_counters)
+{
+    shard_ctx *admin = admin_ctx();
+    master_is("MySQL003", harness_port(h, "s6"));
+    caught_up("s5", "s6");
+    sql_do("s5", "SET GLOBAL auto_increment_increment = 1; SET GLOBAL auto_increment_offset = 1");
+    ck_assert_uint_eq(forced_over_unsent_writes("s6", "s5", admin), 2 * 3);
+    ck_assert_msg(strstr(logged, "auto_increment_increment=1, auto_increment_offset=1"), "%s",
+                  logged);
+    shard_ctx_free(admin);
+}
+END_TEST
+
 START_TEST(failover_refusals)
 {
     shard_failover_report r;
@@ -210,7 +639,7 @@ int main(void)
     SRunner *sr;
     int failed;
 
-    h = harness_start_ex(2, 4, 2);
+    h = harness_start_ex(3, 6, 3);
     if (!h)
         return 1;
     o.refresh_interval_ms = 0; /* follow the failover through errors alone */
@@ -224,6 +653,12 @@ int main(void)
     tcase_add_test(tc, planned_failover_under_writes);
     tcase_add_test(tc, forced_failover_of_dead_master);
     tcase_add_test(tc, failover_refusals);
+    tcase_add_test(tc, failover_refuses_overlapping_ids);
+    tcase_add_test(tc, failover_refuses_unfenceable_account);
+    tcase_add_test(tc, failover_waits_past_the_read_timeout);
+    tcase_add_test(tc, failover_refuses_unchecked_moves);
+    tcase_add_test(tc, forced_failover_never_reuses_ids);
+    tcase_add_test(tc, forced_failover_raises_counters);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* the tests build on each other */

@@ -126,10 +126,16 @@ static const char *const MOVER_GRANTS[] = {
 };
 
 /* What a failover needs: SHOW SLAVE STATUS on the standby (SLAVE MONITOR),
- * SET GLOBAL read_only on both servers (READ_ONLY ADMIN). */
+ * SET GLOBAL read_only on both servers (READ_ONLY ADMIN), the application
+ * account's grants, to check that the fence holds (SELECT on the mysql
+ * schema: mysql.user and SHOW GRANTS FOR another account), and the move
+ * journal on every master, to check that no move is unfinished (SELECT on
+ * libshard_control; the check fails closed when it cannot read it). */
 static const char *const FAILOVER_GRANTS[] = {
     "SLAVE MONITOR ON *.*",
     "READ_ONLY ADMIN ON *.*",
+    "SELECT ON `mysql`.*",
+    "SELECT ON `libshard\\_control`.*",
 };
 
 static const char *const SERVERS[] = {"s1", "s2", "s3", "s4"};
@@ -1106,7 +1112,8 @@ END_TEST
  * takes no writes at all. */
 START_TEST(failover_failing_after_the_fence)
 {
-    static const char *const monitor[] = {"SLAVE MONITOR ON *.*"};
+    static const char *const monitor[] = {"SLAVE MONITOR ON *.*", "SELECT ON `mysql`.*",
+                                          "SELECT ON `libshard\\_control`.*"};
     char master[8], *out, sql[512];
     shard_failover_report r;
     shard_ctx *c;
@@ -1114,7 +1121,7 @@ START_TEST(failover_failing_after_the_fence)
     int rc;
 
     snprintf(master, sizeof master, "%s", master_server("MySQL001"));
-    account("failpartial", "FAILOVER_PASSWORD", NULL, monitor, 1, 0);
+    account("failpartial", "FAILOVER_PASSWORD", NULL, monitor, NELEM(monitor), 0);
     snprintf(sql, sizeof sql, "SET sql_log_bin = 0; GRANT READ_ONLY ADMIN ON *.* TO "
              "'failpartial'@'127.0.0.1'");
     free(sql_on(master, sql));
@@ -1149,7 +1156,8 @@ static const char *const MOVER_CANDIDATES[] = {
 static const char *const FAILOVER_CANDIDATES[] = {
     "SLAVE MONITOR ON *.*", "READ_ONLY ADMIN ON *.*", "REPLICATION SLAVE ADMIN ON *.*",
     "BINLOG MONITOR ON *.*", "BINLOG ADMIN ON *.*", "PROCESS ON *.*",
-    "CONNECTION ADMIN ON *.*", "SELECT ON *.*",
+    "CONNECTION ADMIN ON *.*", "SELECT ON `mysql`.*", "SELECT ON `libshard\\_control`.*",
+    "SELECT ON *.*",
 };
 
 static void print_set(const char *role, const char *const *g, size_t n, unsigned skip)

@@ -1,6 +1,6 @@
 /*
  * tests/server_shardctl.c: the data commands of shardctl against real
- * servers (DESIGN.md section 9): schema apply, obj, mapping and kv.
+ * servers (shardctl(1)): schema apply, obj, mapping and kv.
  *
  * Starts 2 small pairs (8 ID shards, 4 mod shards) once, then runs the
  * shardctl binary ($SHARDCTL, default build/shardctl) as a separate process

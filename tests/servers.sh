@@ -9,7 +9,11 @@
 # Servers listen on 127.0.0.1 and on a unix socket in DIR only. Pair P is made
 # of servers s(2P-1) (master) and s(2P) (standby), replicating each other with
 # GTID. DIR/servers lists "NAME PAIR ROLE PORT SOCKET PIDFILE" per server and
-# DIR/map.json is a shard map (DESIGN.md section 4) for what was started.
+# DIR/map.json is a shard map (libshard(3), "The shard map") for what was started.
+#
+# The two halves of a pair hand out disjoint AUTO_INCREMENT values (local
+# ids): every server has auto_increment_increment=2, a pair's master
+# auto_increment_offset=1 and its standby 2, as shard_pair_failover(3) asks.
 #
 # --tls CERTDIR: the servers also accept TLS, with CERTDIR/ca.pem,
 # CERTDIR/server-cert.pem and CERTDIR/server-key.pem (tests/tls.sh makes
@@ -126,6 +130,8 @@ server_args() {
         --gtid-ignore-duplicates=ON
         "--server-id=$k"
         "--gtid-domain-id=$k"
+        --auto-increment-increment=2
+        "--auto-increment-offset=$((k % 2 ? 1 : 2))"
         --skip-slave-start
         --skip-name-resolve
         --slave-net-timeout=10

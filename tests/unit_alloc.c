@@ -419,7 +419,7 @@ START_TEST(codec_allocation_failures)
     if (openssl_routed)
         ck_assert_int_ge(n, 3);
     ck_assert_uint_eq(s.id, (UINT64_C(53563) << 46) | (UINT64_C(1) << 36) | 5);
-    ck_assert_uint_eq(s.mod[0], 1537); /* DESIGN.md section 2 */
+    ck_assert_uint_eq(s.mod[0], 1537); /* shard_mod(3)'s example */
     /* MD5("") = d41d8cd98f00b204e9800998ecf8427e; mod 65536 is its last 16 bits. */
     ck_assert_uint_eq(s.mod[1], 0x427e);
     /* MD5("a\0b") = 70350f6027bce3713f6b76473084309b, mod 1000, by Horner. */

@@ -1,6 +1,7 @@
 /*
  * Unit tests (no server) for the ID codec, mod-shard hashing, error codes,
- * the per-thread error message and the version (DESIGN.md sections 1, 2, 8).
+ * the per-thread error message and the version (libshard(3): "The 64-bit
+ * ID", "Mod shards"; libshard-errors(3); shard_version(3)).
  *
  * Expected values are never taken from the code under test: bit layouts are
  * composed here, mod-shard vectors come from Python's hashlib, and the
@@ -38,7 +39,7 @@ static uint64_t splitmix64(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-/* The layout of DESIGN.md section 1, composed here, not by the library. */
+/* The ID layout of libshard(3), composed here, not by the library. */
 static uint64_t compose(uint64_t shard, uint64_t type, uint64_t local)
 {
     return (shard << 46) | (type << 36) | local;

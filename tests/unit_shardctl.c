@@ -1,6 +1,6 @@
 /*
  * Unit tests (no server) for the shardctl commands that need no server:
- * id decode/encode, modshard and check (DESIGN.md section 9).
+ * id decode/encode, modshard and check (shardctl(1)).
  *
  * shardctl is run as a separate process ($SHARDCTL, default build/shardctl),
  * with stdout, stderr and the exit status captured apart. Expected IDs are
@@ -65,7 +65,7 @@ static void expect_usage(run_result r, const char *mention)
 /* Temporary map files                                                 */
 /* ------------------------------------------------------------------ */
 
-/* The example map of DESIGN.md section 4, with 16 mod shards. */
+/* The example map of libshard(3) ("The shard map"), with 16 mod shards. */
 static const char example_map[] =
     "{\n"
     "  \"version\": 7,\n"

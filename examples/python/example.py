@@ -4,30 +4,36 @@ Run it against any shard map whose objects include users, boards and pins
 and whose mappings include board_has_pins and user_likes_pins (the map that
 tests/servers.sh writes has them):
 
-    make
+    make install                          # the C library (PREFIX=... too)
+    pip install --no-build-isolation examples/python    # this package
     export LIBSHARD_PASSWORD=...          # the map's credentials.password_env
-    python3 examples/python/example.py /path/to/map.json [--apply-schema]
+    export LIBSHARD_MAP=/path/to/map.json # or name the map as the argument
+    python3 examples/python/example.py [MAP] [--apply-schema]
 
 --apply-schema creates the shard databases and tables first (idempotent;
-`shardctl schema apply` does the same). libshard.py is found next to this
-file; the shared library through $LIBSHARD_LIB, the build tree, or the
-system's library path.
+`shardctl schema apply` does the same). The libshard module is the one next
+to this file, else the installed one; it loads the C library as its
+docstring says (LIBSHARD_LIB=build/libshard.so.0 uses a build tree's).
 """
 
 import argparse
 import json
+import os
 import sys
 
 sys.dont_write_bytecode = True  # keep the source tree clean
-import libshard  # noqa: E402  (next to this file)
+import libshard  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("map", help="the shard map file")
+    ap.add_argument("map", nargs="?", default=os.environ.get("LIBSHARD_MAP"),
+                    help="the shard map file (default: $LIBSHARD_MAP)")
     ap.add_argument("--apply-schema", action="store_true",
                     help="create the shard databases and tables first")
     args = ap.parse_args()
+    if not args.map:
+        ap.error("no shard map: name one, or set LIBSHARD_MAP")
 
     try:
         with libshard.Context(args.map) as ctx:

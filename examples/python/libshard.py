@@ -1,8 +1,14 @@
 """libshard for Python: a ctypes binding of libshard's plain-types C API.
 
-Standard library only. The shared library is found, in this order, at
-$LIBSHARD_LIB, at build/libshard.so.0 of the source tree this file sits in,
-then through ctypes.util.find_library("shard").
+Standard library only. Install it with
+`pip install --no-build-isolation examples/python` (from libshard's source
+tree, into a venv or for the user); it needs the C library installed too
+(make install). The C library is loaded as $LIBSHARD_LIB if that is set
+(a path, e.g. build/libshard.so.0 of a source tree), else as libshard.so.0
+through the dynamic loader (LD_LIBRARY_PATH, the ldconfig cache, the
+system's directories), else as ctypes.util.find_library("shard") finds it.
+Its shard_version() must equal this module's __version__: the import fails
+with what to do otherwise, as it does when no library is found.
 
     import libshard
     with libshard.Context("/etc/libshard/map.json") as ctx:
@@ -76,6 +82,10 @@ __all__ = [
     "LOG_DEBUG", "MAX_SHARD", "MAX_TYPE", "MAX_LOCAL", "MAX_MOD_SHARDS",
     "KEY_MAX", "MOVE_PHASES",
 ]
+
+# The version of the C library this binding is written for: its
+# SHARD_VERSION_STRING (include/libshard.h), and the package's version.
+__version__ = "0.1.0"
 
 # --------------------------------------------------------------------------
 # Constants (values from include/libshard.h)
@@ -250,22 +260,52 @@ def _check(rc):
 # The library and its prototypes
 # --------------------------------------------------------------------------
 
-def _locate():
+_SONAME = "libshard.so.0"
+
+
+def _load():
+    """The C library, as the module docstring says; ImportError otherwise."""
     env = os.environ.get("LIBSHARD_LIB")
     if env:
-        return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    tree = os.path.join(here, os.pardir, os.pardir, "build", "libshard.so.0")
-    if os.path.exists(tree):
-        return os.path.normpath(tree)
-    found = ctypes.util.find_library("shard")
-    if found:
-        return found
-    raise OSError("libshard not found: set LIBSHARD_LIB, run make in the "
-                  "source tree, or install the library")
+        try:
+            return ctypes.CDLL(env)
+        except OSError as e:
+            raise ImportError(f"libshard: cannot load LIBSHARD_LIB={env}: {e}"
+                              ) from None
+    try:
+        return ctypes.CDLL(_SONAME)
+    except OSError as e:
+        why = str(e)
+    found = ctypes.util.find_library("shard")  # slower: runs ldconfig, cc
+    if found and found != _SONAME:
+        try:
+            return ctypes.CDLL(found)
+        except OSError:
+            pass
+    raise ImportError(
+        f"libshard: the C library {_SONAME} is not installed where the "
+        f"dynamic loader looks ({why}). Install it (make "
+        f"install, then ldconfig as root), or add the directory that holds "
+        f"it to LD_LIBRARY_PATH (e.g. $HOME/.local/lib after make install "
+        f"PREFIX=$HOME/.local), or set LIBSHARD_LIB to its path (in a "
+        f"source tree after make: build/{_SONAME}).")
 
 
-_lib = ctypes.CDLL(_locate())
+def _check_version(lib):
+    lib.shard_version.restype = c_char_p
+    lib.shard_version.argtypes = []
+    found = lib.shard_version().decode()
+    if found != __version__:
+        raise ImportError(
+            f"libshard: this Python binding is version {__version__}, but "
+            f"the C library it loaded ({lib._name}) is version {found}. "
+            f"Install the binding from libshard {found}'s source tree "
+            f"(pip install examples/python), or load libshard "
+            f"{__version__} (LIBSHARD_LIB or LD_LIBRARY_PATH).")
+    return lib
+
+
+_lib = _check_version(_load())
 
 _LOG_FN = CFUNCTYPE(None, c_int, c_char_p, c_void_p)
 _PROGRESS_FN = CFUNCTYPE(None, c_char_p, c_uint64, c_uint64, c_void_p)

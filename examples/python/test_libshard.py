@@ -1,16 +1,19 @@
 """Tests of the Python binding (examples/python/libshard.py), against real
 MariaDB servers started with tests/servers.sh and stopped at the end.
 
-    make && python3 examples/python/test_libshard.py [-v]
-    (make check-run: sh examples/python/check.sh, through tests/run.sh)
+    make && LIBSHARD_LIB=build/libshard.so.0 python3 examples/python/test_libshard.py [-v]
+    (make check: sh examples/python/check.sh installs libshard and this
+    package into temporary directories and runs these tests against them)
 
 Each class starts its own servers (one pair, then two pairs for the move
 and failover) under a fresh random LIBSHARD_PASSWORD and stops them in
 tearDownClass; a guard process stops them too if this process dies.
 
 Standard library only. Needs what `make check` needs (mariadbd and
-mariadb-install-db); the shared library is found as libshard.py says
-(LIBSHARD_LIB, else build/libshard.so.0).
+mariadb-install-db); the module is the libshard found on sys.path (this
+directory's first), the shared library found as libshard.py says.
+$LIBSHARD_SOURCE_TREE names the source tree (tests/servers.sh,
+include/libshard.h) when this file runs from a copy elsewhere.
 """
 
 import atexit
@@ -32,9 +35,9 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, os.pardir, os.pardir))
+ROOT = os.environ.get("LIBSHARD_SOURCE_TREE") or \
+    os.path.normpath(os.path.join(HERE, os.pardir, os.pardir))
 SERVERS = os.path.join(ROOT, "tests", "servers.sh")
-sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 
 import libshard as ls  # noqa: E402
@@ -173,9 +176,56 @@ class NoServerTests(Case):
 
     def test_version(self):
         self.assertEqual(ls.version(), read_header_version())
+        self.assertEqual(ls.__version__, ls.version())
         major, minor, patch = map(int, ls.version().split("."))
         self.assertEqual(ls.version_num(), (major << 16) | (minor << 8) | patch)
         ls.global_init()
+
+    def import_fails(self, env):
+        """The ImportError text of `import libshard` (this module) under env."""
+        code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+                "try:\n    import libshard\n"
+                "except ImportError as e:\n    print(e); sys.exit(3)\n")
+        p = subprocess.run(
+            [sys.executable, "-c", code, os.path.dirname(ls.__file__)],
+            env=dict(os.environ, **env), stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
+        return p.stdout
+
+    def test_import_without_the_library(self):
+        msg = self.import_fails({"LIBSHARD_LIB": "/nonexistent/libshard.so.0"})
+        self.assertIn("LIBSHARD_LIB=/nonexistent/libshard.so.0", msg)
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("LIBSHARD_LIB", "LD_LIBRARY_PATH")}
+        probe = subprocess.run(
+            [sys.executable, "-c", "import ctypes; ctypes.CDLL('libshard.so.0')"],
+            env=env, capture_output=True, timeout=60)
+        if probe.returncode == 0:
+            self.skipTest("libshard.so.0 is installed system-wide")
+        p = subprocess.run([sys.executable, "-c",
+                            "import sys; sys.path.insert(0, sys.argv[1]); "
+                            "import libshard", os.path.dirname(ls.__file__)],
+                           env=env, stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+        for hint in ("ImportError", "libshard.so.0", "make install",
+                     "LD_LIBRARY_PATH", "LIBSHARD_LIB"):
+            self.assertIn(hint, p.stderr)
+
+    def test_import_refuses_another_version(self):
+        cc = shutil.which(os.environ.get("CC", "cc"))
+        if not cc:
+            self.skipTest("no C compiler")
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "other.c")
+            with open(src, "w") as f:
+                f.write('const char *shard_version(void) { return "9.8.7"; }\n')
+            lib = os.path.join(tmp, "libshard.so.0")
+            subprocess.run([cc, "-shared", "-fPIC", "-o", lib, src], check=True)
+            msg = self.import_fails({"LIBSHARD_LIB": lib})
+        self.assertIn(f"binding is version {ls.__version__}", msg)
+        self.assertIn("is version 9.8.7", msg)
 
     def test_ids(self):
         id = ls.make_id(3429, 1, 7)
@@ -697,11 +747,24 @@ class OnePairTests(ServerCase):
             self.assertIn("'name': 'Ada'", p.stdout)
             self.assertIn("(not found)", p.stdout)
             self.assertEqual("already taken" in p.stdout, i == 1)
+        # The map from $LIBSHARD_MAP when no argument names one.
+        p = subprocess.run([sys.executable, example],
+                           env=dict(os.environ, LIBSHARD_MAP=self.map_path),
+                           stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"board \d+ has 1 pin\(s\):\n  pin \d+")
         p = subprocess.run([sys.executable, example, "/nonexistent.json"],
                            stdin=subprocess.DEVNULL, capture_output=True,
                            text=True, timeout=60)
         self.assertEqual(p.returncode, 1)
         self.assertIn("SHARD_EIO", p.stderr)
+        env = {k: v for k, v in os.environ.items() if k != "LIBSHARD_MAP"}
+        p = subprocess.run([sys.executable, example], env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("LIBSHARD_MAP", p.stderr)
 
     def test_move_errors_one_pair(self):
         c = self.ctx

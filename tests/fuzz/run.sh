@@ -1,8 +1,9 @@
 #!/bin/sh
 # tests/fuzz/run.sh [SECONDS]: build the libFuzzer targets with clang into
-# build-fuzz/ (lib/*.c compiled with the same ASan+UBSan flags) and run each
-# for SECONDS (default 60), all at once, on a copy of tests/fuzz/corpus/ (new
-# inputs stay in build-fuzz/corpus/). Prints one line per target:
+# build-fuzz/ (lib/*.c and lib/*/*.c compiled with the same ASan+UBSan flags)
+# and run each for SECONDS (default 60), all at once, on a copy of
+# tests/fuzz/corpus/ (new inputs stay in build-fuzz/corpus/). Prints one line
+# per target:
 #   fuzz TARGET: N execs, 0 crashes
 # and exits non-zero on any crash, leak, timeout or broken property; the
 # input that did it is in build-fuzz/artifacts/TARGET/.
@@ -41,7 +42,7 @@ fi
 
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 CFLAGS="-std=c11 -D_GNU_SOURCE -pthread -g -O1 -Wall -Wextra $SAN -Iinclude $DEPS_CFLAGS"
-HEADERS="include/libshard.h $(echo lib/*.h)"
+HEADERS="include/libshard.h $(ls lib/*.h lib/*/*.h 2>/dev/null)"
 
 # An object is rebuilt when its source or any header is newer.
 stale() {
@@ -50,9 +51,11 @@ stale() {
 }
 
 objs=""
-for src in lib/*.c; do
-    obj="$B/lib/$(basename "$src" .c).o"
+for src in lib/*.c lib/*/*.c; do
+    [ -f "$src" ] || continue
+    obj="$B/${src%.c}.o"
     objs="$objs $obj"
+    mkdir -p "$(dirname "$obj")" || exit 2
     if stale "$obj" "$src"; then
         $CC $CFLAGS -fsanitize=fuzzer-no-link -fvisibility=hidden -DLIBSHARD_BUILD \
             -c -o "$obj" "$src" || exit 2
