@@ -184,21 +184,24 @@ static int rows_of(exec_env *env, const list_args *a, sqlbuf *q)
     return 0;
 }
 
-/* The fence in the same statement as the rows: one row always (the fence's,
- * joined to the rows, none of which has a NULL to_id), ordered outside. */
-static int list_fn(exec_env *env, void *arg)
+/*
+ * The rows, with the fence in the same statement: a column of every row
+ * (the uncorrelated subquery is read once, in the statement's view). An
+ * empty list says nothing about the fence, so it is asked again in a form
+ * that returns one row always (the fence's, joined to the rows, none of
+ * which has a NULL to_id): sorting nothing costs nothing.
+ */
+static int list_query(exec_env *env, const list_args *a, bool joined, MYSQL_RES **res)
 {
-    list_args *a = arg;
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    bool fenced = false;
     sqlbuf q;
     int rc;
 
     sql_init(&q);
-    sql_add(&q, "SELECT f.v, m.to_id, m.sequence FROM (SELECT ");
+    sql_add(&q, "SELECT ");
+    if (joined)
+        sql_add(&q, "f.v, m.to_id, m.sequence FROM (SELECT ");
     sql_fence_value(&q, env->db);
-    sql_add(&q, " AS v) AS f LEFT JOIN (SELECT to_id, sequence");
+    sql_add(&q, joined ? " AS v) AS f LEFT JOIN (SELECT to_id, sequence" : ", to_id, sequence");
     if ((rc = rows_of(env, a, &q))) {
         sql_free(&q);
         return rc;
@@ -212,11 +215,28 @@ static int list_fn(exec_env *env, void *arg)
         sql_add(&q, " LIMIT ");
         sql_u64(&q, a->limit);
     }
-    sql_add(&q, ") AS m ON TRUE ORDER BY m.sequence DESC, m.to_id DESC");
-    rc = conn_select(env->conn, &q, &res);
+    if (joined)
+        sql_add(&q, ") AS m ON TRUE ORDER BY m.sequence DESC, m.to_id DESC");
+    rc = conn_select(env->conn, &q, res);
     sql_free(&q);
+    return rc;
+}
+
+static int list_fn(exec_env *env, void *arg)
+{
+    list_args *a = arg;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    bool fenced = false;
+    int rc = list_query(env, a, false, &res);
+
     if (rc)
         return rc;
+    if (mysql_num_rows(res) == 0) {
+        mysql_free_result(res);
+        if ((rc = list_query(env, a, true, &res)))
+            return rc;
+    }
     free(a->edges);
     a->n = 0;
     a->edges = shard_calloc(mysql_num_rows(res) ? mysql_num_rows(res) : 1, sizeof *a->edges);

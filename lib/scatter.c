@@ -27,33 +27,56 @@ static bool fence_first(MYSQL_RES *res)
     return fenced;
 }
 
+/*
+ * One batch, with the fence in the same statement: as a column of every
+ * row (the uncorrelated subquery is read once, in the statement's view).
+ * An empty batch says nothing about the fence, so it is asked again in a
+ * form that returns one row always (the fence's, joined to the batch,
+ * whose local ids are never NULL): sorting nothing costs nothing.
+ */
+static int scan_batch(exec_env *env, scan_args *a, const char *table, bool joined)
+{
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "SELECT ");
+    if (joined)
+        sql_add(&q, "f.v, m.local_id, m.data FROM (SELECT ");
+    sql_fence_value(&q, env->db);
+    sql_add(&q, joined ? " AS v) AS f LEFT JOIN (SELECT local_id, data FROM "
+                       : ", local_id, data FROM ");
+    sql_table(&q, env->db, table);
+    sql_add(&q, " WHERE local_id > ");
+    sql_u64(&q, a->after);
+    sql_addf(&q, " ORDER BY local_id LIMIT %d", SCAN_BATCH);
+    if (joined)
+        sql_add(&q, ") AS m ON TRUE ORDER BY m.local_id");
+    rc = conn_select(env->conn, &q, &a->res);
+    sql_free(&q);
+    return rc;
+}
+
 static int scan_fn(exec_env *env, void *arg)
 {
     scan_args *a = arg;
     const char *table = NULL;
-    sqlbuf q;
     int rc = object_table(env->map, a->type, &table);
 
-    if (rc)
+    if (rc || (rc = scan_batch(env, a, table, false)))
         return rc;
-    /* The fence in the same statement: one row always (the fence's, joined
-     * to the batch, whose local ids are never NULL), ordered outside. */
-    sql_init(&q);
-    sql_add(&q, "SELECT f.v, m.local_id, m.data FROM (SELECT ");
-    sql_fence_value(&q, env->db);
-    sql_add(&q, " AS v) AS f LEFT JOIN (SELECT local_id, data FROM ");
-    sql_table(&q, env->db, table);
-    sql_add(&q, " WHERE local_id > ");
-    sql_u64(&q, a->after);
-    sql_addf(&q, " ORDER BY local_id LIMIT %d) AS m ON TRUE ORDER BY m.local_id", SCAN_BATCH);
-    rc = conn_select(env->conn, &q, &a->res);
-    sql_free(&q);
-    if (rc == 0 && fence_first(a->res)) {
+    if (mysql_num_rows(a->res) == 0) {
+        mysql_free_result(a->res);
+        a->res = NULL;
+        if ((rc = scan_batch(env, a, table, true)))
+            return rc;
+    }
+    if (fence_first(a->res)) {
         mysql_free_result(a->res);
         a->res = NULL;
         return exec_fenced(env);
     }
-    return rc;
+    return 0;
 }
 
 /* Every shard any range covers, in order. */

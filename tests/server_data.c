@@ -2358,6 +2358,15 @@ static void publish(const char *json)
     shard_map_free(m);
 }
 
+static int count_scanned(uint64_t id, const char *json, size_t len, void *payload)
+{
+    (void)id;
+    (void)json;
+    (void)len;
+    ++*(size_t *)payload;
+    return 0;
+}
+
 typedef struct waiter {
     shard_ctx *ctx;
     unsigned shard;
@@ -2390,6 +2399,7 @@ START_TEST(test_fence)
     uint64_t other = create(PINS, 6, "{\"o\":1}");
     char db[64];
     db_of(F, db, sizeof db);
+    OK(shard_mapping_add(C, "board_has_pins", id, other, 3)); /* a list that is not empty */
 
     /* A write in flight (a transaction holding the fence row's shared
      * lock) makes the fencing UPDATE wait; once it commits, the UPDATE
@@ -2429,6 +2439,11 @@ START_TEST(test_fence)
     uint64_t count = 0;
     FAILS(SHARD_EMOVED, shard_mapping_list(c2, "board_has_pins", id, SHARD_SEQ_NONE, 0,
                                            &edges, &n));
+    FAILS(SHARD_EMOVED, shard_mapping_list(c2, "board_has_pins", tid, SHARD_SEQ_NONE, 0,
+                                           &edges, &n)); /* an empty one */
+    ck_assert_ptr_null(edges);
+    size_t seen = 0;
+    FAILS(SHARD_EMOVED, shard_scatter_scan(c2, PINS, count_scanned, &seen));
     FAILS(SHARD_EMOVED, shard_mapping_count(c2, "board_has_pins", id, &count));
     t = NULL;
     FAILS(SHARD_EMOVED, shard_txn_begin(c2, F, &t));
