@@ -146,6 +146,22 @@ static bool route_changed(shard_ctx *ctx, unsigned shard, bool mod, const char *
     return changed;
 }
 
+/* Asked only after a "no such table": is it the fence table that is missing? */
+static bool fence_table_missing(shard_conn *c)
+{
+    static const char probe[] = "SELECT 1 FROM " FENCE_TABLE " LIMIT 0";
+    MYSQL_RES *res;
+    unsigned e;
+
+    if (mysql_real_query(c->my, probe, sizeof probe - 1) == 0) {
+        if ((res = mysql_store_result(c->my)))
+            mysql_free_result(res);
+        return false;
+    }
+    e = mysql_errno(c->my);
+    return e == ER_NO_SUCH_TABLE || e == ER_BAD_DB_ERROR;
+}
+
 int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shard,
                     bool mod, const char *old_pair, int rc)
 {
@@ -153,7 +169,7 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
     if (rc != SHARD_ESERVER || (c->last_errno != ER_NO_SUCH_TABLE &&
                                 c->last_errno != ER_BAD_DB_ERROR))
         return rc;
-    if (strstr(shard_errmsg(), "libshard_control"))
+    if (!mod && fence_table_missing(c))
         return shard_fail(SHARD_ESERVER, "%s has no table " FENCE_TABLE ", which libshard "
                           "checks on every statement for a shard: run `shardctl schema "
                           "apply` (it creates the table on every server)", c->srv->label);
