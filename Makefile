@@ -81,7 +81,7 @@ $(B)/lib/%.o: lib/%.c $(LIB_HDR) include/libshard.h
 	@mkdir -p $(@D)
 	$(CC) $(LIB_CFLAGS) -c -o $@ $<
 
-$(B)/lib $(B)/tests:
+$(B)/lib $(B)/lib/move $(B)/tests:
 	@mkdir -p $@
 
 # The installed static library, like the .so, has no global name but the

@@ -473,7 +473,7 @@ SHARD_EXPORT int shard_object_update(shard_ctx *ctx, uint64_t id, shard_update_f
 typedef void (*shard_move_progress_fn)(int phase, uint64_t done, uint64_t total,
                                        void *payload);
 
-#define SHARD_MOVE_OPTIONS_VERSION 1
+#define SHARD_MOVE_OPTIONS_VERSION 2
 
 typedef struct shard_move_options {
     unsigned version;           /* SHARD_MOVE_OPTIONS_VERSION */
@@ -486,10 +486,19 @@ typedef struct shard_move_options {
     unsigned catchup_timeout_s; /* give up catching up after this (default 3600) */
     shard_move_progress_fn progress;
     void *payload;
+    /* Version 2 (a version-1 caller's struct ends before these: defaults). */
+    unsigned reverse_window_s;  /* after the flip, keep the source in sync from the
+                                   target this long, so the move can be reverted
+                                   (0: none; cleanup right after verification) */
+    uint64_t max_rows_per_second; /* copy throttle (0: none) */
+    const char *max_load;       /* "VAR=N[,VAR=N...]": the copy pauses while a
+                                   source status variable is above N (NULL: none) */
+    const char *postpone_cutover_file; /* caught up, wait while this file exists */
 } shard_move_options;
 
 #define SHARD_MOVE_OPTIONS_INIT \
-    { SHARD_MOVE_OPTIONS_VERSION, 0, 4, 2000, 500, 2, 20, 3600, NULL, NULL }
+    { SHARD_MOVE_OPTIONS_VERSION, 0, 4, 2000, 500, 2, 20, 3600, NULL, NULL, \
+      0, 0, NULL, NULL }
 
 /* What a move did, filled by shard_move() and shard_move_resume(). */
 typedef struct shard_move_report {
@@ -568,6 +577,155 @@ typedef struct shard_failover_report {
  */
 SHARD_EXPORT int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
                                      shard_failover_report *report);
+
+/* ------------------------------------------------------------------ */
+/* Coming from an unsharded database: legacy ids and imports           */
+/* (libshard-import(7))                                                */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The native ID of the object that shard_import_table() made of the legacy
+ * row `legacy_id` (an integer 1..2^36-1) of `type`, read from the lookup
+ * table that the map's "legacy" section names for the type. A valid native
+ * ID of `type` comes back unchanged, so a caller may pass either kind: a
+ * native ID always has a non-zero type field, a legacy id never has one.
+ * Answers are cached in the context. SHARD_ENOTFOUND when the row has not
+ * been imported; the ID of an object deleted since is still returned.
+ */
+SHARD_EXPORT int shard_legacy_resolve(shard_ctx *ctx, unsigned type, uint64_t legacy_id,
+                                      uint64_t *id);
+/*
+ * The same for n ids at once: one statement per server covering all of its
+ * mod shards, servers asked concurrently, cached ids not asked at all.
+ * ids[i] (n elements, the caller's) answers legacy_ids[i], 0 when that row
+ * has not been imported. On failure every ids[i] is 0.
+ */
+SHARD_EXPORT int shard_legacy_resolve_many(shard_ctx *ctx, unsigned type,
+                                           const uint64_t *legacy_ids, size_t n,
+                                           uint64_t *ids);
+
+#define SHARD_IMPORT_DRY_RUN 1 /* read and compare only; write nothing */
+
+#define SHARD_IMPORT_OPTIONS_VERSION 1
+
+/*
+ * What to import. shard_import_table() reads the fields up to near_type,
+ * shard_import_mapping() those from mapping on; both read the first five
+ * and the last four. Strings are borrowed for the call.
+ */
+typedef struct shard_import_options {
+    unsigned version;         /* SHARD_IMPORT_OPTIONS_VERSION */
+    int flags;                /* SHARD_IMPORT_DRY_RUN */
+    const char *source;       /* "mysql://USER@HOST[:PORT]/DB"; never a password */
+    const char *password_env; /* variable holding the source's password
+                                 (NULL: the map's credentials.password_env) */
+    const char *table;        /* the legacy table */
+    /* shard_import_table */
+    unsigned type;            /* the object type its rows become */
+    const char *id_column;    /* its integer primary key (NULL: "id") */
+    const char *json_column;  /* NULL: every column is a field; else this column's
+                                 JSON object is the object */
+    const char *near_column;  /* NULL: any open shard; else a column holding the
+                                 legacy id of a parent of near_type, whose shard
+                                 the object joins */
+    unsigned near_type;
+    /* shard_import_mapping */
+    const char *mapping;      /* the mapping written (with its reverse) */
+    const char *from_column;  /* legacy ids of from_type */
+    unsigned from_type;
+    const char *to_column;    /* legacy ids of to_type */
+    unsigned to_type;
+    const char *seq_column;   /* NULL: the to side's legacy id is the sequence */
+    /* both */
+    unsigned threads;         /* objects or rows written in parallel (default 4) */
+    unsigned batch_rows;      /* legacy rows read per statement (default 1000) */
+    shard_progress_fn progress; /* may be NULL */
+    void *payload;
+} shard_import_options;
+
+#define SHARD_IMPORT_OPTIONS_INIT \
+    { SHARD_IMPORT_OPTIONS_VERSION, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL, \
+      0, NULL, 0, NULL, 4, 1000, NULL, NULL }
+
+/* What one pass did (with SHARD_IMPORT_DRY_RUN: would do). */
+typedef struct shard_import_report {
+    uint64_t rows_read;  /* legacy rows read */
+    uint64_t created;    /* objects (mapping rows) new in this pass */
+    uint64_t changed;    /* rewritten: their legacy row changed */
+    uint64_t deleted;    /* soft-deleted (removed): their legacy row is gone */
+    uint64_t unchanged;
+    uint64_t adopted;    /* of created: made by an interrupted pass, kept */
+    double seconds;
+} shard_import_report;
+
+/*
+ * One import pass of a legacy table into objects of opts->type: new rows
+ * become objects and get a lookup entry, changed rows (by a checksum kept
+ * in the lookup) are rewritten, objects whose row is gone are
+ * soft-deleted; nothing is ever duplicated, even after an interrupted
+ * pass. Run it again until a pass finds nothing to do. report may be NULL.
+ * A row that cannot be imported unchanged (binary data, invalid UTF-8, an
+ * integer JSON cannot hold) stops the pass with SHARD_EINVAL naming it.
+ */
+SHARD_EXPORT int shard_import_table(shard_ctx *ctx, const shard_import_options *opts,
+                                    shard_import_report *report);
+/*
+ * One import pass of a legacy join table into mapping rows of
+ * opts->mapping (and its reverse), both ends translated through their
+ * lookups, in the same pass model. report may be NULL.
+ */
+SHARD_EXPORT int shard_import_mapping(shard_ctx *ctx, const shard_import_options *opts,
+                                      shard_import_report *report);
+/* The fleet: status and topology                                      */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Ask every server of every pair, all at once, and describe the fleet in
+ * one JSON document (shard_fleet_status(3) lists its fields): per server,
+ * whether it answers, its version, read_only, server_id and GTID
+ * positions, each replication link with its state, lag and last error,
+ * the shard databases the map puts there (how many, which are missing,
+ * their bytes); the map version; the unfinished moves; and "problems",
+ * one line for each thing that is wrong ("healthy" is true when there is
+ * none). A server that does not answer is reported, not an error, within
+ * the connect timeout. *json is the caller's (shard_free).
+ */
+SHARD_EXPORT int shard_fleet_status(shard_ctx *ctx, char **json);
+
+/*
+ * Check that every open ID shard and every mod shard of `map` (NULL: the
+ * context's map) has its database and tables on its pair's master.
+ * SHARD_EMAP names the first shard that lacks them and its pair; a master
+ * that cannot be asked fails the check with its error.
+ */
+SHARD_EXPORT int shard_schema_check(shard_ctx *ctx, const shard_map *map);
+
+/*
+ * Add pair `name` (master and standby addresses as in the map) to the
+ * stored map in a new version, after checking both servers: they answer,
+ * have log_bin, binlog_format=ROW, log_slave_updates and
+ * gtid_ignore_duplicates on, a server_id and gtid_domain_id of their own
+ * (also against every server of the map that answers), a writable master,
+ * and a pair link that runs both ways without error. The new pair serves
+ * nothing until shards are opened or moved there. *version (may be NULL)
+ * gets the version published.
+ */
+SHARD_EXPORT int shard_pair_add(shard_ctx *ctx, const char *name, const char *master,
+                                const char *standby, uint64_t *version);
+/* Remove a pair that serves nothing (no ID or mod shard range, no
+ * unfinished move) from the stored map, in a new version. */
+SHARD_EXPORT int shard_pair_remove(shard_ctx *ctx, const char *name, uint64_t *version);
+/*
+ * Open ID shards [open_shards, n): create their databases and tables on
+ * their pairs' masters and check that they are there, then publish the
+ * stored map with open_shards = n in a new version. Shards that no range
+ * covers yet go to `pair` (a new range), or with pair NULL (or the last
+ * range's pair) extend the last range. progress (may be NULL) is called as
+ * by shard_schema_apply(). *version (may be NULL) gets the version published.
+ */
+SHARD_EXPORT int shard_shards_open(shard_ctx *ctx, unsigned n, const char *pair,
+                                   shard_progress_fn progress, void *payload,
+                                   uint64_t *version);
 
 #ifdef __cplusplus
 }

@@ -356,6 +356,7 @@ void shard_ctx_free(shard_ctx *ctx)
     shard_map_free(ctx->map);
     shard_store_free(ctx->store);
     conn_config_free(&ctx->conf);
+    legacy_cache_free(ctx->legacy);
     free(ctx->user);
     free(ctx->password_env);
     pthread_mutex_destroy(&ctx->map_lock);

@@ -27,7 +27,11 @@ struct shard_ctx {
     bool reloading;           /* under reload_lock */
     double reload_started;    /* monotonic start of the latest error reload */
     uint64_t reloads_done;    /* error reloads finished */
+    _Atomic(struct legacy_cache *) legacy; /* legacy.c: resolutions; made on first use */
 };
+
+/* legacy.c: free a context's resolution cache (NULL is fine). */
+void legacy_cache_free(struct legacy_cache *cache);
 
 /* A copy of the current password (NULL: none): shard_wipe_free() it. */
 int ctx_password_copy(shard_ctx *ctx, char **out);

@@ -19,7 +19,7 @@
 
 static const char *const top_keys[] = {
     "version", "open_shards", "database_format", "credentials", "objects",
-    "mappings", "pairs", "id_shards", "mod_shards", NULL};
+    "mappings", "pairs", "id_shards", "mod_shards", "legacy", NULL};
 static const char *const cred_keys[] = {"user", "password_env", "tls", NULL};
 static const char *const tls_keys[] = {"ca", "cert", "key", "verify", NULL};
 static const char *const pair_keys[] = {"master", "standby", NULL};
@@ -27,6 +27,7 @@ static const char *const range_keys[] = {"range", "pair", NULL};
 static const char *const mapping_keys[] = {"reverse", NULL};
 static const char *const mod_keys[] = {"count", "database_format", "tables",
                                        "ranges", NULL};
+static const char *const legacy_keys[] = {"table", NULL};
 
 /* Text from json_dumps() goes back to jansson's allocator, whatever it is. */
 static void jansson_free(void *p)
@@ -577,6 +578,75 @@ static int parse_mod(shard_map *m, json_t *o)
     return SHARD_OK;
 }
 
+/*
+ * "legacy": {"pins": {}, "board_has_pins": {"table": "t"}}: one entry per
+ * object type whose legacy ids resolve through a lookup table, or per
+ * mapping whose imported join rows are recorded in one. The table (default
+ * legacy_NAME) must be a key-value table of mod_shards.tables.
+ */
+static int parse_legacy(shard_map *m, json_t *o)
+{
+    const char *name;
+    json_t *v;
+    char where[100];
+    int rc;
+
+    if (!o)
+        return SHARD_OK;
+    if (!json_is_object(o))
+        return BAD("legacy: must be an object of name: {options} ({} for the defaults)");
+    m->legacy = shard_calloc(json_object_size(o) ? json_object_size(o) : 1, sizeof *m->legacy);
+    if (!m->legacy)
+        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+    json_object_foreach(o, name, v) {
+        shard_legacydef *d = &m->legacy[m->nlegacy];
+        const shard_mapdef *md = NULL;
+        const char *table;
+        unsigned type = 0;
+
+        snprintf(where, sizeof where, "legacy.%.64s", name);
+        for (size_t i = 0; i < m->nobjects; i++)
+            if (strcmp(m->objects[i].name, name) == 0)
+                type = m->objects[i].type;
+        if (!type) {
+            for (size_t i = 0; i < m->nmappings && !md; i++) {
+                if (m->mappings[i].reverse && strcmp(m->mappings[i].reverse, name) == 0)
+                    return BAD("%s: \"%s\" is the reverse of mapping \"%s\": name \"%s\"",
+                               where, name, m->mappings[i].name, m->mappings[i].name);
+                if (strcmp(m->mappings[i].name, name) == 0)
+                    md = &m->mappings[i];
+            }
+        }
+        if (!type && !md)
+            return BAD("%s: no object type or mapping named \"%.64s\" in objects or "
+                       "mappings", where, name);
+        if (!json_is_object(v))
+            return BAD("%s: must be an object ({} for the defaults)", where);
+        if ((rc = check_keys(v, legacy_keys, where)) ||
+            (rc = get_str(v, "table", where, false, &table)))
+            return rc;
+        if (table && (!shard_ident_valid(table) || strlen(table) >= sizeof d->table))
+            return BAD("%s.table: \"%.64s\" is not a valid name ([a-z][a-z0-9_]*, at most "
+                       "64)", where, table);
+        if (!table && strlen(name) + 7 >= sizeof d->table)
+            return BAD("%s: legacy_%s is longer than 64 characters: name a shorter "
+                       "\"table\"", where, name);
+        snprintf(d->table, sizeof d->table, "%s%s", table ? "" : "legacy_",
+                 table ? table : name);
+        if (!shard_map_has_mod_table(m, d->table))
+            return BAD("%s: its lookup table \"%s\" is not in mod_shards.tables: add it "
+                       "there and run shardctl schema apply", where, d->table);
+        for (size_t i = 0; i < m->nlegacy; i++)
+            if (strcmp(m->legacy[i].table, d->table) == 0)
+                return BAD("%s: table \"%s\" is already the lookup of legacy.%s", where,
+                           d->table, m->legacy[i].name);
+        d->name = name;
+        d->type = type;
+        m->nlegacy++;
+    }
+    return SHARD_OK;
+}
+
 static void map_destroy(shard_map *m)
 {
     free(m->objects);
@@ -585,6 +655,7 @@ static void map_destroy(shard_map *m)
     free(m->ranges);
     free(m->mod_tables);
     free(m->mod_ranges);
+    free(m->legacy);
     json_decref(m->doc);
     free(m);
 }
@@ -618,7 +689,9 @@ static int build(shard_map *m)
     if (m->ranges[m->nranges - 1].hi + 1 < m->open_shards)
         return BAD("id_shards: open shards %u..%u are not covered by any range",
                    m->ranges[m->nranges - 1].hi + 1, m->open_shards - 1);
-    return parse_mod(m, json_object_get(d, "mod_shards"));
+    if ((rc = parse_mod(m, json_object_get(d, "mod_shards"))))
+        return rc;
+    return parse_legacy(m, json_object_get(d, "legacy"));
 }
 
 int shard_map_parse(shard_map **out, const char *json, size_t len)
@@ -885,6 +958,22 @@ bool shard_map_has_mod_table(const shard_map *map, const char *name)
         if (strcmp(map->mod_tables[i], name) == 0)
             return true;
     return false;
+}
+
+const shard_legacydef *map_legacy_of(const shard_map *map, const char *name)
+{
+    for (size_t i = 0; i < map->nlegacy; i++)
+        if (strcmp(map->legacy[i].name, name) == 0)
+            return &map->legacy[i];
+    return NULL;
+}
+
+const shard_legacydef *map_legacy_of_type(const shard_map *map, unsigned type)
+{
+    for (size_t i = 0; type && i < map->nlegacy; i++)
+        if (map->legacy[i].type == type)
+            return &map->legacy[i];
+    return NULL;
 }
 
 static int copy_name(const char *name, char *buf, size_t size)

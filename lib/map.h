@@ -38,6 +38,15 @@ typedef struct shard_mapdef {
     const char *reverse; /* NULL when none */
 } shard_mapdef;
 
+/* One entry of the map's "legacy" section: an object type whose legacy ids
+ * resolve through a key-value lookup table, or a mapping whose imported
+ * join rows are recorded in one (libshard-import(7)). */
+typedef struct shard_legacydef {
+    const char *name;            /* object type or mapping name (borrowed) */
+    unsigned type;               /* the object type; 0 for a mapping */
+    char table[SHARD_DBNAME_MAX]; /* the key-value table in mod_shards.tables */
+} shard_legacydef;
+
 typedef struct shard_dbfmt {
     char prefix[SHARD_DBNAME_MAX];
     char suffix[SHARD_DBNAME_MAX];
@@ -75,6 +84,8 @@ struct shard_map {
     size_t nmod_tables;
     shard_rangedef *mod_ranges;
     size_t nmod_ranges;
+    shard_legacydef *legacy;
+    size_t nlegacy;
 };
 
 shard_map *shard_map_ref(shard_map *map);
@@ -84,6 +95,9 @@ long shard_map_mod_pair_index(const shard_map *map, uint32_t modshard);
 long shard_map_find_pair(const shard_map *map, const char *name);
 const shard_mapdef *shard_map_find_mapping(const shard_map *map, const char *name);
 bool shard_map_has_mod_table(const shard_map *map, const char *name);
+/* The legacy entry of an object type or mapping name; NULL when the map has none. */
+const shard_legacydef *map_legacy_of(const shard_map *map, const char *name);
+const shard_legacydef *map_legacy_of_type(const shard_map *map, unsigned type);
 void shard_dbfmt_name(const shard_dbfmt *f, unsigned n, char *buf);
 /* A copy of cur at `version` with ID shards first..last on `pair`. */
 int map_reassign(const shard_map *cur, unsigned first, unsigned last, const char *pair,

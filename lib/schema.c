@@ -5,6 +5,7 @@
  * server of every pair, unlogged, since each server keeps its own.
  */
 #include "exec.h"
+#include "schema.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,7 @@ typedef struct schema_job {
     void *payload;
 } schema_job;
 
-static void schema_object_table(sqlbuf *q, const char *db, const char *table)
+void schema_object_table(sqlbuf *q, const char *db, const char *table)
 {
     sql_add(q, "CREATE TABLE IF NOT EXISTS ");
     sql_table(q, db, table);
@@ -35,7 +36,7 @@ static void schema_object_table(sqlbuf *q, const char *db, const char *table)
                " PRIMARY KEY (local_id)) ENGINE=InnoDB");
 }
 
-static void schema_mapping_table(sqlbuf *q, const char *db, const char *table)
+void schema_mapping_table(sqlbuf *q, const char *db, const char *table)
 {
     sql_add(q, "CREATE TABLE IF NOT EXISTS ");
     sql_table(q, db, table);

@@ -7,6 +7,8 @@
  * a row changed behind the mover's back; two pairs merge onto a third.
  */
 #include "harness.h"
+#include "ctx.h" /* private: move_unfinished_on, as failover calls it */
+#include "run_cmd.h"
 
 #include <check.h>
 #include <libshard.h>
@@ -89,6 +91,22 @@ static int move_connections(const char *server)
         n++;
     free(out);
     return n;
+}
+
+/* Both threads of a server's own (unnamed) replication link run (waiting,
+ * bounded, for a link that is still connecting). */
+static int pair_link_running(const char *server)
+{
+    int yes = 0;
+    for (int i = 0; i < 100 && !yes; i++) {
+        char *out = sql1(server, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS"
+                                 " WHERE VARIABLE_NAME = 'SLAVE_RUNNING'");
+        yes = strcmp(out, "ON\n") == 0;
+        free(out);
+        if (!yes)
+            usleep(50000);
+    }
+    return yes;
 }
 
 /* ---- what was written, and checking it is all there ------------------------ */
@@ -297,8 +315,9 @@ START_TEST(move_under_concurrent_writes)
     rc = shard_move(ctx, 0, 1, "MySQL002", &o, &r, NULL);
     usleep(300000);
     atomic_store(&stop, 1);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4; i++) /* all of them before any assertion ends the test */
         pthread_join(t[i], NULL);
+    for (int i = 0; i < 4; i++) {
         ck_assert_msg(wr[i].errors == 0, "writer %d: %d errors, last: %s", i, wr[i].errors,
                       wr[i].err);
         ck_assert_int_gt(wr[i].ops, 0);
@@ -352,6 +371,11 @@ START_TEST(dry_run_changes_nothing)
     ck_assert_int_eq(shard_move(ctx, 2, 3, "MySQL009", &o, NULL, &plan), SHARD_EINVAL);
     ck_assert_int_eq(shard_move(ctx, 3, 4, "MySQL003", &o, NULL, &plan), SHARD_EINVAL);
     ck_assert_msg(strstr(shard_errmsg(), "span pairs"), "%s", shard_errmsg());
+    /* A target pair whose halves could hand out the same local ids. */
+    free(sql1("s6", "SET GLOBAL auto_increment_offset = 1"));
+    ck_assert_int_eq(shard_move(ctx, 2, 3, "MySQL003", &o, NULL, &plan), SHARD_EINVAL);
+    ck_assert_msg(strstr(shard_errmsg(), "auto_increment_offset"), "%s", shard_errmsg());
+    free(sql1("s6", "SET GLOBAL auto_increment_offset = 2"));
 }
 END_TEST
 
@@ -389,7 +413,11 @@ START_TEST(aborted_before_flip)
     fill(4, 4, 50);
     for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
         move_killed_at(4, 4, "MySQL003", phases[i]);
+        /* As a mover killed between STOP ALL SLAVES and the restart leaves
+         * it: the target pair's own link stopped. Abort starts it again. */
+        free(sql1("s5", "STOP SLAVE"));
         ck_assert_msg(shard_move_abort(ctx, 0) == 0, "abort: %s", shard_errmsg());
+        ck_assert_int_eq(pair_link_running("s5"), 1);
         ck_assert_str_eq(pair_of(4), home);
         ck_assert_int_eq(db_exists("s5", 4), 0);
         ck_assert_int_eq(db_exists_settled("s6", 4, 0), 0);
@@ -407,6 +435,9 @@ typedef struct holder {
     uint64_t id;
     double seconds;
     int rc;
+    atomic_int locked; /* 1: in its transaction, 2: gave up */
+    int started;
+    pthread_t thread;
 } holder;
 
 static void *hold_lock(void *arg)
@@ -414,9 +445,12 @@ static void *hold_lock(void *arg)
     holder *hd = arg;
     shard_txn *t = NULL;
     char *json = NULL;
-    if ((hd->rc = shard_txn_begin(ctx, hd->shard, &t)))
+    if ((hd->rc = shard_txn_begin(ctx, hd->shard, &t))) {
+        atomic_store(&hd->locked, 2);
         return NULL;
+    }
     hd->rc = shard_txn_object_get(t, hd->id, &json, NULL);
+    atomic_store(&hd->locked, hd->rc ? 2 : 1);
     shard_free(json);
     usleep((useconds_t)(hd->seconds * 1e6));
     if (hd->rc == 0)
@@ -426,22 +460,41 @@ static void *hold_lock(void *arg)
     return NULL;
 }
 
-/* A long transaction on a moved table: the fence backs off and wins later. */
+/* Once the move catches up (its fence rows exist), a transaction opens on
+ * the shard: it holds the fence row's shared lock until it commits. */
+static void hold_at_catchup(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    holder *hd = payload;
+    (void)done;
+    (void)total;
+    if (phase != SHARD_MOVE_CATCHUP || hd->started)
+        return;
+    hd->started = 1;
+    pthread_create(&hd->thread, NULL, hold_lock, hd);
+    for (int i = 0; i < 500 && !atomic_load(&hd->locked); i++)
+        usleep(10000);
+}
+
+/* A long transaction on a moved shard: the fence backs off and wins later. */
 START_TEST(long_transaction_delays_fence)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_move_report r;
-    holder hd = {5, 0, 3.5, 0};
-    pthread_t t;
+    static holder hd;
     double t0, worst = 0;
 
     fill(5, 5, 20);
+    memset(&hd, 0, sizeof hd);
+    hd.shard = 5;
+    hd.seconds = 3.5;
     hd.id = w[nw - 1].id;
-    pthread_create(&t, NULL, hold_lock, &hd);
-    usleep(200000);
     o.fence_timeout_s = 1;
+    o.progress = hold_at_catchup;
+    o.payload = &hd;
     ck_assert_msg(shard_move(ctx, 5, 5, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
-    pthread_join(t, NULL);
+    ck_assert_int_eq(hd.started, 1);
+    pthread_join(hd.thread, NULL);
+    ck_assert_int_eq(atomic_load(&hd.locked), 1);
     ck_assert_int_eq(hd.rc, 0);
     ck_assert_uint_ge(r.fence_attempts, 2);
     /* Traffic on the shard stalled at most about the lock timeout. */
@@ -512,16 +565,22 @@ START_TEST(verification_finds_tampering)
     ck_assert_uint_eq(r.mismatches, 1);
     ck_assert_int_eq(r.source_dropped, 0);
     ck_assert_msg(strstr(shard_errmsg(), "mismatch"), "%s", shard_errmsg());
-    /* The source's copy is kept (fenced) for the operator. */
+    /* The source's copy is kept for the operator, under its own name, and
+     * stays fenced: no client reads or writes it there. */
     {
-        char *out = sql1("s3", "SELECT COUNT(*) FROM db00004._moved_pins");
+        char *out = sql1("s3", "SELECT COUNT(*) FROM db00004.pins");
         ck_assert_int_gt(atoi(out), 0);
         free(out);
+        out = sql1("s3", "SELECT fenced FROM libshard_control.fence WHERE db = 'db00004'");
+        ck_assert_str_eq(out, "1\n");
+        free(out);
     }
-    /* Put the row right again, as an operator would, for the tests after. */
+    /* Put the row right again, as an operator would, and drop the source's
+     * copy by hand, for the tests after. */
     snprintf(sql, sizeof sql, "UPDATE db00004.pins SET data = '%s' WHERE local_id = %llu",
              w[victim].json, (unsigned long long)shard_id_local(w[victim].id));
     free(sql1("s5", sql));
+    free(sql1("s3", "DROP DATABASE db00004"));
 }
 END_TEST
 
@@ -533,9 +592,25 @@ START_TEST(merge_two_pairs_onto_one)
 
     ck_assert_str_eq(pair_of(0), "MySQL002");
     ck_assert_str_eq(pair_of(2), "MySQL001");
+    /* The target's journal as an earlier version made it: positions of at
+     * most 1024 characters, no flip position, no fence count. */
+    free(sql1("s5", "ALTER TABLE libshard_control.moves"
+                    " MODIFY snapshot_gtid VARCHAR(1024) NOT NULL DEFAULT '',"
+                    " MODIFY fence_gtid VARCHAR(1024) NOT NULL DEFAULT '',"
+                    " DROP COLUMN flip_gtid, DROP COLUMN fence_statements"));
     fill(0, 3, 5);
     ck_assert_msg(shard_move(ctx, 0, 1, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
     ck_assert_msg(shard_move(ctx, 2, 3, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
+    {
+        char *out = sql1("s5", "SELECT GROUP_CONCAT(COLUMN_NAME, ' ', DATA_TYPE ORDER BY"
+                               " COLUMN_NAME) FROM information_schema.COLUMNS WHERE"
+                               " TABLE_SCHEMA = 'libshard_control' AND TABLE_NAME = 'moves'"
+                               " AND (COLUMN_NAME LIKE '%gtid' OR COLUMN_NAME ="
+                               " 'fence_statements')");
+        ck_assert_str_eq(out, "fence_gtid text,fence_statements int,flip_gtid text,"
+                              "snapshot_gtid text\n");
+        free(out);
+    }
     for (unsigned s = 0; s <= 3; s++) {
         ck_assert_str_eq(pair_of(s), "MySQL003");
         ck_assert_int_eq(db_exists("s1", s), 0);
@@ -549,6 +624,164 @@ START_TEST(merge_two_pairs_onto_one)
         ck_assert_ptr_nonnull(strstr(st, "\"phase\":\"done\""));
         shard_free(st);
     }
+}
+END_TEST
+
+/* Cleanup waits for both halves of the target pair: with the standby's
+ * SQL thread stopped the source is kept, the error says why, and a resume
+ * after the standby runs again drops it with every row on both halves. */
+START_TEST(standby_behind_keeps_source)
+{
+    shard_move_report r;
+    char *a, *b;
+
+    ck_assert_str_eq(pair_of(8), "MySQL003");
+    fill(8, 9, 40);
+    free(sql1("s2", "STOP SLAVE SQL_THREAD"));
+    {
+        /* As an operator runs it: shardctl says why, the pair's health and
+         * the command that goes on. */
+        const char *argv[] = {"--map", harness_map_path(h), "move",
+                              "--shards", "8-9", "--to", "MySQL001", "--yes", NULL};
+        run_spec sp = {NULL, NULL, 0, 120};
+        run_result res = run_cmd(&sp, argv);
+        ck_assert_msg(res.status == 1, "exit %d: %s", res.status, res.err);
+        ck_assert_msg(strstr(res.out, ": cleaning\n") &&
+                      strstr(res.out, "target pair MySQL001: NOT healthy") &&
+                      strstr(res.out, "source kept"), "%s", res.out);
+        ck_assert_msg(strstr(res.err, "shardctl: warning: move ") &&
+                      strstr(res.err, "SQL thread No") &&
+                      strstr(res.err, "stopped in phase cleaning") &&
+                      strstr(res.err, "to continue it: shardctl move resume "), "%s", res.err);
+        ck_assert_msg(!strstr(res.err, "move abort"), "%s", res.err); /* after the flip */
+        run_free(&res);
+    }
+    ck_assert_int_eq(db_exists("s5", 8), 1);
+    ck_assert_int_eq(db_exists("s5", 9), 1);
+    ck_assert_str_eq(pair_of(8), "MySQL001"); /* flipped: served by the target */
+    check_all();
+
+    free(sql1("s2", "START SLAVE"));
+    resume_ok(&r);
+    ck_assert_int_eq(r.source_dropped, 1);
+    ck_assert_int_eq(r.target_pair_healthy, 1);
+    ck_assert_int_eq(db_exists("s5", 8), 0);
+    /* Cleanup waited for the standby: it holds every moved row now. */
+    a = sql1("s1", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00008.pins");
+    b = sql1("s2", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00008.pins");
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    a = sql1("s1", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00009.pins");
+    b = sql1("s2", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00009.pins");
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    check_rows_on_master(8);
+    check_rows_on_master(9);
+    check_all();
+}
+END_TEST
+
+/* The fence is one statement whatever the number of tables: 8 shards of 6
+ * tables each, fenced by one UPDATE of 8 rows; the tables keep their names. */
+START_TEST(fence_is_one_statement)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    char sql[300], *out;
+    int rc;
+
+    for (unsigned s = 0; s <= 7; s++)
+        ck_assert_str_eq(pair_of(s), "MySQL003");
+    fill(0, 7, 3);
+    o.flags = SHARD_MOVE_KEEP_SOURCE;
+    rc = shard_move(ctx, 0, 7, "MySQL002", &o, &r, NULL);
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_uint_eq(r.tables, 48);
+    ck_assert_uint_eq(r.fence_attempts, 1);
+    snprintf(sql, sizeof sql, "SELECT fence_statements FROM libshard_control.moves WHERE id = "
+             "%llu", (unsigned long long)r.move_id);
+    out = sql1("s3", sql);
+    ck_assert_str_eq(out, "1\n");
+    free(out);
+    /* The source keeps its copy (--keep-source) with every table under its
+     * own name, and all 8 rows fenced by this move. */
+    out = sql1("s5", "SELECT COUNT(*), SUM(TABLE_NAME LIKE '\\_%') FROM information_schema.TABLES"
+               " WHERE TABLE_SCHEMA BETWEEN 'db00000' AND 'db00007'");
+    ck_assert_str_eq(out, "48\t0\n");
+    free(out);
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM libshard_control.fence WHERE fenced = 1"
+             " AND move_id = %llu", (unsigned long long)r.move_id);
+    out = sql1("s5", sql);
+    ck_assert_str_eq(out, "8\n");
+    free(out);
+    for (unsigned s = 0; s <= 7; s++) {
+        ck_assert_str_eq(pair_of(s), "MySQL002");
+        check_rows_on_master(s);
+    }
+    check_all();
+}
+END_TEST
+
+/* The target master killed and restarted while the move catches up: the
+ * move reconnects, enters the phase again and completes in the same run. */
+static int restarts;
+
+static void restart_target(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    (void)done;
+    (void)total;
+    if (phase == SHARD_MOVE_CATCHUP && !restarts++) {
+        ck_assert_int_eq(harness_kill(h, (const char *)payload), 0);
+        ck_assert_int_eq(harness_restart(h, (const char *)payload), 0);
+    }
+}
+
+START_TEST(transient_failure_retried_in_phase)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    int rc;
+
+    ck_assert_str_eq(pair_of(10), "MySQL003");
+    fill(10, 11, 30);
+    o.progress = restart_target;
+    o.payload = (void *)"s3";
+    rc = shard_move(ctx, 10, 11, "MySQL002", &o, &r, NULL);
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_int_eq(restarts, 1);
+    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    ck_assert_int_eq(r.source_dropped, 1);
+    ck_assert_str_eq(pair_of(10), "MySQL002");
+    ck_assert_int_eq(pair_link_running("s3"), 1);
+    ck_assert_int_eq(move_connections("s3"), 0);
+    check_rows_on_master(10);
+    check_rows_on_master(11);
+    check_all();
+}
+END_TEST
+
+/* Looking for unfinished moves fails closed: a master that cannot be asked
+ * is an error naming it, never "no move" (failover relies on this). */
+START_TEST(unfinished_moves_fail_closed)
+{
+    shard_move_report r;
+    shard_map *m = NULL;
+    uint64_t id = 7;
+    int rc;
+
+    ck_assert_int_eq(shard_ctx_map(ctx, &m), 0);
+    ck_assert_int_eq(move_unfinished_on(ctx, m, "MySQL001", &id), 0);
+    ck_assert_int_eq(harness_kill(h, "s1"), 0);
+    rc = move_unfinished_on(ctx, m, "MySQL002", &id);
+    ck_assert_msg(rc < 0, "rc %d", rc);
+    ck_assert_msg(strstr(shard_errmsg(), "MySQL001"), "%s", shard_errmsg());
+    rc = shard_move_resume(ctx, 0, NULL, &r);
+    ck_assert_msg(rc < 0 && rc != SHARD_ENOTFOUND, "rc %d", rc);
+    ck_assert_msg(strstr(shard_errmsg(), "MySQL001"), "%s", shard_errmsg());
+    ck_assert_int_eq(harness_restart(h, "s1"), 0);
+    shard_map_free(m);
 }
 END_TEST
 
@@ -587,6 +820,10 @@ int main(void)
     tcase_add_test(tc, target_restart_during_catchup);
     tcase_add_test(tc, verification_finds_tampering);
     tcase_add_test(tc, merge_two_pairs_onto_one);
+    tcase_add_test(tc, standby_behind_keeps_source);
+    tcase_add_test(tc, fence_is_one_statement);
+    tcase_add_test(tc, transient_failure_retried_in_phase);
+    tcase_add_test(tc, unfinished_moves_fail_closed);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -33,8 +33,8 @@
  *    GRANT BINLOG ADMIN ON *.* TO schema;  (the fence table is made unlogged)
  *
  *  mover (shard_move, shard_move_resume, shard_move_abort, shard_move_status):
- *    GRANT SELECT, INSERT, CREATE, DROP, ALTER ON `db%`.*            TO mover;
- *    GRANT SELECT, INSERT, UPDATE, CREATE, ALTER ON `libshard\_control`.* TO mover;
+ *    GRANT SELECT, INSERT, CREATE, DROP ON `db%`.*                   TO mover;
+ *    GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER ON `libshard\_control`.* TO mover;
  *    GRANT RELOAD, BINLOG ADMIN, REPLICATION SLAVE, REPLICATION SLAVE ADMIN,
  *          SLAVE MONITOR ON *.* TO mover;
  *  The target master replicates from the source master as this account,
@@ -93,12 +93,12 @@ static const char *const SCHEMA_GRANTS[] = {
 };
 
 /* What a move needs, each line for a reason:
- *  - SELECT, INSERT, CREATE, DROP, ALTER on the shard databases: read the
- *    source, create and fill the target, fence the source (RENAME TABLE
- *    needs ALTER and DROP on the old name, CREATE and INSERT on the new),
- *    drop the source copy after verification;
- *  - SELECT, INSERT, UPDATE, CREATE, ALTER on libshard_control: the move
- *    journal (created on first use; ALTER sets its AUTO_INCREMENT);
+ *  - SELECT, INSERT, CREATE, DROP on the shard databases: read the
+ *    source, create and fill the target, drop the source copy after
+ *    verification;
+ *  - SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER on libshard_control: the
+ *    move journal (created on first use; ALTER sets its AUTO_INCREMENT) and
+ *    the fence rows (inserted, updated to fence, deleted after cleanup);
  *  - RELOAD: BACKUP STAGE, so that the copy threads share one snapshot;
  *  - BINLOG ADMIN: SET sql_log_bin = 0, so the fence never replicates;
  *  - REPLICATION SLAVE: the target's catch-up connection reads the
@@ -112,10 +112,10 @@ static const char *const MOVER_GRANTS[] = {
     "INSERT ON `db%`.*",
     "CREATE ON `db%`.*",
     "DROP ON `db%`.*",
-    "ALTER ON `db%`.*",
     "SELECT ON `libshard\\_control`.*",
     "INSERT ON `libshard\\_control`.*",
     "UPDATE ON `libshard\\_control`.*",
+    "DELETE ON `libshard\\_control`.*",
     "CREATE ON `libshard\\_control`.*",
     "ALTER ON `libshard\\_control`.*",
     "RELOAD ON *.*",

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "alloc_budget.h" /* shard__alloc_budget, budget_malloc */
+#include "map.h"          /* the parsed legacy section */
 
 static const char base_map[] =
     "{\"version\": 7, \"open_shards\": 64, \"database_format\": \"db%05d\","
@@ -216,6 +217,21 @@ static const broken corpus[] = {
     {"mod_shards/tables", "\"users\"", "mod_shards.tables: must be an array"},
     {"mod_shards/ranges/0/pair", "\"nope\"", "mod_shards.ranges[0].pair: unknown pair"},
     {"mod_shards/ranges", NULL, "mod_shards.ranges: missing"},
+    {"legacy", "[]", "legacy: must be an object"},
+    {"legacy", "{\"pinz\": {}}",
+     "legacy.pinz: no object type or mapping named \"pinz\" in objects or mappings"},
+    {"legacy", "{\"pins\": {}}",
+     "legacy.pins: its lookup table \"legacy_pins\" is not in mod_shards.tables: add it"},
+    {"legacy", "{\"pins\": 1}", "legacy.pins: must be an object"},
+    {"legacy", "{\"pins\": {\"tabel\": \"users_by_name\"}}",
+     "legacy.pins: unknown key \"tabel\""},
+    {"legacy", "{\"pins\": {\"table\": \"Bad\"}}", "legacy.pins.table: \"Bad\""},
+    {"legacy", "{\"pins\": {\"table\": 7}}", "legacy.pins.table: must be a string"},
+    {"legacy", "{\"pin_owned_by_board\": {\"table\": \"users_by_name\"}}",
+     "legacy.pin_owned_by_board: \"pin_owned_by_board\" is the reverse of mapping"},
+    {"legacy", "{\"pins\": {\"table\": \"users_by_name\"},"
+               " \"boards\": {\"table\": \"users_by_name\"}}",
+     "legacy.boards: table \"users_by_name\" is already the lookup of legacy.pins"},
 };
 
 /* Set (or delete, value NULL) the member named by path in doc. */
@@ -263,6 +279,41 @@ START_TEST(broken_map_rejected)
                   shard_errmsg(), b->expect);
     ck_assert_msg(strncmp(shard_errmsg(), "shard map: ", 11) == 0, "message: %s",
                   shard_errmsg());
+    free(text);
+    json_decref(doc);
+}
+END_TEST
+
+/* "legacy" names object types and mappings, each with a lookup table that
+ * mod_shards.tables declares (default legacy_NAME). */
+START_TEST(legacy_section)
+{
+    json_t *doc = json_loads(base_map, 0, NULL);
+    json_t *tables = json_object_get(json_object_get(doc, "mod_shards"), "tables");
+    const shard_legacydef *d;
+    shard_map *m;
+    char *text;
+
+    json_array_append_new(tables, json_string("legacy_pins"));
+    json_array_append_new(tables, json_string("old_boards"));
+    json_array_append_new(tables, json_string("legacy_board_has_pins"));
+    json_object_set_new(doc, "legacy",
+                        json_pack("{s:{},s:{s:s},s:{}}", "pins", "boards", "table",
+                                  "old_boards", "board_has_pins"));
+    text = json_dumps(doc, 0);
+    m = parse_ok(text);
+    ck_assert_ptr_nonnull(d = map_legacy_of_type(m, 1));
+    ck_assert_str_eq(d->table, "legacy_pins");
+    ck_assert_str_eq(d->name, "pins");
+    ck_assert_ptr_nonnull(d = map_legacy_of(m, "boards"));
+    ck_assert_str_eq(d->table, "old_boards");
+    ck_assert_uint_eq(d->type, 2);
+    ck_assert_ptr_nonnull(d = map_legacy_of(m, "board_has_pins"));
+    ck_assert_str_eq(d->table, "legacy_board_has_pins");
+    ck_assert_uint_eq(d->type, 0);
+    ck_assert_ptr_null(map_legacy_of_type(m, 3));
+    ck_assert_ptr_null(map_legacy_of(m, "users"));
+    shard_map_free(m);
     free(text);
     json_decref(doc);
 }
@@ -493,6 +544,7 @@ int main(void)
     tcase_add_test(tc, lookup_many_ranges);
     tcase_add_loop_test(tc, broken_map_rejected, 0, (int)(sizeof corpus / sizeof corpus[0]));
     tcase_add_test(tc, broken_json_rejected);
+    tcase_add_test(tc, legacy_section);
     tcase_add_test(tc, minimal_map);
     tcase_add_test(tc, json_round_trip);
     tcase_add_test(tc, file_store_publish_cas);

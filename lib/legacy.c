@@ -1,0 +1,641 @@
+/*
+ * Legacy ids (libshard-import(7)): an integer id from the database an
+ * application had before libshard resolves to the native ID of the object
+ * the import made of its row, through a key-value lookup table in the
+ * mod-shard space (the map's "legacy" section names it). Etsy's hybrid
+ * lookup in libshard's terms: a native ID always has a non-zero type field,
+ * a legacy id is below 2^36 and so has none, and the two never collide.
+ *
+ * Resolutions are cached in the context: once written, an entry never
+ * changes (libshard-import(7) names the one exception), so a hot legacy id
+ * costs no round trip after its first use.
+ */
+#include "legacy.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void (*shard__import_hook)(const char *point);
+
+#define KV_BATCH 1000 /* keys per statement: far below any packet limit */
+
+/* ---- lookup values ------------------------------------------------------ */
+
+void legacy_entry_parse(const char *v, legacy_entry *e)
+{
+    const char *sp;
+    char idtext[24];
+    size_t n;
+
+    memset(e, 0, sizeof *e);
+    if (!v) {
+        e->state = LEGACY_ABSENT;
+        return;
+    }
+    e->state = LEGACY_BAD;
+    if (strncmp(v, "pending ", 8) == 0) {
+        char *end;
+        unsigned long s = strtoul(v + 8, &end, 10);
+        if (end != v + 8 && *end == '\0' && s <= SHARD_MAX_SHARD) {
+            e->state = LEGACY_PENDING;
+            e->shard = (unsigned)s;
+        }
+        return;
+    }
+    sp = strchr(v, ' ');
+    n = sp ? (size_t)(sp - v) : 0;
+    if (!n || n >= sizeof idtext)
+        return;
+    memcpy(idtext, v, n);
+    idtext[n] = '\0';
+    if (shard_id_parse(idtext, &e->id) != 0) {
+        shard_clear_error();
+        return;
+    }
+    if (strcmp(sp + 1, "deleted") == 0) {
+        e->state = LEGACY_DELETED;
+    } else if (strlen(sp + 1) == 32 && strspn(sp + 1, "0123456789abcdef") == 32) {
+        memcpy(e->md5, sp + 1, 33);
+        e->state = LEGACY_LIVE;
+    }
+}
+
+/* ---- many keys at once ---------------------------------------------------- */
+
+typedef struct kv_slot {
+    size_t idx;        /* position in the caller's arrays */
+    uint32_t modshard;
+    long pair;
+    const char *key;
+} kv_slot;
+
+static int cmp_kv_slot(const void *a, const void *b)
+{
+    const kv_slot *x = a, *y = b;
+    if (x->pair != y->pair)
+        return x->pair < y->pair ? -1 : 1;
+    if (x->modshard != y->modshard)
+        return x->modshard < y->modshard ? -1 : 1;
+    return strcmp(x->key, y->key);
+}
+
+/* Slots for n keys, sorted by (pair, mod shard, key), from the current map. */
+static int kv_slots(shard_ctx *ctx, const char *table, char *const *keys, size_t n,
+                    kv_slot **out)
+{
+    shard_map *map = ctx_map(ctx);
+    kv_slot *s = NULL;
+    int rc = 0;
+
+    if (!map->mod_count)
+        rc = shard_fail(SHARD_EINVAL, "the shard map has no mod_shards section");
+    else if (!shard_map_has_mod_table(map, table))
+        rc = shard_fail(SHARD_EINVAL, "no key-value table \"%.64s\" in mod_shards.tables of "
+                        "map version %llu", table, (unsigned long long)map->version);
+    else if (!(s = shard_calloc(n ? n : 1, sizeof *s)))
+        rc = shard_fail(SHARD_ENOMEM, "out of memory for %zu lookup keys", n);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        s[i].idx = i;
+        s[i].key = keys[i];
+        if ((rc = shard_mod(keys[i], strlen(keys[i]), map->mod_count, &s[i].modshard)))
+            break;
+        s[i].pair = shard_map_mod_pair_index(map, s[i].modshard);
+    }
+    shard_map_free(map);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    qsort(s, n, sizeof *s, cmp_kv_slot);
+    *out = s;
+    return 0;
+}
+
+typedef struct kv_group {
+    const char *table;
+    kv_slot *slots; /* this pair's, sorted */
+    size_t n;
+    char **vals;
+} kv_group;
+
+/* Every slot of the run [lo, hi) of one mod shard holding this key. */
+static int deliver(kv_group *g, size_t lo, size_t end, const char *k, size_t klen,
+                   const char *v, size_t vlen)
+{
+    size_t hi = end;
+
+    while (lo < hi) { /* binary search for the first equal key */
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strncmp(g->slots[mid].key, k, klen);
+        if (c == 0 && strlen(g->slots[mid].key) > klen)
+            c = 1;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; i < end && strlen(g->slots[i].key) == klen &&
+                        memcmp(g->slots[i].key, k, klen) == 0; i++) {
+        char **dst = &g->vals[g->slots[i].idx];
+        free(*dst); /* a retried statement answers again */
+        *dst = NULL;
+        if (copy_out(v, vlen, dst, NULL))
+            return SHARD_ENOMEM;
+    }
+    return 0;
+}
+
+/* One statement for slots [from, to) of the group: a UNION ALL of one
+ * IN-list per mod shard, each row tagged with its mod shard. */
+static int get_batch(exec_env *env, kv_group *g, size_t from, size_t to)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    for (size_t i = from; i < to;) {
+        uint32_t ms = g->slots[i].modshard;
+        char db[SHARD_DBNAME_MAX];
+        if (shard_map_mod_pair_index(env->map, ms) !=
+            shard_map_mod_pair_index(env->map, g->slots[from].modshard)) {
+            sql_free(&q);
+            return shard_fail(SHARD_EMOVED, "mod shard %u changed pairs", ms);
+        }
+        shard_dbfmt_name(&env->map->mod_dbfmt, ms, db);
+        sql_add(&q, i == from ? "" : " UNION ALL ");
+        sql_addf(&q, "SELECT %u, k, v FROM ", ms);
+        sql_table(&q, db, g->table);
+        sql_add(&q, " WHERE k IN (");
+        for (bool first = true; i < to && g->slots[i].modshard == ms; i++) {
+            if (!first && strcmp(g->slots[i].key, g->slots[i - 1].key) == 0)
+                continue;
+            sql_add(&q, first ? "" : ",");
+            sql_hex(&q, g->slots[i].key, strlen(g->slots[i].key));
+            first = false;
+        }
+        sql_add(&q, ")");
+    }
+    if ((rc = sql_check(&q)) || (rc = conn_select(env->conn, &q, &res))) {
+        sql_free(&q);
+        return rc;
+    }
+    sql_free(&q);
+    while (rc == 0 && (row = mysql_fetch_row(res))) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        uint32_t ms = (uint32_t)strtoul(row[0], NULL, 10);
+        size_t lo = from, hi;
+        while (lo < to && g->slots[lo].modshard != ms)
+            lo++;
+        for (hi = lo; hi < to && g->slots[hi].modshard == ms; hi++)
+            ;
+        rc = deliver(g, lo, hi, row[1], len[1], row[2], len[2]);
+    }
+    mysql_free_result(res);
+    return rc;
+}
+
+static int get_fn(exec_env *env, void *arg)
+{
+    kv_group *g = arg;
+    int rc = 0;
+
+    for (size_t from = 0; rc == 0 && from < g->n; from += KV_BATCH)
+        rc = get_batch(env, g, from, from + KV_BATCH < g->n ? from + KV_BATCH : g->n);
+    return rc;
+}
+
+typedef struct kv_job {
+    shard_ctx *ctx;
+    kv_group *groups;
+    char *const *vals; /* put: the values */
+    bool remove;
+} kv_job;
+
+static int get_group(void *arg, size_t i, unsigned worker)
+{
+    kv_job *j = arg;
+    (void)worker;
+    return ctx_exec(j->ctx, j->groups[i].slots[0].modshard, EXEC_MOD, get_fn, &j->groups[i]);
+}
+
+int legacy_kv_get_many(shard_ctx *ctx, const char *table, char *const *keys, size_t n,
+                       char **vals)
+{
+    kv_slot *slots;
+    kv_group *groups;
+    size_t ng = 0;
+    int rc;
+
+    for (size_t i = 0; i < n; i++)
+        vals[i] = NULL;
+    if (n == 0)
+        return 0;
+    if ((rc = kv_slots(ctx, table, keys, n, &slots)))
+        return rc;
+    if (!(groups = shard_calloc(n, sizeof *groups))) {
+        free(slots);
+        return shard_fail(SHARD_ENOMEM, "out of memory for %zu lookup keys", n);
+    }
+    for (size_t i = 0; i < n;) {
+        size_t k = i;
+        while (k < n && slots[k].pair == slots[i].pair)
+            k++;
+        groups[ng++] = (kv_group){table, slots + i, k - i, vals};
+        i = k;
+    }
+    kv_job j = {ctx, groups, NULL, false};
+    /* Every server at once: their number is small (the pairs). */
+    rc = fanout_run(ng, (unsigned)ng, get_group, &j);
+    free(groups);
+    free(slots);
+    if (rc)
+        for (size_t i = 0; i < n; i++) {
+            free(vals[i]);
+            vals[i] = NULL;
+        }
+    return rc;
+}
+
+/* ---- writes, one multi-row statement per mod shard -------------------------- */
+
+typedef struct put_arg {
+    kv_job *j;
+    kv_group *g;
+} put_arg;
+
+static int put_fn(exec_env *env, void *arg)
+{
+    kv_job *j = ((put_arg *)arg)->j;
+    kv_group *g = ((put_arg *)arg)->g;
+    sqlbuf q;
+    int rc = 0;
+
+    sql_init(&q);
+    for (size_t from = 0; rc == 0 && from < g->n; from += KV_BATCH) {
+        size_t to = from + KV_BATCH < g->n ? from + KV_BATCH : g->n;
+        sql_reset(&q);
+        sql_add(&q, j->remove ? "DELETE FROM " : "INSERT INTO ");
+        sql_table(&q, env->db, g->table);
+        sql_add(&q, j->remove ? " WHERE k IN (" : " (k, v) VALUES ");
+        for (size_t i = from; i < to; i++) {
+            const kv_slot *s = &g->slots[i];
+            sql_add(&q, i == from ? "" : ",");
+            if (j->remove) {
+                sql_hex(&q, s->key, strlen(s->key));
+                continue;
+            }
+            sql_add(&q, "(");
+            sql_hex(&q, s->key, strlen(s->key));
+            sql_add(&q, ",");
+            sql_hex(&q, j->vals[s->idx], strlen(j->vals[s->idx]));
+            sql_add(&q, ")");
+        }
+        /* Upserts and deletes are idempotent: a retry after a lost
+         * connection writes the same thing again. */
+        sql_add(&q, j->remove ? ")" : " ON DUPLICATE KEY UPDATE v = VALUES(v)");
+        if ((rc = sql_check(&q)) == 0 && (rc = conn_fits(env->conn, q.len)) == 0)
+            rc = conn_query(env->conn, &q);
+    }
+    sql_free(&q);
+    return rc;
+}
+
+static int put_group(void *arg, size_t i, unsigned worker)
+{
+    kv_job *j = arg;
+    put_arg pa = {j, &j->groups[i]};
+    (void)worker;
+    return ctx_exec(j->ctx, j->groups[i].slots[0].modshard, EXEC_MOD, put_fn, &pa);
+}
+
+static int write_many(shard_ctx *ctx, const char *table, char *const *keys,
+                      char *const *vals, size_t n, unsigned threads, bool remove)
+{
+    kv_slot *slots;
+    kv_group *groups;
+    size_t ng = 0;
+    int rc;
+
+    if (n == 0)
+        return 0;
+    if ((rc = kv_slots(ctx, table, keys, n, &slots)))
+        return rc;
+    if (!(groups = shard_calloc(n, sizeof *groups))) {
+        free(slots);
+        return shard_fail(SHARD_ENOMEM, "out of memory for %zu lookup keys", n);
+    }
+    for (size_t i = 0; i < n;) {
+        size_t k = i;
+        while (k < n && slots[k].modshard == slots[i].modshard)
+            k++;
+        groups[ng++] = (kv_group){table, slots + i, k - i, NULL};
+        i = k;
+    }
+    kv_job j = {ctx, groups, vals, remove};
+    rc = fanout_run(ng, threads, put_group, &j);
+    free(groups);
+    free(slots);
+    return rc;
+}
+
+int legacy_kv_put_many(shard_ctx *ctx, const char *table, char *const *keys,
+                       char *const *vals, size_t n, unsigned threads)
+{
+    return write_many(ctx, table, keys, vals, n, threads, false);
+}
+
+int legacy_kv_delete_many(shard_ctx *ctx, const char *table, char *const *keys, size_t n,
+                          unsigned threads)
+{
+    return write_many(ctx, table, keys, NULL, n, threads, true);
+}
+
+/* ---- scan ------------------------------------------------------------------ */
+
+typedef struct scan_args {
+    const char *table;
+    char *after;       /* last key seen; NULL: from the start */
+    MYSQL_RES *res;
+} scan_args;
+
+static int scan_fn(exec_env *env, void *arg)
+{
+    scan_args *a = arg;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "SELECT k, v FROM ");
+    sql_table(&q, env->db, a->table);
+    if (a->after) {
+        sql_add(&q, " WHERE k > ");
+        sql_hex(&q, a->after, strlen(a->after));
+    }
+    sql_addf(&q, " ORDER BY k LIMIT %d", KV_BATCH);
+    rc = sql_check(&q);
+    if (rc == 0)
+        rc = conn_select(env->conn, &q, &a->res);
+    sql_free(&q);
+    return rc;
+}
+
+static void free_strings(char **v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i]);
+}
+
+int legacy_kv_scan(shard_ctx *ctx, const char *table, legacy_scan_fn fn, void *payload)
+{
+    shard_map *map = ctx_map(ctx);
+    uint32_t count = map->mod_count;
+    bool known = shard_map_has_mod_table(map, table);
+    char **keys = NULL, **vals = NULL;
+    int rc = 0;
+
+    shard_map_free(map);
+    if (!count || !known)
+        return shard_fail(SHARD_EINVAL, "no key-value table \"%.64s\" in mod_shards.tables",
+                          table);
+    keys = shard_calloc(KV_BATCH, sizeof *keys);
+    vals = shard_calloc(KV_BATCH, sizeof *vals);
+    if (!keys || !vals)
+        rc = shard_fail(SHARD_ENOMEM, "out of memory scanning %s", table);
+    for (uint32_t ms = 0; rc == 0 && ms < count; ms++) {
+        scan_args a = {table, NULL, NULL};
+        for (;;) {
+            MYSQL_ROW row;
+            size_t n = 0;
+            if ((rc = ctx_exec(ctx, ms, EXEC_MOD, scan_fn, &a)))
+                break;
+            while (rc == 0 && (row = mysql_fetch_row(a.res))) {
+                unsigned long *len = mysql_fetch_lengths(a.res);
+                if ((rc = copy_out(row[0], len[0], &keys[n], NULL)) == 0 &&
+                    (rc = copy_out(row[1], len[1], &vals[n], NULL)) != 0)
+                    free(keys[n]);
+                n += rc == 0;
+            }
+            mysql_free_result(a.res);
+            a.res = NULL;
+            free(a.after);
+            a.after = NULL;
+            if (rc == 0 && n)
+                rc = fn(payload, n, keys, vals);
+            if (rc == 0 && n == KV_BATCH && !(a.after = shard_strdup(keys[n - 1])))
+                rc = shard_fail(SHARD_ENOMEM, "out of memory scanning %s", table);
+            free_strings(keys, n);
+            free_strings(vals, n);
+            if (rc || n < KV_BATCH)
+                break;
+        }
+        free(a.after);
+    }
+    free(keys);
+    free(vals);
+    return rc;
+}
+
+/* ---- the resolution cache ----------------------------------------------------- */
+
+/* 16384 sets of 4: at most 65536 resolutions, about 1.5 MB per context,
+ * least recently used replaced within a set. */
+#define LC_SETS 16384
+#define LC_WAYS 4
+#define LC_LOCKS 64
+
+typedef struct lc_entry {
+    uint64_t legacy, id; /* id 0: empty */
+    unsigned type;
+} lc_entry;
+
+struct legacy_cache {
+    pthread_mutex_t locks[LC_LOCKS];
+    lc_entry sets[LC_SETS][LC_WAYS]; /* way 0 is the most recently used */
+};
+
+static struct legacy_cache *cache_of(shard_ctx *ctx)
+{
+    struct legacy_cache *c = atomic_load(&ctx->legacy), *fresh, *expected = NULL;
+
+    if (c)
+        return c;
+    if (!(fresh = shard_calloc(1, sizeof *fresh)))
+        return NULL; /* no cache: every resolution asks the server */
+    for (int i = 0; i < LC_LOCKS; i++)
+        pthread_mutex_init(&fresh->locks[i], NULL);
+    if (atomic_compare_exchange_strong(&ctx->legacy, &expected, fresh))
+        return fresh;
+    legacy_cache_free(fresh); /* another thread's won */
+    return expected;
+}
+
+void legacy_cache_free(struct legacy_cache *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < LC_LOCKS; i++)
+        pthread_mutex_destroy(&c->locks[i]);
+    free(c);
+}
+
+static size_t cache_set(unsigned type, uint64_t legacy)
+{
+    uint64_t h = (legacy ^ ((uint64_t)type << 40)) * 0x9E3779B97F4A7C15ULL;
+    return (size_t)(h >> 40) % LC_SETS;
+}
+
+static uint64_t cache_get(struct legacy_cache *c, unsigned type, uint64_t legacy)
+{
+    size_t s = cache_set(type, legacy);
+    pthread_mutex_t *lock = &c->locks[s % LC_LOCKS];
+    lc_entry *set = c->sets[s];
+    uint64_t id = 0;
+
+    pthread_mutex_lock(lock);
+    for (int w = 0; w < LC_WAYS; w++)
+        if (set[w].id && set[w].legacy == legacy && set[w].type == type) {
+            lc_entry hit = set[w];
+            memmove(&set[1], &set[0], (size_t)w * sizeof *set);
+            set[0] = hit;
+            id = hit.id;
+            break;
+        }
+    pthread_mutex_unlock(lock);
+    return id;
+}
+
+void legacy_cache_put(shard_ctx *ctx, unsigned type, uint64_t legacy, uint64_t id)
+{
+    struct legacy_cache *c = cache_of(ctx);
+    size_t s = cache_set(type, legacy);
+    lc_entry *set;
+    int w;
+
+    if (!c)
+        return;
+    set = c->sets[s];
+    pthread_mutex_lock(&c->locks[s % LC_LOCKS]);
+    for (w = 0; w < LC_WAYS - 1; w++) /* an entry already there moves up */
+        if (set[w].id && set[w].legacy == legacy && set[w].type == type)
+            break;
+    memmove(&set[1], &set[0], (size_t)w * sizeof *set);
+    set[0] = (lc_entry){legacy, id, type};
+    pthread_mutex_unlock(&c->locks[s % LC_LOCKS]);
+}
+
+/* ---- resolution -------------------------------------------------------------- */
+
+int shard_legacy_resolve_many(shard_ctx *ctx, unsigned type, const uint64_t *legacy,
+                              size_t n, uint64_t *ids)
+{
+    struct legacy_cache *c;
+    const shard_legacydef *def;
+    shard_map *map;
+    char table[SHARD_DBNAME_MAX];
+    char **keys = NULL, **vals = NULL;
+    size_t *pos = NULL, nmiss = 0;
+    int rc = 0;
+
+    if (!ctx || (n && (!legacy || !ids)))
+        return shard_fail(SHARD_EINVAL, "shard_legacy_resolve_many: NULL argument");
+    for (size_t i = 0; i < n; i++)
+        ids[i] = 0;
+    map = ctx_map(ctx);
+    def = map_legacy_of_type(map, type);
+    if (!def) {
+        const char *name = type <= SHARD_MAX_TYPE ? map->type_names[type] : NULL;
+        rc = name ? shard_fail(SHARD_EINVAL, "object type %s has no legacy lookup: the "
+                               "map's \"legacy\" section does not name it", name)
+                  : shard_fail(SHARD_EINVAL, "object type %u is not registered in map "
+                               "version %llu", type, (unsigned long long)map->version);
+        shard_map_free(map);
+        return rc;
+    }
+    snprintf(table, sizeof table, "%s", def->table);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        uint64_t x = legacy[i];
+        if (shard_id_valid(x) && shard_id_type(x) != type)
+            rc = shard_fail(SHARD_EINVAL, "ID %" PRIu64 " is of type %u, not %s", x,
+                            shard_id_type(x), def->name);
+        else if (!shard_id_valid(x) && (x < 1 || x > SHARD_MAX_LOCAL))
+            rc = shard_fail(SHARD_EINVAL, "%" PRIu64 " is neither a libshard ID nor a "
+                            "legacy id (legacy ids are 1..2^36-1)", x);
+    }
+    shard_map_free(map);
+    if (rc)
+        return rc;
+    c = cache_of(ctx);
+    /* Native IDs pass through; cached legacy ids are answered here. */
+    for (size_t i = 0; i < n; i++) {
+        if (shard_id_valid(legacy[i]))
+            ids[i] = legacy[i];
+        else if (c && (ids[i] = cache_get(c, type, legacy[i])) != 0)
+            ;
+        else
+            nmiss++;
+    }
+    if (!nmiss)
+        return 0;
+    keys = shard_calloc(nmiss, sizeof *keys);
+    vals = shard_calloc(nmiss, sizeof *vals);
+    pos = shard_calloc(nmiss, sizeof *pos);
+    if (!keys || !vals || !pos) {
+        rc = shard_fail(SHARD_ENOMEM, "out of memory resolving %zu legacy ids", n);
+        goto out;
+    }
+    nmiss = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i])
+            continue;
+        if (!(keys[nmiss] = shard_malloc(24))) {
+            rc = shard_fail(SHARD_ENOMEM, "out of memory resolving %zu legacy ids", n);
+            goto out;
+        }
+        snprintf(keys[nmiss], 24, "%" PRIu64, legacy[i]);
+        pos[nmiss++] = i;
+    }
+    if ((rc = legacy_kv_get_many(ctx, table, keys, nmiss, vals)))
+        goto out;
+    for (size_t k = 0; k < nmiss; k++) {
+        legacy_entry e;
+        legacy_entry_parse(vals[k], &e);
+        if (e.state != LEGACY_LIVE && e.state != LEGACY_DELETED)
+            continue; /* absent or pending: not (yet) imported */
+        ids[pos[k]] = e.id;
+        legacy_cache_put(ctx, type, legacy[pos[k]], e.id);
+    }
+out:
+    free_strings(keys, nmiss);
+    free_strings(vals, nmiss);
+    free(keys);
+    free(vals);
+    free(pos);
+    if (rc)
+        for (size_t i = 0; i < n; i++)
+            ids[i] = 0;
+    return rc;
+}
+
+int shard_legacy_resolve(shard_ctx *ctx, unsigned type, uint64_t legacy_id, uint64_t *id)
+{
+    uint64_t out;
+    int rc;
+
+    if (!id)
+        return shard_fail(SHARD_EINVAL, "shard_legacy_resolve: NULL argument");
+    if ((rc = shard_legacy_resolve_many(ctx, type, &legacy_id, 1, &out)))
+        return rc;
+    if (!out) {
+        shard_map *map = ctx_map(ctx);
+        rc = shard_fail(SHARD_ENOTFOUND, "no %s with legacy id %" PRIu64 " has been imported",
+                        map->type_names[type], legacy_id);
+        shard_map_free(map);
+        return rc;
+    }
+    *id = out;
+    return 0;
+}

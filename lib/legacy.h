@@ -1,0 +1,80 @@
+/*
+ * Legacy lookups (libshard-import(7)): key-value tables in the mod-shard
+ * space, read and written many keys at once, shared by legacy.c (resolving
+ * legacy ids) and import.c (the import passes).
+ */
+#ifndef LIBSHARD_LEGACY_H
+#define LIBSHARD_LEGACY_H
+
+#include "ctx.h"
+
+/*
+ * A lookup entry's value, as text:
+ *   "ID MD5"      imported: the object's ID and the MD5 (hex) of the row's
+ *                 canonical JSON when it was last written
+ *   "ID deleted"  the legacy row is gone and the object was soft-deleted
+ *   "pending S"   claimed for an object on shard S that may or may not exist
+ *                 yet (an interrupted pass); the next pass settles it
+ * Mapping entries (import-mapping) are "FROM TO SEQ": the two native IDs and
+ * the sequence written.
+ */
+typedef enum legacy_state {
+    LEGACY_ABSENT,
+    LEGACY_PENDING,
+    LEGACY_LIVE,
+    LEGACY_DELETED,
+    LEGACY_BAD /* a value libshard did not write */
+} legacy_state;
+
+typedef struct legacy_entry {
+    legacy_state state;
+    uint64_t id;    /* LIVE, DELETED */
+    unsigned shard; /* PENDING */
+    char md5[33];   /* LIVE */
+} legacy_entry;
+
+void legacy_entry_parse(const char *value, legacy_entry *e);
+
+/*
+ * keys[0..n): NUL-terminated texts. vals[i] gets a copy of the value
+ * (free()) or NULL when the key is absent. One statement per server
+ * covering all of its mod shards, servers concurrently.
+ */
+int legacy_kv_get_many(shard_ctx *ctx, const char *table, char *const *keys, size_t n,
+                       char **vals);
+/* Upsert keys[i] = vals[i]: one multi-row statement per mod shard, up to
+ * `threads` mod shards at a time. */
+int legacy_kv_put_many(shard_ctx *ctx, const char *table, char *const *keys,
+                       char *const *vals, size_t n, unsigned threads);
+int legacy_kv_delete_many(shard_ctx *ctx, const char *table, char *const *keys, size_t n,
+                          unsigned threads);
+
+/* Every entry of a table, mod shard by mod shard in key order, handed over
+ * in batches with no connection held; non-zero from fn stops the scan. */
+typedef int (*legacy_scan_fn)(void *payload, size_t n, char **keys, char **vals);
+int legacy_kv_scan(shard_ctx *ctx, const char *table, legacy_scan_fn fn, void *payload);
+
+/* import.c, pure helpers (unit-tested). */
+typedef struct source_url {
+    char user[81];
+    char host[256];
+    unsigned port;
+    char db[65];
+} source_url;
+
+/* mysql://USER@HOST[:PORT]/DB (no password, ever); SHARD_EINVAL otherwise. */
+int import_parse_url(const char *url, source_url *u);
+/* Strict UTF-8: the offset of the first bad byte, or -1 when all is valid. */
+long import_utf8_bad(const unsigned char *s, size_t n);
+
+/* Remember a resolution in the context's cache. */
+void legacy_cache_put(shard_ctx *ctx, unsigned type, uint64_t legacy, uint64_t id);
+
+/*
+ * Test hook (tests link the static library): when set, the import calls it
+ * at named points of a pass ("created": objects exist, their lookup entries
+ * are still pending). NULL in production.
+ */
+extern void (*shard__import_hook)(const char *point);
+
+#endif

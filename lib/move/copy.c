@@ -1,0 +1,255 @@
+/*
+ * The snapshot copy (libshard-move(7), phase copying): every worker opens a
+ * consistent snapshot of the source at one commit point, rows are streamed
+ * in primary-key order and written in multi-row INSERTs below the
+ * target's packet limit. Tables are handed out over the workers.
+ */
+#include "move.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool numeric_text(const char *s, unsigned long len)
+{
+    if (len == 0)
+        return false;
+    for (unsigned long i = 0; i < len; i++)
+        if (!strchr("0123456789.-+eE", s[i]))
+            return false;
+    return true;
+}
+
+/* One row's values: numbers as they are, everything else as hex. */
+static int add_row(sqlbuf *q, MYSQL_ROW row, unsigned long *lens, MYSQL_FIELD *f, unsigned n)
+{
+    sql_add(q, "(");
+    for (unsigned i = 0; i < n; i++) {
+        if (i)
+            sql_add(q, ",");
+        if (!row[i])
+            sql_add(q, "NULL");
+        else if (IS_NUM(f[i].type) && f[i].type != MYSQL_TYPE_TIMESTAMP) {
+            if (!numeric_text(row[i], lens[i]))
+                return shard_fail(SHARD_ESERVER, "column %s: unexpected numeric text",
+                                  f[i].name);
+            sql_add(q, row[i]);
+        } else {
+            sql_hex(q, row[i], lens[i]);
+        }
+    }
+    sql_add(q, ")");
+    return 0;
+}
+
+static int insert_head(sqlbuf *q, const mtable *t, MYSQL_FIELD *f, unsigned n)
+{
+    sql_reset(q);
+    sql_add(q, "INSERT INTO ");
+    sql_table(q, t->db, t->name);
+    sql_add(q, " (");
+    for (unsigned i = 0; i < n; i++) {
+        if (!move_name_ok(f[i].name))
+            return shard_fail(SHARD_ESERVER, "%s.%s: unexpected column name", t->db, t->name);
+        sql_addf(q, "%s`%s`", i ? "," : "", f[i].name);
+    }
+    sql_add(q, ") VALUES ");
+    return 0;
+}
+
+/* Send the batch of *rows rows, count them, and start the next batch. */
+static int flush_batch(mv *m, shard_conn *dst, sqlbuf *q, size_t head, unsigned *rows)
+{
+    uint64_t done, total;
+    int rc = conn_query(dst, q);
+
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&m->lock);
+    m->done += *rows;
+    m->r->rows_copied += *rows;
+    done = m->done;
+    total = m->total;
+    pthread_mutex_unlock(&m->lock);
+    move_progress(m, SHARD_MOVE_COPYING, done, total);
+    q->len = head;
+    *rows = 0;
+    return 0;
+}
+
+static int copy_table(mv *m, shard_conn *src, shard_conn *dst, const mtable *t)
+{
+    size_t limit = dst->max_packet / 2;
+    MYSQL_RES *res;
+    MYSQL_FIELD *f;
+    MYSQL_ROW row;
+    unsigned n, rows = 0;
+    size_t head;
+    sqlbuf q;
+    int rc;
+
+    /* The clustered index is the primary key: a plain scan is PK order. */
+    if ((rc = move_runf(src, "SELECT * FROM `%s`.`%s` ORDER BY 1", t->db, t->name)))
+        return rc;
+    if (!(res = mysql_use_result(src->my)))
+        return shard_fail(SHARD_ESERVER, "%s", mysql_error(src->my));
+    n = mysql_num_fields(res);
+    f = mysql_fetch_fields(res);
+    sql_init(&q);
+    rc = insert_head(&q, t, f, n);
+    head = q.len;
+    while (rc == 0 && (row = mysql_fetch_row(res))) {
+        unsigned long *lens = mysql_fetch_lengths(res);
+        uint64_t bytes = 0;
+        for (unsigned i = 0; i < n; i++)
+            bytes += lens[i];
+        /* Flush first when this row (hex doubles it) would not fit. */
+        if (rows && q.len + 2 * bytes + 8 * n + 16 >= limit &&
+            (rc = flush_batch(m, dst, &q, head, &rows)))
+            break;
+        if (rows)
+            sql_add(&q, ",");
+        if ((rc = add_row(&q, row, lens, f, n)) || (rc = sql_check(&q)))
+            break;
+        rows++;
+        pthread_mutex_lock(&m->lock);
+        m->r->bytes_copied += bytes;
+        pthread_mutex_unlock(&m->lock);
+        if ((rows >= m->o.batch_rows || q.len >= limit) &&
+            (rc = flush_batch(m, dst, &q, head, &rows)))
+            break;
+    }
+    if (rc == 0 && mysql_errno(src->my))
+        rc = shard_fail(SHARD_ECONNECT, "reading %s.%s: %s", t->db, t->name,
+                        mysql_error(src->my));
+    if (rc == 0 && rows)
+        rc = flush_batch(m, dst, &q, head, &rows);
+    mysql_free_result(res);
+    sql_free(&q);
+    return rc ? shard_fail_prefix(rc, "copying %s.%s: ", t->db, t->name) : 0;
+}
+
+static int count_table(shard_conn *src, mtable *t)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM `%s`.`%s`", t->db, t->name);
+    return repl_value_u64(src, sql, &t->rows);
+}
+
+int move_count_rows(mv *m, shard_conn *src)
+{
+    m->total = 0;
+    for (size_t i = 0; i < m->ntables; i++) {
+        int rc = count_table(src, &m->tables[i]);
+        if (rc)
+            return rc;
+        m->total += m->tables[i].rows;
+    }
+    return 0;
+}
+
+/* Open n snapshots of one commit point, and learn its GTID position. */
+static int open_snapshots(mv *m, unsigned n)
+{
+    shard_conn *ctl = NULL;
+    char *file = NULL, *pos = NULL;
+    sqlbuf q;
+    int rc;
+
+    if ((rc = move_conn(m, &move_sp(m)->master, &ctl)))
+        return rc;
+    /* Commits wait while the snapshots open: every one sees the same point. */
+    if ((rc = move_runf(ctl, "BACKUP STAGE START")) ||
+        (rc = move_runf(ctl, "BACKUP STAGE BLOCK_COMMIT")))
+        goto out;
+    for (unsigned i = 0; rc == 0 && i < n; i++)
+        if ((rc = move_runf(m->wsrc[i], "SET SESSION net_write_timeout = 3600,"
+                            " time_zone = '+00:00'")) == 0)
+            rc = move_runf(m->wsrc[i], "START TRANSACTION WITH CONSISTENT SNAPSHOT");
+    if (rc == 0)
+        rc = repl_value(m->wsrc[0], "SELECT VARIABLE_VALUE FROM"
+                        " information_schema.SESSION_STATUS WHERE VARIABLE_NAME ="
+                        " 'BINLOG_SNAPSHOT_FILE'", &file);
+    if (rc == 0)
+        rc = repl_value(m->wsrc[0], "SELECT VARIABLE_VALUE FROM"
+                        " information_schema.SESSION_STATUS WHERE VARIABLE_NAME ="
+                        " 'BINLOG_SNAPSHOT_POSITION'", &pos);
+    if (rc == 0 && (!move_name_ok(pos) || !pos[0] || strpbrk(file, "'\\"))) /* server-made */
+        rc = shard_fail(SHARD_ESERVER, "unexpected binlog snapshot %.200s:%.30s", file, pos);
+    if (rc == 0) {
+        sql_init(&q);
+        sql_add(&q, "SELECT BINLOG_GTID_POS('");
+        sql_add(&q, file);
+        sql_add(&q, "', ");
+        sql_add(&q, pos);
+        sql_add(&q, ")");
+        if ((rc = sql_check(&q)) == 0) {
+            free(m->snap);
+            m->snap = NULL;
+            rc = repl_value(m->wsrc[0], q.s, &m->snap);
+        }
+        sql_free(&q);
+    }
+    if (rc == 0)
+        rc = repl_gtid_check(m->snap);
+    move_runf(ctl, "BACKUP STAGE END");
+out:
+    free(file);
+    free(pos);
+    move_close(&ctl);
+    return rc ? shard_fail_prefix(rc, "source snapshot: ") : 0;
+}
+
+/* Exact totals for the progress, counted by every worker in its own
+ * snapshot (all of one commit point), before anything is copied. */
+static int count_fn(void *arg, size_t i, unsigned w)
+{
+    mv *m = arg;
+    int rc = count_table(m->wsrc[w], &m->tables[i]);
+
+    if (rc == 0) {
+        pthread_mutex_lock(&m->lock);
+        m->total += m->tables[i].rows;
+        pthread_mutex_unlock(&m->lock);
+    }
+    return rc;
+}
+
+static int copy_fn(void *arg, size_t i, unsigned w)
+{
+    mv *m = arg;
+    return copy_table(m, m->wsrc[w], m->wdst[w], &m->tables[i]);
+}
+
+int move_copy(mv *m)
+{
+    unsigned n = fanout_workers(m->ntables, move_threads(m));
+    double t0 = now_seconds();
+    shard_errsave saved;
+    int rc = 0;
+
+    for (unsigned w = 0; rc == 0 && w < n; w++) {
+        shard_conn *c;
+        if ((rc = move_wsrc(m, w, &c)) == 0 && (rc = move_wdst(m, w, &c)) == 0)
+            rc = move_runf(c, "SET SESSION time_zone = '+00:00'");
+    }
+    if (rc == 0)
+        rc = open_snapshots(m, n);
+    if (rc == 0) {
+        m->done = m->total = 0;
+        m->r->rows_copied = m->r->bytes_copied = 0;
+        rc = fanout_run(m->ntables, n, count_fn, m);
+        if (rc)
+            shard_fail_prefix(rc, "counting rows: ");
+    }
+    if (rc == 0)
+        rc = fanout_run(m->ntables, n, copy_fn, m);
+    shard_error_save(&saved, rc);
+    for (unsigned w = 0; w < n; w++)
+        if (m->wsrc[w])
+            move_runf(m->wsrc[w], "COMMIT"); /* ends the snapshot; may fail on a dead source */
+    shard_error_restore(&saved);
+    move_close_workers(m);
+    m->r->copy_seconds = now_seconds() - t0;
+    return rc;
+}

@@ -1,0 +1,634 @@
+/*
+ * The move's driver (libshard-move(7), "What a move does, phase by
+ * phase"): one function per phase, a switch that calls the one for the
+ * phase the move is in, and move_enter() as the only way to another
+ * phase. A fresh move and a resumed one run the same functions: state
+ * that a run keeps in memory (tables listed, the target made, the
+ * replication filter checked) is what tells them apart.
+ */
+#include "move.h"
+
+#include <stddef.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers every file of the move uses --------------------------------------- */
+
+const shard_pairdef *move_sp(const mv *m)
+{
+    return &m->map->pairs[m->spi];
+}
+
+const shard_pairdef *move_dp(const mv *m)
+{
+    return &m->map->pairs[m->dpi];
+}
+
+void move_db(const mv *m, unsigned shard, char *db)
+{
+    shard_dbfmt_name(&m->map->dbfmt, shard, db);
+}
+
+int move_conn(mv *m, const shard_endpoint *ep, shard_conn **out)
+{
+    shard_server *s = ctx_server_at(m->ctx, ep);
+    int rc;
+
+    *out = NULL;
+    rc = s ? conn_get(m->ctx, s, out) : shard_fail(SHARD_ENOMEM, "out of memory");
+    /* Some sit idle through an hours-long copy: the server must not drop
+     * them (the journal's lock lives on one). Never pooled, so no leak. */
+    if (rc == 0 && (rc = conn_query_str(*out, "SET SESSION wait_timeout = 604800"))) {
+        conn_put(*out, false);
+        *out = NULL;
+    }
+    return rc;
+}
+
+void move_close(shard_conn **c)
+{
+    if (*c)
+        conn_put(*c, false);
+    *c = NULL;
+}
+
+int move_wsrc(mv *m, unsigned w, shard_conn **out)
+{
+    int rc = 0;
+
+    if (!m->wsrc[w])
+        rc = move_conn(m, &move_sp(m)->master, &m->wsrc[w]);
+    *out = m->wsrc[w];
+    return rc;
+}
+
+int move_wdst(mv *m, unsigned w, shard_conn **out)
+{
+    int rc = 0;
+
+    if (!m->wdst[w])
+        rc = move_conn(m, &move_dp(m)->master, &m->wdst[w]);
+    *out = m->wdst[w];
+    return rc;
+}
+
+void move_close_workers(mv *m)
+{
+    for (unsigned w = 0; w < MOVE_MAX_WORKERS; w++) {
+        move_close(&m->wsrc[w]);
+        move_close(&m->wdst[w]);
+    }
+}
+
+unsigned move_threads(const mv *m)
+{
+    unsigned n = m->o.copy_threads ? m->o.copy_threads : 1, pool = m->ctx->opts.pool_size;
+
+    if (n > MOVE_MAX_WORKERS)
+        n = MOVE_MAX_WORKERS;
+    /* Each worker holds a connection to a server next to the mover's own
+     * (journal, source, target, snapshot control): stay inside pool_size. */
+    if (pool <= 4)
+        n = 1;
+    else if (n > pool - 4)
+        n = pool - 4;
+    return n;
+}
+
+int move_runf(shard_conn *c, const char *fmt, ...)
+{
+    char sql[4096];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof sql)
+        return shard_fail(SHARD_EINTERNAL, "statement too long");
+    return conn_query_str(c, sql);
+}
+
+void move_progress(mv *m, int phase, uint64_t done, uint64_t total)
+{
+    if (!m->o.progress)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->o.progress(phase, done, total, m->o.payload);
+    pthread_mutex_unlock(&m->lock);
+}
+
+int move_db_list(const mv *m, sqlbuf *q, bool quoted)
+{
+    for (unsigned s = m->first; s <= m->last; s++) {
+        char db[SHARD_DBNAME_MAX];
+        move_db(m, s, db);
+        sql_addf(q, quoted ? "%s'%s'" : "%s%s", s == m->first ? "" : ",", db);
+    }
+    return sql_check(q);
+}
+
+bool move_name_ok(const char *s)
+{
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_'))
+            return false;
+    return true;
+}
+
+int move_set_str(char **slot, const char *s)
+{
+    char *c = shard_strdup(s ? s : "");
+    if (!c)
+        return shard_fail(SHARD_ENOMEM, "out of memory");
+    free(*slot);
+    *slot = c;
+    return 0;
+}
+
+/* ---- the phases ------------------------------------------------------------------- */
+
+/* A cut-over attempt that could not finish: try again later, while
+ * attempts remain (the move stays in catchup, traffic as it was). */
+static int retry_later(mv *m, int rc)
+{
+    if (rc != SHARD_EBUSY || m->r->fence_attempts >= m->o.cutover_attempts)
+        return rc;
+    ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: %s; retrying", (unsigned long long)m->id,
+            shard_errmsg());
+    sleep_ms(200.0 * m->r->fence_attempts);
+    return 0;
+}
+
+/* The cut-over failed before the flip: traffic goes back to the source. */
+static int lift_fence(mv *m, int rc)
+{
+    shard_errsave why;
+    char msg[1100];
+    int urc;
+
+    shard_error_save(&why, rc);
+    move_close_vsnaps(m);
+    urc = move_fence_set(m, false);
+    if (urc) {
+        snprintf(msg, sizeof msg, "cut-over failed (%.500s) and the fence could not be lifted: %.500s; "
+                 "resume or abort the move", why.msg, shard_errmsg());
+        move_note(m, msg);
+        return shard_fail(urc, "%s", msg);
+    }
+    move_set_str(&m->fence, "");
+    snprintf(msg, sizeof msg, "cut-over failed: fence lifted (%.1000s)", why.msg);
+    if ((urc = move_enter(m, MOVE_CATCHUP, msg)))
+        return urc;
+    shard_fail(rc, "%s (fence lifted)", why.msg);
+    return retry_later(m, rc);
+}
+
+/* planned: the target's databases and tables, from the source's definitions. */
+static int state_planned(mv *m)
+{
+    shard_errsave why;
+    int rc;
+
+    if ((rc = move_list_tables(m)))
+        return rc;
+    /* A resumed copy starts again; the earlier runs' copies are this
+     * move's own. A fresh move never drops anything on the target. */
+    if (m->resumed && ((rc = move_repl_remove(m)) || (rc = move_drop_target(m))))
+        return rc;
+    if ((rc = move_fence_prepare(m)))
+        return rc;
+    rc = move_create_target(m);
+    if (rc == SHARD_EEXISTS && !m->resumed) {
+        /* Not ours: end the move here, so that no resume ever drops it. */
+        shard_error_save(&why, rc);
+        move_enter(m, MOVE_ABORTED, why.msg);
+        return shard_error_restore(&why);
+    }
+    return rc ? rc : move_enter(m, MOVE_COPYING, NULL);
+}
+
+/* copying: the snapshot copy, then the catch-up connection from its position. */
+static int state_copying(mv *m)
+{
+    int rc;
+
+    if (!m->target_made) /* resumed: the target's copies are incomplete */
+        return move_enter(m, MOVE_PLANNED, "copying again from a new snapshot");
+    if ((rc = move_copy(m)) || (rc = move_repl_setup(m)))
+        return rc;
+    return move_enter(m, MOVE_CATCHUP, NULL);
+}
+
+/* catchup: until the target is close to the source, then the fence. */
+static int state_catchup(mv *m)
+{
+    char *pos = NULL;
+    bool on = false;
+    int rc;
+
+    if (!m->listed && (rc = move_list_tables(m)))
+        return rc;
+    if (!m->repl_checked) {
+        /* Resumed: the filter again, and a fence whose position an earlier
+         * run never journaled comes off first. */
+        if ((rc = move_fence_state(m, &on)) || (on && (rc = move_fence_set(m, false))) ||
+            (rc = move_fence_rows_source(m)) || (rc = move_repl_start(m)))
+            return rc;
+    }
+    if ((rc = move_catch_up(m)))
+        return rc;
+    m->r->fence_attempts++;
+    m->fence_t0 = now_seconds(); /* from here until the new map is out: the pause */
+    rc = move_fence_set(m, true);
+    if (rc == SHARD_EBUSY) { /* lock wait timeout: a long transaction */
+        shard_fail(SHARD_EBUSY, "fence attempt %u: a transaction held a moved shard longer "
+                   "than %u s", m->r->fence_attempts, m->o.fence_timeout_s);
+        return retry_later(m, SHARD_EBUSY);
+    }
+    if (rc)
+        return rc;
+    if ((rc = repl_value(m->src, "SELECT @@gtid_binlog_pos", &pos)) == 0 &&
+        (rc = repl_gtid_check(pos)) == 0) {
+        free(m->fence);
+        m->fence = pos;
+        pos = NULL;
+        rc = move_enter(m, MOVE_FENCED, NULL);
+    }
+    free(pos);
+    return rc ? lift_fence(m, rc) : 0;
+}
+
+/* fenced: the target applies up to the fence, its snapshots for the
+ * verification are opened, the map flips. */
+static int state_fenced(mv *m)
+{
+    double t0 = m->fence_t0 ? m->fence_t0 : now_seconds();
+    bool reached = false, on = false;
+    int rc;
+
+    if (!m->listed && (rc = move_list_tables(m)))
+        return rc;
+    if (!m->repl_checked) { /* resumed */
+        if ((rc = move_fence_state(m, &on)))
+            return rc;
+        if (!on || !m->fence || !m->fence[0])
+            return move_enter(m, MOVE_CATCHUP, "the fence was not in place: cutting over again");
+        if ((rc = move_repl_start(m)))
+            return rc;
+    }
+    rc = repl_wait_pos(m->t, m->fence, MOVE_FENCE_WAIT_S, &reached);
+    if (rc == 0 && !reached)
+        rc = shard_fail(SHARD_EBUSY, "the target did not apply up to the fence within %d s",
+                        MOVE_FENCE_WAIT_S);
+    /* The target now holds exactly the source's final state: snapshot it
+     * for verification before any client can write there. */
+    if (rc == 0)
+        rc = move_open_vsnaps(m);
+    if (rc == 0)
+        rc = move_publish(m);
+    if (rc) {
+        /* Not flipped: traffic back to the source. A store that cannot say
+         * keeps the fence: lifting it after a flip that did land would
+         * let old maps write to the source while new ones write to the
+         * target. Clients wait; a resume finds out. */
+        shard_errsave why;
+        int flipped;
+        shard_error_save(&why, rc);
+        flipped = move_flipped_in_store(m);
+        if (flipped == 0) {
+            shard_error_restore(&why);
+            return lift_fence(m, rc);
+        }
+        if (flipped < 0) {
+            move_close_vsnaps(m);
+            return shard_fail(rc, "%.400s; and whether the map flipped is unknown (%.400s): "
+                              "the fence stays on; resume the move", why.msg, shard_errmsg());
+        }
+    }
+    /* Flipped (also when the publish's answer was lost but the store shows it). */
+    m->r->pause_ms = (now_seconds() - t0) * 1000.0;
+    m->r->cutover_seconds = now_seconds() - t0;
+    if ((rc = move_read_flip(m)) || (rc = move_enter(m, MOVE_FLIPPED, NULL)))
+        return rc;
+    shard_ctx_reload(m->ctx);
+    return 0;
+}
+
+/* flipped: the catch-up connection goes. */
+static int state_flipped(mv *m)
+{
+    int rc = move_repl_remove(m);
+    return rc ? rc : move_enter(m, MOVE_VERIFYING, NULL);
+}
+
+/* verifying: every row; mismatches end the move with the source kept. */
+static int state_verifying(mv *m)
+{
+    char msg[200];
+    int rc;
+
+    if (!m->listed && (rc = move_list_tables(m)))
+        return rc;
+    if ((rc = move_verify(m)))
+        return rc;
+    if (!m->r->mismatches)
+        return move_enter(m, MOVE_CLEANING, NULL);
+    /* A move recorded as cleaning drops the source when it is resumed, so
+     * a failed verification must never get there. The map points at the
+     * target: the move is over, and the source stays. */
+    snprintf(msg, sizeof msg, "verification found %llu mismatched rows: the source copy is "
+             "kept (fenced) for inspection", (unsigned long long)m->r->mismatches);
+    move_check_target_pair(m);
+    if ((rc = move_enter(m, MOVE_DONE, msg)))
+        return rc;
+    return shard_fail(SHARD_EVERIFY, "move %llu: %s", (unsigned long long)m->id, msg);
+}
+
+/* cleaning: once both halves of the target hold everything, the source goes. */
+static int state_cleaning(mv *m)
+{
+    int rc;
+
+    if (m->o.flags & SHARD_MOVE_KEEP_SOURCE)
+        move_check_target_pair(m); /* nothing is dropped: a warning is enough */
+    else if ((rc = move_target_pair_ready(m)) || (rc = move_drop_source(m)))
+        return rc;
+    return move_enter(m, MOVE_DONE, NULL);
+}
+
+/*
+ * A read timeout, a lost connection, a restarted server: worth another
+ * try of the same phase, entered as a resume enters it. Not in
+ * verification, which would then compare with a target written since
+ * the flip.
+ */
+static bool retryable(const mv *m, int rc)
+{
+    return (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT) && !m->final &&
+           m->phase != MOVE_VERIFYING && m->retries < MOVE_RETRIES;
+}
+
+/* Every connection anew (the journal's only if it is gone: it holds the
+ * move's lock), and the run's memory of what is set up forgotten. */
+static int reconnect(mv *m)
+{
+    int rc;
+
+    move_close_vsnaps(m);
+    move_close_workers(m);
+    move_close(&m->src);
+    move_close(&m->t);
+    m->resumed = true;
+    m->target_made = false;
+    m->repl_checked = false;
+    if (m->ctl && conn_query_str(m->ctl, "SELECT 1") != 0) {
+        char sql[128];
+        uint64_t got = 0;
+        move_close(&m->ctl);
+        if ((rc = move_conn(m, &move_dp(m)->master, &m->ctl)))
+            return rc;
+        /* The old connection's lock goes when the server notices it gone. */
+        snprintf(sql, sizeof sql, "SELECT GET_LOCK('libshard move %llu', 10)",
+                 (unsigned long long)m->id);
+        if ((rc = repl_value_u64(m->ctl, sql, &got)))
+            return rc;
+        if (got != 1)
+            return shard_fail(SHARD_EBUSY, "move %llu is being run by another mover right "
+                              "now", (unsigned long long)m->id);
+    }
+    if ((rc = move_conn(m, &move_sp(m)->master, &m->src)) ||
+        (rc = move_conn(m, &move_dp(m)->master, &m->t)))
+        return rc;
+    move_pair_link_start(m);
+    return 0;
+}
+
+/* The phases from where the move is, until it is over or one fails. */
+static int run_phases(mv *m)
+{
+    int rc = 0;
+
+    while (rc == 0 && m->phase != MOVE_DONE && m->phase != MOVE_ABORTED) {
+        switch (m->phase) {
+        case MOVE_PLANNED:
+            rc = state_planned(m);
+            break;
+        case MOVE_COPYING:
+            rc = state_copying(m);
+            break;
+        case MOVE_CATCHUP:
+            rc = state_catchup(m);
+            break;
+        case MOVE_FENCED:
+            rc = state_fenced(m);
+            break;
+        case MOVE_FLIPPED:
+            rc = state_flipped(m);
+            break;
+        case MOVE_VERIFYING:
+            rc = state_verifying(m);
+            break;
+        case MOVE_CLEANING:
+            rc = state_cleaning(m);
+            break;
+        default:
+            rc = shard_fail(SHARD_EINTERNAL, "move %llu: unknown phase %d",
+                            (unsigned long long)m->id, (int)m->phase);
+        }
+    }
+    return rc;
+}
+
+static int drive(mv *m)
+{
+    shard_errsave why;
+    int rc;
+
+    if ((rc = move_conn(m, &move_sp(m)->master, &m->src)) == 0 &&
+        (rc = move_conn(m, &move_dp(m)->master, &m->t)) == 0) {
+        if (m->resumed)
+            move_pair_link_start(m);
+        rc = run_phases(m);
+    }
+    while (retryable(m, rc)) {
+        m->retries++;
+        shard_error_save(&why, rc);
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: %s: %s; trying again (%u of %u)",
+                (unsigned long long)m->id, shard_move_phase_name((int)m->phase), why.msg,
+                m->retries, MOVE_RETRIES);
+        move_note(m, why.msg);
+        sleep_ms(1000.0 * (1u << (m->retries - 1))); /* a restarting server takes seconds */
+        if ((rc = reconnect(m)) == 0)
+            rc = run_phases(m);
+    }
+    if (rc) {
+        shard_error_save(&why, rc);
+        move_note(m, why.msg);
+        shard_error_restore(&why);
+    }
+    return rc;
+}
+
+/* ---- the calls ---------------------------------------------------------------------- */
+
+static int options(mv *m, const shard_move_options *opts)
+{
+    static const shard_move_options defaults = SHARD_MOVE_OPTIONS_INIT;
+
+    m->o = defaults;
+    if (opts && (opts->version < 1 || opts->version > SHARD_MOVE_OPTIONS_VERSION))
+        return shard_fail(SHARD_EINVAL, "shard_move_options.version %u is not supported "
+                          "(this library knows 1..%d)", opts->version,
+                          SHARD_MOVE_OPTIONS_VERSION);
+    /* Only the caller's version's fields: an older caller's struct is shorter. */
+    if (opts)
+        memcpy(&m->o, opts, opts->version >= 2 ? sizeof *opts
+                                               : offsetof(shard_move_options,
+                                                          reverse_window_s));
+    if (!m->o.batch_rows)
+        m->o.batch_rows = defaults.batch_rows;
+    if (!m->o.copy_threads)
+        m->o.copy_threads = 1;
+    if (!m->o.cutover_attempts)
+        m->o.cutover_attempts = 1;
+    if (!m->o.catchup_timeout_s)
+        m->o.catchup_timeout_s = defaults.catchup_timeout_s;
+    return 0;
+}
+
+static void mv_init(mv *m, shard_ctx *ctx, shard_move_report *r)
+{
+    memset(m, 0, sizeof *m);
+    memset(r, 0, sizeof *r);
+    pthread_mutex_init(&m->lock, NULL);
+    m->ctx = ctx;
+    m->r = r;
+    m->map = ctx_map(ctx);
+    m->version_from = m->map->version;
+}
+
+static void mv_free(mv *m)
+{
+    move_close_vsnaps(m);
+    move_close_workers(m);
+    move_close(&m->src);
+    move_close(&m->t);
+    move_close(&m->ctl);
+    free(m->tables);
+    free(m->snap);
+    free(m->fence);
+    free(m->flip);
+    shard_map_free(m->map);
+    pthread_mutex_destroy(&m->lock);
+}
+
+/* One move at a time per pair of pairs: they would share the source's one
+ * replication connection on the target. */
+static int no_other_move(mv *m)
+{
+    uint64_t busy = 0;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_addf(&q, "SELECT COUNT(*) FROM " MOVE_CONTROL_DB ".moves WHERE phase < %d AND"
+                 " source_pair = ", SHARD_MOVE_DONE);
+    sql_hex(&q, move_sp(m)->name, strlen(move_sp(m)->name));
+    sql_add(&q, " AND target_pair = ");
+    sql_hex(&q, move_dp(m)->name, strlen(move_dp(m)->name));
+    if ((rc = sql_check(&q)) == 0)
+        rc = repl_value_u64(m->ctl, q.s, &busy);
+    sql_free(&q);
+    if (rc == 0 && busy)
+        rc = shard_fail(SHARD_EBUSY, "an unfinished move from %s to %s exists: resume or "
+                        "abort it first (shardctl move status)", move_sp(m)->name,
+                        move_dp(m)->name);
+    return rc;
+}
+
+int shard_move(shard_ctx *ctx, unsigned first, unsigned last, const char *target,
+               const shard_move_options *opts, shard_move_report *report, char **plan)
+{
+    shard_move_report scratch;
+    mv m;
+    int rc;
+
+    if (!ctx || !target)
+        return shard_fail(SHARD_EINVAL, "shard_move: NULL argument");
+    mv_init(&m, ctx, report ? report : &scratch);
+    m.first = first;
+    m.last = last;
+    if ((rc = options(&m, opts)) || (rc = move_resolve_pairs(&m, target)))
+        goto out;
+    if (m.o.flags & SHARD_MOVE_DRY_RUN) {
+        rc = plan ? move_plan_text(&m, plan)
+                  : shard_fail(SHARD_EINVAL, "a dry run needs somewhere to put the plan");
+        goto out;
+    }
+    if ((rc = move_preflight(&m, NULL)) || (rc = move_journal_open(&m)) ||
+        (rc = no_other_move(&m)) || (rc = move_journal_insert(&m)) ||
+        (rc = move_enter(&m, MOVE_PLANNED, NULL)))
+        goto out;
+    rc = drive(&m);
+out:
+    mv_free(&m);
+    return rc;
+}
+
+int shard_move_resume(shard_ctx *ctx, uint64_t move_id, const shard_move_options *opts,
+                      shard_move_report *report)
+{
+    shard_move_report scratch;
+    mv m;
+    int rc;
+
+    if (!ctx)
+        return shard_fail(SHARD_EINVAL, "shard_move_resume: NULL context");
+    mv_init(&m, ctx, report ? report : &scratch);
+    if ((rc = options(&m, opts)) == 0 && (rc = move_load(ctx, move_id, &m)) == 0) {
+        ctx_log(ctx, SHARD_LOG_INFO, "move %llu: resuming in phase %s",
+                (unsigned long long)m.id, shard_move_phase_name((int)m.phase));
+        rc = drive(&m);
+    }
+    mv_free(&m);
+    return rc;
+}
+
+int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
+{
+    shard_move_report r;
+    bool on = false;
+    mv m;
+    int rc;
+
+    if (!ctx)
+        return shard_fail(SHARD_EINVAL, "shard_move_abort: NULL context");
+    mv_init(&m, ctx, &r);
+    if ((rc = options(&m, NULL)) || (rc = move_load(ctx, move_id, &m)))
+        goto out;
+    if (m.phase < MOVE_FLIPPED && (rc = move_flipped_in_store(&m)) < 0)
+        goto out; /* cannot tell: never give the source back after a flip */
+    if (m.phase >= MOVE_FLIPPED || rc == 1) {
+        rc = shard_fail(SHARD_EBUSY, "move %llu already switched the map to %s: it can only "
+                        "be resumed", (unsigned long long)m.id, move_dp(&m)->name);
+        goto out;
+    }
+    if ((rc = move_conn(&m, &move_sp(&m)->master, &m.src)) ||
+        (rc = move_conn(&m, &move_dp(&m)->master, &m.t)) || (rc = move_fence_state(&m, &on)))
+        goto out;
+    /* Traffic first: lift the fence, then take the copy apart, and leave
+     * the target pair's own link running. */
+    if (on && (rc = move_fence_set(&m, false)))
+        goto out;
+    if ((rc = move_repl_remove(&m)) || (rc = move_drop_target(&m)))
+        goto out;
+    move_pair_link_start(&m);
+    move_set_str(&m.fence, "");
+    rc = move_enter(&m, MOVE_ABORTED, "aborted");
+out:
+    mv_free(&m);
+    return rc;
+}

@@ -1,0 +1,374 @@
+/*
+ * The move journal (libshard-move(7), "The journal"): one row per move in
+ * libshard_control.moves on the target master, written each time the move
+ * enters a phase, so that a killed mover can be resumed or aborted.
+ */
+#include "move.h"
+
+#include <mysqld_error.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const journal_columns[][2] = {
+    /* added after the first release: created when missing */
+    {"flip_gtid", "TEXT NOT NULL DEFAULT '' AFTER fence_gtid"},
+    {"fence_statements", "INT UNSIGNED NOT NULL DEFAULT 0 AFTER fence_attempts"},
+};
+
+int move_journal_open(mv *m)
+{
+    const char *label = move_dp(m)->name;
+    uint64_t id = 0;
+    int rc;
+
+    if ((rc = move_conn(m, &move_dp(m)->master, &m->ctl)))
+        return shard_fail_prefix(rc, "target %s: ", label);
+    if ((rc = move_runf(m->ctl, "CREATE DATABASE IF NOT EXISTS " MOVE_CONTROL_DB)) ||
+        (rc = move_runf(m->ctl,
+                   "CREATE TABLE IF NOT EXISTS " MOVE_CONTROL_DB ".moves ("
+                   " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+                   " source_pair VARCHAR(64) NOT NULL, target_pair VARCHAR(64) NOT NULL,"
+                   " first_shard INT UNSIGNED NOT NULL, last_shard INT UNSIGNED NOT NULL,"
+                   " phase TINYINT NOT NULL, flags INT NOT NULL,"
+                   " snapshot_gtid TEXT NOT NULL DEFAULT '',"
+                   " fence_gtid TEXT NOT NULL DEFAULT '',"
+                   " flip_gtid TEXT NOT NULL DEFAULT '',"
+                   " map_version_from BIGINT UNSIGNED NOT NULL,"
+                   " map_version_to BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+                   " rows_copied BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+                   " bytes_copied BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+                   " rows_verified BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+                   " mismatches BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+                   " copy_seconds DOUBLE NOT NULL DEFAULT 0,"
+                   " catchup_seconds DOUBLE NOT NULL DEFAULT 0,"
+                   " cutover_seconds DOUBLE NOT NULL DEFAULT 0,"
+                   " verify_seconds DOUBLE NOT NULL DEFAULT 0,"
+                   " pause_ms DOUBLE NOT NULL DEFAULT 0,"
+                   " fence_attempts INT UNSIGNED NOT NULL DEFAULT 0,"
+                   " fence_statements INT UNSIGNED NOT NULL DEFAULT 0,"
+                   " source_dropped TINYINT NOT NULL DEFAULT 0,"
+                   " message VARCHAR(1024) NOT NULL DEFAULT '',"
+                   " created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+                   " updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
+                   " ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")))
+        return shard_fail_prefix(rc, "move journal on %s: ", label);
+    for (size_t i = 0; i < sizeof journal_columns / sizeof journal_columns[0]; i++) {
+        char sql[300];
+        uint64_t has = 0;
+        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE"
+                 " TABLE_SCHEMA = '" MOVE_CONTROL_DB "' AND TABLE_NAME = 'moves' AND"
+                 " COLUMN_NAME = '%s'", journal_columns[i][0]);
+        if ((rc = repl_value_u64(m->ctl, sql, &has)) ||
+            (!has && (rc = move_runf(m->ctl, "ALTER TABLE " MOVE_CONTROL_DB ".moves ADD"
+                                     " COLUMN %s %s", journal_columns[i][0],
+                                     journal_columns[i][1]))))
+            return shard_fail_prefix(rc, "move journal on %s: ", label);
+    }
+    {
+        /* Journals made when positions were VARCHAR(1024): a source with
+         * many GTID domains has longer ones. */
+        uint64_t narrow = 0;
+        if ((rc = repl_value_u64(m->ctl, "SELECT COUNT(*) FROM information_schema.COLUMNS"
+                                 " WHERE TABLE_SCHEMA = '" MOVE_CONTROL_DB "' AND TABLE_NAME ="
+                                 " 'moves' AND COLUMN_NAME IN ('snapshot_gtid', 'fence_gtid')"
+                                 " AND DATA_TYPE = 'varchar'", &narrow)) ||
+            (narrow && (rc = move_runf(m->ctl, "ALTER TABLE " MOVE_CONTROL_DB ".moves MODIFY"
+                                       " snapshot_gtid TEXT NOT NULL DEFAULT '', MODIFY"
+                                       " fence_gtid TEXT NOT NULL DEFAULT ''"))))
+            return shard_fail_prefix(rc, "move journal on %s: ", label);
+    }
+    /* Move IDs are unique across targets: each journal counts from its
+     * server_id * 10^9 (ALTER only raises the counter, never lowers it). */
+    if ((rc = repl_value_u64(m->ctl, "SELECT @@server_id", &id)) ||
+        (rc = move_runf(m->ctl, "ALTER TABLE " MOVE_CONTROL_DB ".moves AUTO_INCREMENT = %llu",
+                        (unsigned long long)(id * 1000000000ULL + 1))))
+        return shard_fail_prefix(rc, "move journal on %s: ", label);
+    return 0;
+}
+
+/* Only one mover per move: a named lock held by the journal connection. */
+int move_journal_lock(mv *m)
+{
+    char sql[128];
+    uint64_t got = 0;
+    int rc;
+
+    if (!m->id)
+        return 0;
+    snprintf(sql, sizeof sql, "SELECT GET_LOCK('libshard move %llu', 0)",
+             (unsigned long long)m->id);
+    if ((rc = repl_value_u64(m->ctl, sql, &got)))
+        return rc;
+    if (got != 1)
+        return shard_fail(SHARD_EBUSY, "move %llu is being run by another mover right now",
+                          (unsigned long long)m->id);
+    return 0;
+}
+
+/* A GTID position (checked: digits, '-' and ',') as a quoted literal, of
+ * any length. */
+static void add_gtid(sqlbuf *q, const char *pos)
+{
+    pos = pos && repl_gtid_valid(pos) ? pos : "";
+    sql_add(q, "'");
+    sql_add(q, pos);
+    sql_add(q, "'");
+}
+
+static int journal_write(mv *m, const char *message)
+{
+    shard_move_report *r = m->r;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_addf(&q, "UPDATE " MOVE_CONTROL_DB ".moves SET phase = %d, snapshot_gtid = ",
+             (int)m->phase);
+    add_gtid(&q, m->snap);
+    sql_add(&q, ", fence_gtid = ");
+    add_gtid(&q, m->fence);
+    sql_add(&q, ", flip_gtid = ");
+    add_gtid(&q, m->flip);
+    sql_addf(&q, ", map_version_to = %llu, rows_copied = %llu, bytes_copied = %llu,"
+                 " rows_verified = %llu, mismatches = %llu, fence_attempts = %u,"
+                 " fence_statements = %u, source_dropped = %d,",
+             (unsigned long long)r->map_version, (unsigned long long)r->rows_copied,
+             (unsigned long long)r->bytes_copied, (unsigned long long)r->rows_verified,
+             (unsigned long long)r->mismatches, r->fence_attempts, m->fence_statements,
+             r->source_dropped);
+    sql_addf(&q, " copy_seconds = %.3f, catchup_seconds = %.3f, cutover_seconds = %.3f,"
+                 " verify_seconds = %.3f, pause_ms = %.1f, message = ",
+             r->copy_seconds, r->catchup_seconds, r->cutover_seconds, r->verify_seconds,
+             r->pause_ms);
+    message = message ? message : "";
+    sql_hex(&q, message, strlen(message) > 1000 ? 1000 : strlen(message));
+    sql_addf(&q, " WHERE id = %llu", (unsigned long long)m->id);
+    if ((rc = sql_check(&q)) == 0)
+        rc = conn_query(m->ctl, &q);
+    sql_free(&q);
+    if (rc)
+        return shard_fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);
+    return 0;
+}
+
+int move_enter(mv *m, move_phase phase, const char *msg)
+{
+    int rc;
+
+    m->phase = phase;
+    m->r->phase = (int)phase;
+    if (m->id && (rc = journal_write(m, msg)))
+        return rc;
+    move_progress(m, (int)phase, 0, 0);
+    ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: %s%s%s", (unsigned long long)m->id,
+            shard_move_phase_name((int)phase), msg && *msg ? ": " : "", msg ? msg : "");
+    return 0;
+}
+
+void move_note(mv *m, const char *msg)
+{
+    shard_errsave saved;
+
+    if (!m->ctl || !m->id)
+        return;
+    shard_error_save(&saved, 0);
+    journal_write(m, msg); /* best effort: the failure being noted matters more */
+    shard_error_restore(&saved);
+}
+
+int move_journal_insert(mv *m)
+{
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "INSERT INTO " MOVE_CONTROL_DB ".moves (source_pair, target_pair, first_shard,"
+                " last_shard, phase, flags, map_version_from) VALUES (");
+    sql_hex(&q, move_sp(m)->name, strlen(move_sp(m)->name));
+    sql_add(&q, ", ");
+    sql_hex(&q, move_dp(m)->name, strlen(move_dp(m)->name));
+    sql_addf(&q, ", %u, %u, %d, %d, %llu)", m->first, m->last, SHARD_MOVE_PLANNED,
+             m->o.flags, (unsigned long long)m->version_from);
+    if ((rc = sql_check(&q)) == 0)
+        rc = conn_query(m->ctl, &q);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    m->id = mysql_insert_id(m->ctl->my);
+    m->r->move_id = m->id;
+    snprintf(m->name, sizeof m->name, "libshard_move_%llu", (unsigned long long)m->id);
+    return move_journal_lock(m);
+}
+
+/* ---- finding moves: resume, abort, failover's check ------------------------------ */
+
+static int rows_add(move_row **rows, size_t *n, size_t *cap, MYSQL_ROW row)
+{
+    move_row *j;
+
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 8;
+        move_row *nr = shard_realloc(*rows, nc * sizeof *nr);
+        if (!nr)
+            return shard_fail(SHARD_ENOMEM, "out of memory");
+        *rows = nr;
+        *cap = nc;
+    }
+    j = &(*rows)[(*n)++];
+    memset(j, 0, sizeof *j);
+    j->id = strtoull(row[0], NULL, 10);
+    snprintf(j->source, sizeof j->source, "%s", row[1]);
+    snprintf(j->target, sizeof j->target, "%s", row[2]);
+    j->first = (unsigned)strtoul(row[3], NULL, 10);
+    j->last = (unsigned)strtoul(row[4], NULL, 10);
+    j->phase = atoi(row[5]);
+    j->flags = atoi(row[6]);
+    j->version_from = strtoull(row[7], NULL, 10);
+    return 0;
+}
+
+int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows,
+              size_t *n)
+{
+    size_t cap = 0;
+    int rc = 0;
+
+    *rows = NULL;
+    *n = 0;
+    for (size_t p = 0; rc == 0 && p < map->npairs; p++) {
+        shard_server *s = ctx_server(ctx, map, p);
+        shard_conn *c = NULL;
+        MYSQL_RES *res;
+        MYSQL_ROW row;
+        char sql[400];
+
+        if (!s) {
+            rc = shard_fail(SHARD_ENOMEM, "out of memory");
+            break;
+        }
+        if ((rc = conn_get(ctx, s, &c))) {
+            rc = shard_fail_prefix(rc, "pair %s's master %s holds a move journal that cannot "
+                                   "be read: ", map->pairs[p].name,
+                                   map->pairs[p].master.text);
+            break;
+        }
+        snprintf(sql, sizeof sql, "SELECT id, source_pair, target_pair, first_shard,"
+                 " last_shard, phase, flags, map_version_from FROM " MOVE_CONTROL_DB ".moves"
+                 " WHERE phase < %d AND (%llu = 0 OR id = %llu) ORDER BY id", SHARD_MOVE_DONE,
+                 (unsigned long long)id, (unsigned long long)id);
+        rc = conn_query_str(c, sql);
+        if (rc && (c->last_errno == ER_NO_SUCH_TABLE || c->last_errno == ER_BAD_DB_ERROR)) {
+            conn_put(c, true); /* no journal here: no move has had this target */
+            rc = 0;
+            continue;
+        }
+        if (rc) {
+            conn_put(c, false);
+            rc = shard_fail_prefix(rc, "move journal on pair %s's master %s: ",
+                                   map->pairs[p].name, map->pairs[p].master.text);
+            break;
+        }
+        if (!(res = mysql_store_result(c->my))) {
+            rc = shard_fail(SHARD_ESERVER, "move journal on %s: %s", map->pairs[p].master.text,
+                            mysql_error(c->my));
+            conn_put(c, false);
+            break;
+        }
+        while (rc == 0 && (row = mysql_fetch_row(res)))
+            rc = rows_add(rows, n, &cap, row);
+        mysql_free_result(res);
+        conn_put(c, true);
+    }
+    if (rc) {
+        free(*rows);
+        *rows = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+int move_unfinished_on(shard_ctx *ctx, const shard_map *map, const char *pair, uint64_t *id)
+{
+    move_row *rows = NULL;
+    size_t n = 0;
+    int rc, found = 0;
+
+    *id = 0;
+    if ((rc = move_find(ctx, map, 0, &rows, &n)))
+        return rc; /* could not look everywhere: never "no move" */
+    for (size_t i = 0; i < n && !found; i++)
+        if (strcmp(rows[i].source, pair) == 0 || strcmp(rows[i].target, pair) == 0) {
+            *id = rows[i].id;
+            found = 1;
+        }
+    free(rows);
+    return found;
+}
+
+/* The positions a run left in the journal. */
+static int load_positions(mv *m)
+{
+    static const char *const cols[] = {"snapshot_gtid", "fence_gtid", "flip_gtid"};
+    char **slots[] = {&m->snap, &m->fence, &m->flip};
+    int rc;
+
+    for (size_t i = 0; i < 3; i++) {
+        char sql[200];
+        snprintf(sql, sizeof sql, "SELECT %s FROM " MOVE_CONTROL_DB ".moves WHERE id = %llu",
+                 cols[i], (unsigned long long)m->id);
+        free(*slots[i]);
+        *slots[i] = NULL;
+        if ((rc = repl_value(m->ctl, sql, slots[i])) || (rc = repl_gtid_check(*slots[i])))
+            return shard_fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);
+    }
+    return 0;
+}
+
+int move_load(shard_ctx *ctx, uint64_t id, mv *m)
+{
+    move_row *rows = NULL, *j;
+    size_t n = 0;
+    int rc;
+
+    if ((rc = move_find(ctx, m->map, id, &rows, &n)))
+        return rc;
+    if (n == 0) {
+        free(rows);
+        return id ? shard_fail(SHARD_ENOTFOUND, "no unfinished move %llu",
+                               (unsigned long long)id)
+                  : shard_fail(SHARD_ENOTFOUND, "no unfinished move");
+    }
+    if (n > 1) {
+        free(rows);
+        return shard_fail(SHARD_EINVAL, "%zu unfinished moves: name one (shardctl move "
+                          "status)", n);
+    }
+    j = &rows[0];
+    m->id = j->id;
+    m->resumed = true;
+    m->first = j->first;
+    m->last = j->last;
+    m->phase = (move_phase)j->phase;
+    m->version_from = j->version_from;
+    m->o.flags |= j->flags & SHARD_MOVE_KEEP_SOURCE;
+    snprintf(m->name, sizeof m->name, "libshard_move_%llu", (unsigned long long)m->id);
+    m->spi = shard_map_find_pair(m->map, j->source);
+    m->dpi = shard_map_find_pair(m->map, j->target);
+    if (m->spi < 0 || m->dpi < 0) {
+        rc = shard_fail(SHARD_EINVAL, "move %llu names pairs %s and %s; the map lacks one",
+                        (unsigned long long)m->id, j->source, j->target);
+        free(rows);
+        return rc;
+    }
+    snprintf(m->r->source, sizeof m->r->source, "%s", j->source);
+    snprintf(m->r->target, sizeof m->r->target, "%s", j->target);
+    free(rows);
+    m->r->move_id = m->id;
+    m->r->first = m->first;
+    m->r->last = m->last;
+    m->r->phase = (int)m->phase;
+    if ((rc = move_journal_open(m)) || (rc = move_journal_lock(m)) || (rc = load_positions(m)))
+        return rc;
+    return 0;
+}

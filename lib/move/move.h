@@ -1,0 +1,198 @@
+/*
+ * The shard move's private header (libshard-move(7)): one move's state,
+ * shared by the files of lib/move/:
+ *
+ *   journal.c  the durable move record, entering a phase, finding moves
+ *   plan.c     pairs, preflight checks, tables, the target's schema, fence rows
+ *   copy.c     the snapshot copy
+ *   catchup.c  the filtered replication connection and catching up
+ *   cutover.c  the fence, the flip (publish), lifting the fence
+ *   verify.c   comparing every row
+ *   cleanup.c  waiting for both halves of the target, dropping the source
+ *   driver.c   the phase switch; shard_move, _resume, _abort
+ *   status.c   shard_move_status, phase names
+ */
+#ifndef LIBSHARD_MOVE_MOVE_H
+#define LIBSHARD_MOVE_MOVE_H
+
+#include "../object.h"
+#include "../repl.h"
+
+#include <pthread.h>
+
+#define MOVE_CONTROL_DB "libshard_control"
+#define MOVE_FENCE_TABLE MOVE_CONTROL_DB ".fence"
+#define MOVE_FENCE_WAIT_S 30 /* target applying up to the fence, at most */
+#define MOVE_PAIR_WAIT_S 30  /* both halves of the target applying up to the flip */
+#define MOVE_MAX_WORKERS 64
+#define MOVE_RETRIES 5       /* transient failures retried per run */
+
+/* The phases, in the journal's numbers (the public SHARD_MOVE_*). */
+typedef enum move_phase {
+    MOVE_PLANNED = SHARD_MOVE_PLANNED,
+    MOVE_COPYING = SHARD_MOVE_COPYING,
+    MOVE_CATCHUP = SHARD_MOVE_CATCHUP,
+    MOVE_FENCED = SHARD_MOVE_FENCED,
+    MOVE_FLIPPED = SHARD_MOVE_FLIPPED,
+    MOVE_VERIFYING = SHARD_MOVE_VERIFYING,
+    MOVE_CLEANING = SHARD_MOVE_CLEANING,
+    MOVE_DONE = SHARD_MOVE_DONE,
+    MOVE_ABORTED = SHARD_MOVE_ABORTED
+} move_phase;
+
+typedef struct mtable {
+    char db[SHARD_DBNAME_MAX];
+    char name[65];
+    uint64_t rows;
+} mtable;
+
+typedef struct mv {
+    shard_ctx *ctx;
+    shard_move_options o;
+    shard_move_report *r;
+    shard_map *map;
+    long spi, dpi; /* the source's and the target's pair index in map */
+    unsigned first, last;
+    uint64_t id;
+    move_phase phase;
+    uint64_t version_from;
+    bool resumed;  /* run from a journal: earlier runs' work is this move's own */
+    char name[64]; /* the replication connection */
+    char *snap, *fence, *flip; /* GTID positions (never NULL once set up) */
+    mtable *tables;
+    size_t ntables;
+    bool listed;       /* tables listed in this run */
+    bool target_made;  /* target's databases and tables made in this run */
+    bool repl_checked; /* the replication connection runs with its filter */
+    bool final;        /* the failure is not worth retrying (a limit ran out) */
+    unsigned retries;  /* transient failures retried in this run */
+    double fence_t0;   /* when this run fenced (0: an earlier run did) */
+    unsigned fence_statements; /* statements the last fence took (journaled) */
+    /* Connections of the mover's own (never pooled). */
+    shard_conn *ctl;   /* target master: the journal and the move's lock */
+    shard_conn *src;   /* source master */
+    shard_conn *t;     /* target master */
+    unsigned nworkers; /* per-worker connections, by fanout_run's worker index */
+    shard_conn *wsrc[MOVE_MAX_WORKERS], *wdst[MOVE_MAX_WORKERS];
+    shard_conn *vsnap[MOVE_MAX_WORKERS]; /* target snapshots at the fence */
+    unsigned nvsnap;
+    pthread_mutex_t lock; /* counters and the progress callback */
+    uint64_t done, total;
+} mv;
+
+/* ---- helpers (driver.c) ------------------------------------------------------ */
+
+const shard_pairdef *move_sp(const mv *m);
+const shard_pairdef *move_dp(const mv *m);
+void move_db(const mv *m, unsigned shard, char *db);
+/* A connection of the mover's own: its session settings never reach a pool. */
+int move_conn(mv *m, const shard_endpoint *ep, shard_conn **out);
+void move_close(shard_conn **c);
+/* Worker w's source or target connection, opened on first use. */
+int move_wsrc(mv *m, unsigned w, shard_conn **out);
+int move_wdst(mv *m, unsigned w, shard_conn **out);
+void move_close_workers(mv *m);
+/* How many workers per-table work uses (bounded by the pool size). */
+unsigned move_threads(const mv *m);
+int move_runf(shard_conn *c, const char *fmt, ...) SHARD_PRINTF(2, 3);
+void move_progress(mv *m, int phase, uint64_t done, uint64_t total);
+/* The moved databases as "db00002,db00003" (or quoted for IN (...)). */
+int move_db_list(const mv *m, sqlbuf *q, bool quoted);
+bool move_name_ok(const char *s);
+/* Replace *slot with a copy of s. */
+int move_set_str(char **slot, const char *s);
+
+/* ---- journal.c ---------------------------------------------------------------- */
+
+int move_journal_open(mv *m);
+int move_journal_lock(mv *m);
+int move_journal_insert(mv *m);
+/*
+ * Enter a phase: the one way a move changes phase. Journals it (with the
+ * counters, the positions and msg), tells the progress callback and logs
+ * it. msg may be NULL.
+ */
+int move_enter(mv *m, move_phase phase, const char *msg);
+/* Journal the current phase again with a message (a failure's reason). */
+void move_note(mv *m, const char *msg);
+
+/* An unfinished move as the journal has it. */
+typedef struct move_row {
+    uint64_t id;
+    char source[65], target[65];
+    unsigned first, last;
+    int phase, flags;
+    uint64_t version_from;
+} move_row;
+
+/* Unfinished moves (id 0: all) on every master of map. Fails when a
+ * master cannot be asked: no answer is never "no move". *rows: free(). */
+int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows,
+              size_t *n);
+/* Load move id (0: the only unfinished one) into m and take its lock. */
+int move_load(shard_ctx *ctx, uint64_t id, mv *m);
+
+/* ---- plan.c ---------------------------------------------------------------------- */
+
+int move_resolve_pairs(mv *m, const char *target);
+/* Both pairs can take part (plan: the checks as text, may be NULL). */
+int move_preflight(mv *m, sqlbuf *plan);
+int move_list_tables(mv *m);
+int move_plan_text(mv *m, char **plan);
+/* Create the target's databases and tables from the source's definitions
+ * (SHARD_EEXISTS when a fresh move finds tables there). */
+int move_create_target(mv *m);
+int move_drop_target(mv *m);
+/* The fence table (unlogged) on all four servers, stale rows on the target
+ * deleted, the moved databases' rows on the source (unfenced). */
+int move_fence_prepare(mv *m);
+/* The source's rows again (a resumed move), unfenced where missing. */
+int move_fence_rows_source(mv *m);
+/* The one unlogged statement that fences (or unfences) every moved
+ * database on c; *matched: the rows it found. */
+int move_fence_update(mv *m, shard_conn *c, bool on, uint64_t *matched);
+/* The source's fence rows, once its databases are dropped. */
+int move_fence_delete(mv *m);
+
+/* ---- copy.c -------------------------------------------------------------------------- */
+
+int move_copy(mv *m);
+int move_count_rows(mv *m, shard_conn *src);
+
+/* ---- catchup.c ------------------------------------------------------------------------ */
+
+int move_repl_setup(mv *m);
+/* Set the filter again and start the connection (a resumed move). */
+int move_repl_start(mv *m);
+int move_repl_remove(mv *m);
+int move_catch_up(mv *m);
+/* Start the target pair's own link if it is stopped. */
+void move_pair_link_start(mv *m);
+
+/* ---- cutover.c -------------------------------------------------------------------------- */
+
+int move_fence_set(mv *m, bool on);
+int move_fence_state(mv *m, bool *on);
+/* Does the stored map already route the moved range to the target? 1 yes,
+ * 0 no, a negative code when the store cannot be read (then nobody can
+ * tell: keep the fence). */
+int move_flipped_in_store(mv *m);
+int move_publish(mv *m);
+int move_read_flip(mv *m);
+/* Open the target snapshots verification compares against. */
+int move_open_vsnaps(mv *m);
+void move_close_vsnaps(mv *m);
+
+/* ---- verify.c ------------------------------------------------------------------------------ */
+
+int move_verify(mv *m);
+
+/* ---- cleanup.c ------------------------------------------------------------------------------ */
+
+/* Both halves of the target hold everything up to the flip; both links run. */
+int move_target_pair_ready(mv *m);
+/* The same check, only reported (report and a warning). */
+void move_check_target_pair(mv *m);
+int move_drop_source(mv *m);
+
+#endif

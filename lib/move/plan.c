@@ -1,0 +1,523 @@
+/*
+ * Planning a move (libshard-move(7), "Before you start" and phase
+ * planned): the pairs, the checks on all four servers, the moved tables,
+ * and the target's databases and tables made from the source's own
+ * definitions.
+ */
+#include "move.h"
+
+#include <mysqld_error.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int move_resolve_pairs(mv *m, const char *target)
+{
+    const shard_map *map = m->map;
+    long pi = -1;
+
+    if (m->first > m->last || m->last > SHARD_MAX_SHARD)
+        return shard_fail(SHARD_EINVAL, "bad shard range %u-%u", m->first, m->last);
+    for (unsigned s = m->first; s <= m->last; s++) {
+        long p = shard_map_pair_index(map, s);
+        if (p < 0)
+            return shard_fail(SHARD_EINVAL, "shard %u is not in any range of map version "
+                              "%llu", s, (unsigned long long)map->version);
+        if (pi >= 0 && p != pi)
+            return shard_fail(SHARD_EINVAL, "shards %u-%u span pairs %s and %s: move each "
+                              "pair's part separately", m->first, m->last,
+                              map->pairs[pi].name, map->pairs[p].name);
+        pi = p;
+    }
+    m->spi = pi;
+    m->dpi = shard_map_find_pair(map, target);
+    if (m->dpi < 0)
+        return shard_fail(SHARD_EINVAL, "no pair named \"%.64s\" in the map", target);
+    if (m->dpi == m->spi)
+        return shard_fail(SHARD_EINVAL, "shards %u-%u are already on %s", m->first, m->last,
+                          target);
+    if (move_sp(m)->master.socket[0])
+        return shard_fail(SHARD_EINVAL, "source %s's master %s is a unix socket: the "
+                          "target replicates from it, so it needs a host:port address",
+                          move_sp(m)->name, move_sp(m)->master.text);
+    snprintf(m->r->source, sizeof m->r->source, "%s", move_sp(m)->name);
+    snprintf(m->r->target, sizeof m->r->target, "%s", move_dp(m)->name);
+    m->r->first = m->first;
+    m->r->last = m->last;
+    return 0;
+}
+
+typedef struct srvinfo {
+    char label[400];
+    unsigned long server_id, domain, inc, offset;
+    int log_bin, row, ignore_dups;
+} srvinfo;
+
+static int probe(mv *m, const shard_endpoint *ep, const char *label, srvinfo *si)
+{
+    shard_conn *c = NULL;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int rc;
+
+    snprintf(si->label, sizeof si->label, "%s", label);
+    if ((rc = move_conn(m, ep, &c)))
+        return shard_fail_prefix(rc, "%s: ", label);
+    rc = conn_query_str(c, "SELECT @@server_id, @@gtid_domain_id, @@log_bin,"
+                           " @@binlog_format = 'ROW', @@gtid_ignore_duplicates,"
+                           " @@auto_increment_increment, @@auto_increment_offset");
+    if (rc == 0 && (res = mysql_store_result(c->my)) && (row = mysql_fetch_row(res))) {
+        si->server_id = strtoul(row[0], NULL, 10);
+        si->domain = strtoul(row[1], NULL, 10);
+        si->log_bin = atoi(row[2]);
+        si->row = atoi(row[3]);
+        si->ignore_dups = atoi(row[4]);
+        si->inc = strtoul(row[5], NULL, 10);
+        si->offset = strtoul(row[6], NULL, 10);
+        mysql_free_result(res);
+    } else if (rc == 0) {
+        rc = shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
+    }
+    move_close(&c);
+    return rc ? shard_fail_prefix(rc, "%s: ", label) : 0;
+}
+
+/* The target pair's halves hand out disjoint local ids: the moved rows and
+ * the writes after the flip may land on either (shard_pair_failover(3)). */
+static int disjoint_ids(const srvinfo *a, const srvinfo *b)
+{
+    if (a->inc < 2 || a->inc != b->inc || a->offset == b->offset)
+        return shard_fail(SHARD_EINVAL, "%s (auto_increment_increment %lu, offset %lu) and %s "
+                          "(%lu, %lu) could hand out the same local ids: give both halves "
+                          "of the pair the same auto_increment_increment (2 or more) and "
+                          "different auto_increment_offset values",
+                          a->label, a->inc, a->offset, b->label, b->inc, b->offset);
+    return 0;
+}
+
+/* Both pairs must be able to take part: libshard-move(7), "Before you start". */
+int move_preflight(mv *m, sqlbuf *plan)
+{
+    const shard_pairdef *sp = move_sp(m), *dp = move_dp(m);
+    srvinfo s[4];
+    size_t n = 0, tm;
+    char label[400];
+    int rc;
+
+    snprintf(label, sizeof label, "source %s master %s", sp->name, sp->master.text);
+    if ((rc = probe(m, &sp->master, label, &s[n++])))
+        return rc;
+    if (!s[0].log_bin || !s[0].row)
+        return shard_fail(SHARD_EINVAL, "%s: needs log_bin=ON and binlog_format=ROW", label);
+    if (sp->has_standby) {
+        snprintf(label, sizeof label, "source %s standby %s", sp->name, sp->standby.text);
+        if ((rc = probe(m, &sp->standby, label, &s[n++])))
+            return rc;
+    }
+    snprintf(label, sizeof label, "target %s master %s", dp->name, dp->master.text);
+    tm = n;
+    if ((rc = probe(m, &dp->master, label, &s[n])))
+        return rc;
+    /* It must also run with skip-slave-start, which no variable shows:
+     * replication filters are not kept across a restart (the catch-up
+     * notices a connection that came back without its filter). */
+    if (dp->has_standby && !s[n].ignore_dups)
+        return shard_fail(SHARD_EINVAL, "%s: needs gtid_ignore_duplicates=ON, or the moved "
+                          "rows coming back through its standby break the pair", label);
+    n++;
+    if (dp->has_standby) {
+        snprintf(label, sizeof label, "target %s standby %s", dp->name, dp->standby.text);
+        if ((rc = probe(m, &dp->standby, label, &s[n])))
+            return rc;
+        if (!s[n].ignore_dups)
+            return shard_fail(SHARD_EINVAL, "%s: needs gtid_ignore_duplicates=ON", label);
+        n++;
+        if ((rc = disjoint_ids(&s[tm], &s[tm + 1])))
+            return rc;
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++) {
+            if (s[i].server_id == s[j].server_id)
+                return shard_fail(SHARD_EINVAL, "%s and %s share server_id %lu",
+                                  s[i].label, s[j].label, s[i].server_id);
+            if (s[i].domain == s[j].domain)
+                return shard_fail(SHARD_EINVAL, "%s and %s share gtid_domain_id %lu",
+                                  s[i].label, s[j].label, s[i].domain);
+        }
+    if (plan)
+        for (size_t i = 0; i < n; i++)
+            sql_addf(plan, "check %s: server_id %lu, gtid_domain_id %lu, log_bin %d, "
+                           "row format %d, auto_increment offset %lu of %lu, "
+                           "gtid_ignore_duplicates %d: ok\n",
+                     s[i].label, s[i].server_id, s[i].domain, s[i].log_bin, s[i].row,
+                     s[i].offset, s[i].inc, s[i].ignore_dups);
+    return 0;
+}
+
+static int tables_add(mv *m, size_t *cap, const char *db, const char *name)
+{
+    if (m->ntables == *cap) {
+        size_t nc = *cap ? *cap * 2 : 64;
+        mtable *t = shard_realloc(m->tables, nc * sizeof *t);
+        if (!t)
+            return shard_fail(SHARD_ENOMEM, "out of memory");
+        m->tables = t;
+        *cap = nc;
+    }
+    memset(&m->tables[m->ntables], 0, sizeof *m->tables);
+    snprintf(m->tables[m->ntables].db, SHARD_DBNAME_MAX, "%s", db);
+    snprintf(m->tables[m->ntables].name, 65, "%s", name);
+    m->ntables++;
+    return 0;
+}
+
+/*
+ * The tables of every moved database on the source, in one query. A
+ * database without tables is an error: apply the schema first.
+ */
+int move_list_tables(mv *m)
+{
+    size_t cap = 0;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    sqlbuf q;
+    int rc;
+
+    free(m->tables);
+    m->tables = NULL;
+    m->ntables = 0;
+    sql_init(&q);
+    sql_add(&q, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE"
+                " TABLE_SCHEMA IN (");
+    move_db_list(m, &q, true);
+    sql_add(&q, ") ORDER BY TABLE_SCHEMA, TABLE_NAME");
+    if ((rc = sql_check(&q)) == 0)
+        rc = conn_query(m->src, &q);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    if (!(res = mysql_store_result(m->src->my)))
+        return shard_fail(SHARD_ESERVER, "%s", mysql_error(m->src->my));
+    while (rc == 0 && (row = mysql_fetch_row(res))) {
+        if (!row[1][0] || row[1][0] == '_' || !move_name_ok(row[1]) || !move_name_ok(row[0]))
+            continue; /* not ours: never put into a statement */
+        rc = tables_add(m, &cap, row[0], row[1]);
+    }
+    mysql_free_result(res);
+    if (rc)
+        return rc;
+    /* Every moved database must have tables. */
+    for (unsigned s = m->first; s <= m->last; s++) {
+        char db[SHARD_DBNAME_MAX];
+        bool found = false;
+        move_db(m, s, db);
+        for (size_t i = 0; i < m->ntables && !found; i++)
+            found = strcmp(m->tables[i].db, db) == 0;
+        if (!found)
+            return shard_fail(SHARD_ENOTFOUND, "source %s has no tables in %s (was the schema "
+                              "applied?)", move_sp(m)->name, db);
+    }
+    m->r->tables = m->ntables;
+    m->listed = true;
+    return 0;
+}
+
+/* ---- the fence's table and rows (libshard-move(7), "The fence") -------------------- */
+
+/* Run an unlogged statement about the moved databases' fence rows:
+ * head + "'db1','db2',...)" + tail. *matched (may be NULL): the rows an
+ * UPDATE found, from the server's "Rows matched: N  Changed: M" (rows
+ * already as wanted count too, unlike ROW_COUNT()). */
+static int fence_rows(mv *m, shard_conn *c, const char *head, const char *tail,
+                      uint64_t *matched)
+{
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, head);
+    move_db_list(m, &q, true);
+    sql_add(&q, tail);
+    if (matched)
+        *matched = 0;
+    if ((rc = sql_check(&q)) == 0 && (rc = move_runf(c, "SET SESSION sql_log_bin = 0")) == 0) {
+        shard_errsave saved;
+        rc = conn_query(c, &q);
+        if (rc == 0 && matched) {
+            const char *info = mysql_info(c->my);
+            const char *at = info ? strstr(info, "matched: ") : NULL;
+            *matched = at ? strtoull(at + 9, NULL, 10) : 0;
+        }
+        shard_error_save(&saved, rc);
+        if (move_runf(c, "SET SESSION sql_log_bin = 1") && rc == 0)
+            rc = SHARD_ESERVER; /* the session must not stay unlogged */
+        else
+            rc = shard_error_restore(&saved);
+    }
+    sql_free(&q);
+    return rc;
+}
+
+/* Each server keeps its own: nothing about the fence is ever logged. A
+ * table that is there already is left alone (without a statement that a
+ * read-only standby would refuse). */
+static int control_table(shard_conn *c)
+{
+    uint64_t have = 0;
+    int rc;
+
+    if ((rc = repl_value_u64(c, "SELECT COUNT(*) FROM information_schema.TABLES WHERE"
+                             " TABLE_SCHEMA = '" MOVE_CONTROL_DB "' AND TABLE_NAME = 'fence'",
+                             &have)) || have)
+        return rc;
+    if ((rc = move_runf(c, "SET SESSION sql_log_bin = 0")) == 0 &&
+        (rc = move_runf(c, "CREATE DATABASE IF NOT EXISTS " MOVE_CONTROL_DB)) == 0)
+        rc = move_runf(c, "CREATE TABLE IF NOT EXISTS " MOVE_FENCE_TABLE " ("
+                          " db VARCHAR(64) NOT NULL PRIMARY KEY,"
+                          " fenced TINYINT NOT NULL DEFAULT 0,"
+                          " move_id BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+                          " changed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
+                          " ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB");
+    return rc;
+}
+
+/* Stale fence rows of the moved databases on a server of the target: a
+ * database that moved away from it once must not be fenced when it comes
+ * back (deleted only when there are some). */
+static int delete_stale(mv *m, shard_conn *c)
+{
+    uint64_t n = 0;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "SELECT COUNT(*) FROM " MOVE_FENCE_TABLE " WHERE db IN (");
+    move_db_list(m, &q, true);
+    sql_add(&q, ")");
+    if ((rc = sql_check(&q)) == 0)
+        rc = repl_value_u64(c, q.s, &n);
+    sql_free(&q);
+    if (rc == 0 && n)
+        rc = fence_rows(m, c, "DELETE FROM " MOVE_FENCE_TABLE " WHERE db IN (", ")", NULL);
+    return rc;
+}
+
+/*
+ * One server's part of the fence's preparation. A master must take it; a
+ * standby that refuses (read-only, for an account without READ_ONLY
+ * ADMIN) only gets a warning: the move needs nothing there, but should it
+ * become master, its shards need the table (shardctl schema apply) and no
+ * stale rows.
+ */
+static int prepare_server(mv *m, const shard_endpoint *ep, const char *label, bool target,
+                          bool standby)
+{
+    shard_conn *c = NULL;
+    int rc;
+
+    if ((rc = move_conn(m, ep, &c)) == 0 && (rc = control_table(c)) == 0 && target)
+        rc = delete_stale(m, c);
+    if (rc && standby && c && c->last_errno == ER_OPTION_PREVENTS_STATEMENT) {
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: fence table on %s %s left as it is: %s",
+                (unsigned long long)m->id, label, ep->text, shard_errmsg());
+        rc = 0;
+    }
+    move_close(&c); /* and its session's sql_log_bin with it */
+    return rc ? shard_fail_prefix(rc, "fence table on %s %s: ", label, ep->text) : 0;
+}
+
+int move_fence_rows_source(mv *m)
+{
+    sqlbuf ins;
+    int rc;
+
+    /* One row per moved database, unfenced: a missing row also means "not
+     * fenced", but a fence UPDATE can only fence rows that exist. */
+    sql_init(&ins);
+    for (unsigned s = m->first; s <= m->last; s++) {
+        char db[SHARD_DBNAME_MAX];
+        move_db(m, s, db);
+        sql_addf(&ins, "%s('%s')", s == m->first ? "" : ",", db);
+    }
+    if ((rc = sql_check(&ins)) == 0 && (rc = move_runf(m->src, "SET SESSION sql_log_bin = 0")) == 0) {
+        sqlbuf q;
+        sql_init(&q);
+        sql_add(&q, "INSERT IGNORE INTO " MOVE_FENCE_TABLE " (db) VALUES ");
+        sql_add(&q, ins.s);
+        if ((rc = sql_check(&q)) == 0)
+            rc = conn_query(m->src, &q);
+        sql_free(&q);
+        if (move_runf(m->src, "SET SESSION sql_log_bin = 1") && rc == 0)
+            rc = SHARD_ESERVER;
+    }
+    sql_free(&ins);
+    return rc ? shard_fail_prefix(rc, "fence rows on source %s: ", move_sp(m)->name) : 0;
+}
+
+int move_fence_prepare(mv *m)
+{
+    const shard_pairdef *sp = move_sp(m), *dp = move_dp(m);
+    int rc;
+
+    if ((rc = prepare_server(m, &sp->master, "source master", false, false)) ||
+        (sp->has_standby &&
+         (rc = prepare_server(m, &sp->standby, "source standby", false, true))) ||
+        (rc = prepare_server(m, &dp->master, "target master", true, false)) ||
+        (dp->has_standby &&
+         (rc = prepare_server(m, &dp->standby, "target standby", true, true))))
+        return rc;
+    return move_fence_rows_source(m);
+}
+
+int move_fence_update(mv *m, shard_conn *c, bool on, uint64_t *matched)
+{
+    char head[200];
+
+    snprintf(head, sizeof head, "UPDATE " MOVE_FENCE_TABLE " SET fenced = %d, move_id = %llu"
+             " WHERE db IN (", on ? 1 : 0, (unsigned long long)m->id);
+    return fence_rows(m, c, head, ")", matched);
+}
+
+int move_fence_delete(mv *m)
+{
+    int rc = fence_rows(m, m->src, "DELETE FROM " MOVE_FENCE_TABLE " WHERE db IN (", ")", NULL);
+    return rc ? shard_fail_prefix(rc, "fence rows on source %s: ", move_sp(m)->name) : 0;
+}
+
+/* ---- the target's schema ---------------------------------------------------------- */
+
+/* Per-database and per-table DDL runs over the move's workers: creating
+ * or dropping 1536 tables one statement after another would take most of
+ * a move of small shards. */
+static int drop_target_fn(void *arg, size_t i, unsigned w)
+{
+    mv *m = arg;
+    char db[SHARD_DBNAME_MAX];
+    shard_conn *c;
+    int rc = move_wdst(m, w, &c);
+
+    move_db(m, m->first + (unsigned)i, db);
+    return rc ? rc : move_runf(c, "DROP DATABASE IF EXISTS `%s`", db);
+}
+
+int move_drop_target(mv *m)
+{
+    size_t n = (size_t)(m->last - m->first) + 1;
+    m->target_made = false;
+    return fanout_run(n, move_threads(m), drop_target_fn, m);
+}
+
+static int create_db_fn(void *arg, size_t i, unsigned w)
+{
+    mv *m = arg;
+    char db[SHARD_DBNAME_MAX];
+    shard_conn *c;
+    int rc = move_wdst(m, w, &c);
+
+    move_db(m, m->first + (unsigned)i, db);
+    return rc ? rc : move_runf(c, "CREATE DATABASE IF NOT EXISTS `%s` CHARACTER SET utf8mb4",
+                               db);
+}
+
+/* One table: the source's own CREATE TABLE, run on the target in its
+ * database (the name qualified in the text saves a USE per table). */
+static int create_table_fn(void *arg, size_t i, unsigned w)
+{
+    mv *m = arg;
+    const mtable *tb = &m->tables[i];
+    shard_conn *src, *dst;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    char head[100];
+    int rc;
+
+    if ((rc = move_wsrc(m, w, &src)) || (rc = move_wdst(m, w, &dst)) ||
+        (rc = move_runf(src, "SHOW CREATE TABLE `%s`.`%s`", tb->db, tb->name)))
+        return rc;
+    if (!(res = mysql_store_result(src->my)) || !(row = mysql_fetch_row(res)) || !row[1]) {
+        if (res)
+            mysql_free_result(res);
+        return shard_fail(SHARD_ESERVER, "SHOW CREATE TABLE %s.%s gave nothing", tb->db,
+                          tb->name);
+    }
+    snprintf(head, sizeof head, "CREATE TABLE `%s` ", tb->name);
+    if (strncmp(row[1], head, strlen(head)) == 0) {
+        sqlbuf q;
+        sql_init(&q);
+        sql_addf(&q, "CREATE TABLE `%s`.`%s` ", tb->db, tb->name);
+        sql_add(&q, row[1] + strlen(head)); /* the server's own text */
+        if ((rc = sql_check(&q)) == 0)
+            rc = conn_query(dst, &q);
+        sql_free(&q);
+    } else if ((rc = move_runf(dst, "USE `%s`", tb->db)) == 0) {
+        rc = conn_query_str(dst, row[1]);
+    }
+    mysql_free_result(res);
+    return rc ? shard_fail_prefix(rc, "creating %s.%s on the target: ", tb->db, tb->name) : 0;
+}
+
+int move_create_target(mv *m)
+{
+    uint64_t exists = 0;
+    sqlbuf q;
+    int rc;
+
+    /* A fresh move never overwrites: the target must have none of them. */
+    sql_init(&q);
+    sql_add(&q, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA IN (");
+    move_db_list(m, &q, true);
+    sql_add(&q, ")");
+    if ((rc = sql_check(&q)) == 0)
+        rc = repl_value_u64(m->t, q.s, &exists);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    if (exists)
+        return shard_fail(SHARD_EEXISTS, "target %s already has %llu table(s) in shards %u-%u: "
+                          "drop them (or abort the move that left them) first",
+                          move_dp(m)->name, (unsigned long long)exists, m->first, m->last);
+    if ((rc = fanout_run((size_t)(m->last - m->first) + 1, move_threads(m), create_db_fn, m)) ||
+        (rc = fanout_run(m->ntables, move_threads(m), create_table_fn, m)))
+        return rc;
+    m->target_made = true;
+    return 0;
+}
+
+/* ---- dry run ------------------------------------------------------------------------- */
+
+int move_plan_text(mv *m, char **plan)
+{
+    sqlbuf p;
+    int rc;
+
+    sql_init(&p);
+    sql_addf(&p, "move ID shards %u-%u from %s (master %s) to %s (master %s)\n", m->first,
+             m->last, move_sp(m)->name, move_sp(m)->master.text, move_dp(m)->name,
+             move_dp(m)->master.text);
+    if ((rc = move_preflight(m, &p)) || (rc = move_conn(m, &move_sp(m)->master, &m->src)) ||
+        (rc = move_list_tables(m)) || (rc = move_count_rows(m, m->src)))
+        goto out;
+    for (size_t i = 0; i < m->ntables; i++) {
+        char sql[300];
+        uint64_t bytes = 0;
+        snprintf(sql, sizeof sql, "SELECT DATA_LENGTH + INDEX_LENGTH FROM"
+                 " information_schema.TABLES WHERE TABLE_SCHEMA = '%s' AND TABLE_NAME = '%s'",
+                 m->tables[i].db, m->tables[i].name);
+        if ((rc = repl_value_u64(m->src, sql, &bytes)))
+            goto out;
+        sql_addf(&p, "table %s.%s: %llu rows, %llu bytes on disk\n", m->tables[i].db,
+                 m->tables[i].name, (unsigned long long)m->tables[i].rows,
+                 (unsigned long long)bytes);
+    }
+    sql_addf(&p, "total: %zu tables, %llu rows\n", m->ntables, (unsigned long long)m->total);
+    sql_add(&p, "phases: create tables on the target from the source's definitions; copy a "
+                "consistent snapshot in primary-key order; replicate the moved databases "
+                "from the snapshot's GTID position; fence the source (one statement, not "
+                "logged); wait for the target; publish the map; verify every row; wait for "
+                "both halves of the target; drop the source copy\n");
+    if ((rc = sql_check(&p)) == 0)
+        rc = copy_out(p.s, p.len, plan, NULL);
+out:
+    sql_free(&p);
+    return rc;
+}

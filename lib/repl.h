@@ -1,0 +1,96 @@
+/*
+ * Replication helpers that moves and failover share: GTID positions (pure
+ * functions, unit-tested without a server), reading a whole value,
+ * waiting for a position in steps shorter than the read timeout, reading
+ * every replication connection's status, and publishing a new map with
+ * compare-and-swap. See libshard-move(7) and shard_pair_failover(3).
+ */
+#ifndef LIBSHARD_REPL_H
+#define LIBSHARD_REPL_H
+
+#include "ctx.h"
+
+/* ---- GTID positions: "D-S-N,D-S-N,..." as the server prints them --------- */
+
+/* Only digits, '-' and ',' (safe inside a quoted SQL literal). */
+bool repl_gtid_valid(const char *pos);
+/* 0, or SHARD_ESERVER naming the unexpected position. */
+int repl_gtid_check(const char *pos);
+/* The sequence number of domain d in pos (the highest, should pos name it
+ * more than once, as two positions joined by ',' do); *found (may be NULL)
+ * says whether pos has that domain (0 when absent). */
+uint64_t repl_gtid_seq(const char *pos, unsigned long domain, bool *found);
+/* Whether `have` is at or past `want` in every domain of want, except the
+ * nskip domains in skip. */
+bool repl_gtid_covers(const char *have, const char *want, const unsigned long *skip,
+                      size_t nskip);
+/* Transactions of `want` that `have` lacks, summed over domains. */
+int64_t repl_gtid_behind(const char *want, const char *have);
+/*
+ * A start position for replication from a snapshot: snap's domains except
+ * the nkeep domains in keep, then cur's positions for every domain snap
+ * did not give. *out is the caller's (free()); no length limit.
+ */
+int repl_gtid_merge(const char *cur, const char *snap, const unsigned long *keep,
+                    size_t nkeep, char **out);
+
+/* ---- on a connection -------------------------------------------------------- */
+
+/* The first column of the first row of sql, whole, in a caller-owned *out
+ * (free(); "" for NULL or no row). */
+int repl_value(shard_conn *c, const char *sql, char **out);
+/* The same, parsed as an unsigned number. */
+int repl_value_u64(shard_conn *c, const char *sql, uint64_t *out);
+/*
+ * MASTER_GTID_WAIT(pos) for up to `seconds` in all, in steps shorter than
+ * the connection's read timeout (a single long wait would be cut off by
+ * it). *reached says whether the server applied pos.
+ */
+int repl_wait_pos(shard_conn *c, const char *pos, double seconds, bool *reached);
+
+/* One replication connection of SHOW ALL SLAVES STATUS (strings never NULL). */
+typedef struct repl_link {
+    char *name;        /* "" for the default (a pair's own) connection */
+    char *io_running;  /* "Yes", "No", "Connecting", "Preparing" */
+    char *sql_running; /* "Yes", "No" */
+    char *last_io_error, *last_sql_error;
+    char *do_db;       /* Replicate_Do_DB */
+    char *gtid_io_pos;
+    char *master_host;
+    unsigned master_port;
+    long seconds_behind; /* -1: NULL */
+} repl_link;
+
+typedef struct repl_status {
+    repl_link *links;
+    size_t n;
+} repl_status;
+
+/* Every replication connection of the server, however many. */
+int repl_status_read(shard_conn *c, repl_status *st);
+void repl_status_free(repl_status *st);
+/* The connection called name, or NULL. */
+const repl_link *repl_status_find(const repl_status *st, const char *name);
+/* Both threads running. */
+bool repl_link_running(const repl_link *l);
+/* A thread is stopped ("No"): the link will not catch up by itself, unlike
+ * one that is only reconnecting. */
+bool repl_link_stopped(const repl_link *l);
+/* "IO thread Connecting, SQL thread No (error 1062: ...)" for messages. */
+void repl_link_describe(const repl_link *l, char *buf, size_t size);
+
+/* ---- publishing a map --------------------------------------------------------- */
+
+#define REPL_UNCHANGED 1 /* an edit's answer: the stored map needs no change */
+
+/*
+ * edit builds *next from the stored map cur (next->version must be
+ * cur->version + 1), or returns REPL_UNCHANGED, or fails. It may run more
+ * than once: a lost compare-and-swap loads the store again and retries.
+ */
+typedef int (*repl_edit_fn)(const shard_map *cur, shard_map **next, void *arg);
+/* *version (may be NULL): the version published, or the stored one when
+ * edit said REPL_UNCHANGED. */
+int repl_publish(shard_ctx *ctx, repl_edit_fn edit, void *arg, uint64_t *version);
+
+#endif

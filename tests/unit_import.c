@@ -1,0 +1,118 @@
+/*
+ * The import's pure helpers, no server (libshard-import(7)): source URLs
+ * (a password is never accepted, nor echoed), strict UTF-8, lookup values.
+ */
+#include <check.h>
+#include <libshard.h>
+#include <string.h>
+
+#include "legacy.h"
+
+START_TEST(urls)
+{
+    source_url u;
+
+    ck_assert_int_eq(import_parse_url("mysql://reader@legacy.example:3307/app", &u), 0);
+    ck_assert_str_eq(u.user, "reader");
+    ck_assert_str_eq(u.host, "legacy.example");
+    ck_assert_uint_eq(u.port, 3307);
+    ck_assert_str_eq(u.db, "app");
+    ck_assert_int_eq(import_parse_url("mysql://r@10.0.0.1/db_1", &u), 0);
+    ck_assert_uint_eq(u.port, 3306);
+    ck_assert_int_eq(import_parse_url("mysql://r@[::1]:4000/x", &u), 0);
+    ck_assert_str_eq(u.host, "::1");
+    ck_assert_uint_eq(u.port, 4000);
+
+    static const char *const bad[] = {
+        "postgres://r@h/db", "mysql://h/db", "mysql://@h/db", "mysql://r@h", "mysql://r@/db",
+        "mysql://r@h:0/db", "mysql://r@h:65536/db", "mysql://r@h:33x/db", "mysql://r@h/",
+        "mysql://r@h/d-b", "mysql://r@h/d`b", "mysql://r@ho st/db", "mysql://r@[::1/db",
+        "mysql://r@h/db;drop"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(import_parse_url(bad[i], &u) == SHARD_EINVAL, "accepted %s", bad[i]);
+    ck_assert_int_eq(import_parse_url(NULL, &u), SHARD_EINVAL);
+}
+END_TEST
+
+/* A password in the URL is refused, and the message does not repeat it. */
+START_TEST(url_password_refused)
+{
+    source_url u;
+    ck_assert_int_eq(import_parse_url("mysql://reader:hunter22@h:3306/app", &u), SHARD_EINVAL);
+    ck_assert_ptr_null(strstr(shard_errmsg(), "hunter22"));
+    ck_assert_ptr_nonnull(strstr(shard_errmsg(), "password"));
+}
+END_TEST
+
+#define BAD(s) import_utf8_bad((const unsigned char *)(s), sizeof(s) - 1)
+
+START_TEST(utf8)
+{
+    ck_assert_int_eq(BAD(""), -1);
+    ck_assert_int_eq(BAD("plain ascii \t\n"), -1);
+    ck_assert_int_eq(BAD("nul\0inside"), -1);
+    ck_assert_int_eq(BAD("caf\xC3\xA9"), -1);
+    ck_assert_int_eq(BAD("\xE2\x82\xAC euro"), -1);
+    ck_assert_int_eq(BAD("\xF0\x9F\x98\x80"), -1);      /* 4 bytes */
+    ck_assert_int_eq(BAD("\xF4\x8F\xBF\xBF"), -1);      /* U+10FFFF */
+    ck_assert_int_eq(BAD("ab\xE9"), 2);                 /* latin1 */
+    ck_assert_int_eq(BAD("\xC3("), 0);                  /* bad continuation */
+    ck_assert_int_eq(BAD("x\xC3"), 1);                  /* truncated */
+    ck_assert_int_eq(BAD("\xF0\x9F\x98"), 0);           /* truncated */
+    ck_assert_int_eq(BAD("\xC0\xAF"), 0);               /* overlong */
+    ck_assert_int_eq(BAD("\xE0\x80\xAF"), 0);           /* overlong */
+    ck_assert_int_eq(BAD("\xF0\x80\x80\xAF"), 0);       /* overlong */
+    ck_assert_int_eq(BAD("\xED\xA0\x80"), 0);           /* surrogate */
+    ck_assert_int_eq(BAD("\xF4\x90\x80\x80"), 0);       /* above U+10FFFF */
+    ck_assert_int_eq(BAD("\xF8\x88\x80\x80\x80"), 0);   /* 5 bytes */
+    ck_assert_int_eq(BAD("ok\x80"), 2);                 /* lone continuation */
+    ck_assert_int_eq(BAD("\xFF"), 0);
+}
+END_TEST
+
+START_TEST(entries)
+{
+    legacy_entry e;
+
+    legacy_entry_parse(NULL, &e);
+    ck_assert_int_eq(e.state, LEGACY_ABSENT);
+    legacy_entry_parse("70437463654401 9e107d9d372bb6826bd81d3542a419d6", &e);
+    ck_assert_int_eq(e.state, LEGACY_LIVE);
+    ck_assert_uint_eq(e.id, UINT64_C(70437463654401));
+    ck_assert_str_eq(e.md5, "9e107d9d372bb6826bd81d3542a419d6");
+    legacy_entry_parse("70437463654401 deleted", &e);
+    ck_assert_int_eq(e.state, LEGACY_DELETED);
+    ck_assert_uint_eq(e.id, UINT64_C(70437463654401));
+    legacy_entry_parse("pending 17", &e);
+    ck_assert_int_eq(e.state, LEGACY_PENDING);
+    ck_assert_uint_eq(e.shard, 17);
+
+    static const char *const bad[] = {
+        "", "pending", "pending ", "pending 65536", "pending 1x", "42 9e107d9d372bb6826bd81d3542a419d6",
+        "70437463654401", "70437463654401 9E107D9D372BB6826BD81D3542A419D6",
+        "70437463654401 9e107d9d", "70437463654401 gone", "x 9e107d9d372bb6826bd81d3542a419d6"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        legacy_entry_parse(bad[i], &e);
+        ck_assert_msg(e.state == LEGACY_BAD, "\"%s\" parsed as state %d", bad[i], e.state);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("import");
+    TCase *tc = tcase_create("import");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_test(tc, urls);
+    tcase_add_test(tc, url_password_refused);
+    tcase_add_test(tc, utf8);
+    tcase_add_test(tc, entries);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
