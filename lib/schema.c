@@ -78,21 +78,21 @@ static uint64_t count_statements(const shard_map *m, size_t pair)
 }
 
 /* One statement, retried on transient failures (DDL here is idempotent). */
-static int run_stmt(schema_job *j, shard_conn **c, const sqlbuf *q)
+static int run_stmt(shard_ctx *ctx, shard_conn **c, const sqlbuf *q)
 {
-    double deadline = now_seconds() + j->ctx->opts.retry_budget_ms / 1000.0;
+    double deadline = now_seconds() + ctx->opts.retry_budget_ms / 1000.0;
     shard_server *srv = (*c)->srv;
     int rc;
 
     for (unsigned attempt = 1;; attempt++) {
         rc = conn_query(*c, q);
-        if (rc == 0 || !error_transient(rc) || attempt >= j->ctx->opts.retry_max ||
+        if (rc == 0 || !error_transient(rc) || attempt >= ctx->opts.retry_max ||
             now_seconds() >= deadline)
             break;
         conn_release(*c, rc);
         *c = NULL;
         exec_backoff(attempt, deadline);
-        if ((rc = conn_get(j->ctx, srv, c)))
+        if ((rc = conn_get(ctx, srv, c)))
             break;
     }
     return rc;
@@ -100,7 +100,7 @@ static int run_stmt(schema_job *j, shard_conn **c, const sqlbuf *q)
 
 static int run(schema_job *j, shard_conn **c, const sqlbuf *q)
 {
-    int rc = run_stmt(j, c, q);
+    int rc = run_stmt(j->ctx, c, q);
 
     if (rc == 0) {
         j->done++;
@@ -131,17 +131,17 @@ static const char *const FENCE_DDL[] = {
     " ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB",
 };
 
-static int create_fence_table(schema_job *j, shard_server *srv)
+int schema_fence_table(shard_ctx *ctx, shard_server *srv)
 {
     shard_conn *c = NULL;
     sqlbuf q;
-    int rc = conn_get(j->ctx, srv, &c);
+    int rc = conn_get(ctx, srv, &c);
 
     sql_init(&q);
     for (size_t i = 0; rc == 0 && i < sizeof FENCE_DDL / sizeof *FENCE_DDL; i++) {
         sql_reset(&q);
         sql_add(&q, FENCE_DDL[i]);
-        rc = run_stmt(j, &c, &q);
+        rc = run_stmt(ctx, &c, &q);
         if (rc == 0 || !c)
             continue;
         if (i == 0 && rc == SHARD_EPRIV)
@@ -261,7 +261,7 @@ static int apply_pair(schema_job *j)
 
     if (!srv)
         return shard_fail(SHARD_ENOMEM, "out of memory");
-    if ((rc = create_fence_table(j, srv)) || (rc = conn_get(j->ctx, srv, &c)))
+    if ((rc = schema_fence_table(j->ctx, srv)) || (rc = conn_get(j->ctx, srv, &c)))
         return rc;
     if ((rc = read_fenced(j, c))) {
         conn_release(c, rc);
@@ -289,7 +289,7 @@ static int job_run(void *arg, size_t i, unsigned worker)
     (void)worker;
     if (j->standby) {
         shard_server *srv = ctx_server_at(j->ctx, j->standby);
-        rc = srv ? create_fence_table(j, srv) : shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = srv ? schema_fence_table(j->ctx, srv) : shard_fail(SHARD_ENOMEM, "out of memory");
         if (rc)
             shard_fail_prefix(rc, "schema on pair %s (standby): ",
                               j->map->pairs[j->pair].name);
