@@ -6,7 +6,12 @@
 #include "exec.h" /* private: tests link libshard.a */
 
 #include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 START_TEST(transient_errors)
 {
@@ -70,6 +75,106 @@ START_TEST(fence_sql)
 }
 END_TEST
 
+
+/* A context on a map file: opening one talks to no server. */
+static shard_ctx *file_ctx(char *path, size_t size)
+{
+    static const char text[] =
+        "{\"version\":1,\"open_shards\":1,\"credentials\":{\"user\":\"u\"},"
+        "\"objects\":{\"pins\":1},\"pairs\":{\"p\":{\"master\":\"127.0.0.1:1\"}},"
+        "\"id_shards\":[{\"range\":[0,0],\"pair\":\"p\"}]}";
+    shard_options o = SHARD_OPTIONS_INIT;
+    shard_ctx *ctx = NULL;
+    FILE *f;
+    int fd;
+
+    snprintf(path, size, "/tmp/unit_exec-XXXXXX");
+    ck_assert_int_ge(fd = mkstemp(path), 0);
+    ck_assert_ptr_nonnull(f = fdopen(fd, "w"));
+    fputs(text, f);
+    fclose(f);
+    o.refresh_interval_ms = 0;
+    ck_assert_int_eq(shard_ctx_open(&ctx, path, &o), 0);
+    return ctx;
+}
+
+typedef struct asker {
+    shard_ctx *ctx;
+    atomic_int *asked;
+    bool fresh;
+} asker;
+
+static void *ask(void *arg)
+{
+    asker *a = arg;
+    atomic_fetch_add(a->asked, 1);
+    a->fresh = exec_reload(a->ctx, 0, true);
+    return NULL;
+}
+
+/* Threads that ask while a read of the store is in flight share the one
+ * read that follows it: one read in flight per context, the others wait. */
+START_TEST(reload_single_flight)
+{
+    char path[64];
+    shard_ctx *ctx = file_ctx(path, sizeof path);
+    atomic_int asked = 0;
+    asker a[8];
+    pthread_t th[8];
+    uint64_t before;
+
+    /* As if a read were in flight: every asker waits for it. */
+    pthread_mutex_lock(&ctx->reload_lock);
+    ctx->reloading = true;
+    before = ctx->reloads_done;
+    pthread_mutex_unlock(&ctx->reload_lock);
+    for (int i = 0; i < 8; i++) {
+        a[i] = (asker){ctx, &asked, false};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, ask, &a[i]), 0);
+    }
+    while (atomic_load(&asked) < 8)
+        sleep_ms(1);
+    sleep_ms(200); /* into their wait (not an assertion: a late one only waits less) */
+    /* The read in flight ends; having started before they asked, it does
+     * not count for them: one more read, shared by all eight. */
+    pthread_mutex_lock(&ctx->reload_lock);
+    ctx->reloading = false;
+    ctx->reloads_done++;
+    pthread_cond_broadcast(&ctx->reload_cond);
+    pthread_mutex_unlock(&ctx->reload_lock);
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert(a[i].fresh);
+    }
+    ck_assert_uint_eq(ctx->reloads_done - before, 2);
+
+    /* Within the minimum interval, a caller that will not wait reads nothing. */
+    before = ctx->reloads_done;
+    ck_assert(!exec_reload(ctx, 60000, false));
+    ck_assert_uint_eq(ctx->reloads_done, before);
+    /* One that waits for a fresh read past a short interval gets one. */
+    ck_assert(exec_reload(ctx, 1, true));
+    ck_assert_uint_eq(ctx->reloads_done, before + 1);
+    shard_ctx_free(ctx);
+    unlink(path);
+}
+END_TEST
+
+/* Waiting for a map newer than the current one returns at once when it is
+ * already there, and gives up at the deadline when none comes. */
+START_TEST(wait_map)
+{
+    char path[64];
+    shard_ctx *ctx = file_ctx(path, sizeof path);
+
+    ck_assert(exec_wait_map(ctx, 0, 0, now_seconds() + 10));
+    ck_assert(!exec_wait_map(ctx, 1, 0, now_seconds() + 10)); /* one poll, no newer map */
+    ck_assert(!exec_wait_map(ctx, 1, 0, now_seconds() - 1));
+    shard_ctx_free(ctx);
+    unlink(path);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec");
@@ -81,6 +186,8 @@ int main(void)
     tcase_add_test(tc, backoff_grows_jittered_and_capped);
     tcase_add_test(tc, connection_reuse);
     tcase_add_test(tc, fence_sql);
+    tcase_add_test(tc, reload_single_flight);
+    tcase_add_test(tc, wait_map);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
