@@ -156,10 +156,12 @@ static int usage_error(const char *fmt, ...)
     return EXIT_USAGE;
 }
 
-/* 2 for bad input (invalid argument, invalid map), 1 for anything else. */
+/* 2 for bad input (invalid argument, invalid map, an ID or shard that no
+ * range of the map serves), 1 for anything else. */
 static int exit_code(int rc)
 {
-    return rc == SHARD_EINVAL || rc == SHARD_EMAP ? EXIT_USAGE : EXIT_FAIL;
+    return rc == SHARD_EINVAL || rc == SHARD_EMAP || rc == SHARD_ENOSHARD ? EXIT_USAGE
+                                                                          : EXIT_FAIL;
 }
 
 /* One line on stderr for a failed library call; 2 for bad input, else 1. */
@@ -722,49 +724,97 @@ static int object_ids(const args *a, const shard_map *map, int from, uint64_t *i
 /* Missing IDs named in the error line; more are counted, not listed. */
 #define MAX_NAMED 20
 
+/* A list of IDs for one clause of the error line: the first MAX_NAMED named. */
+typedef struct idlist {
+    char *text;
+    size_t len, n;
+    FILE *f;
+} idlist;
+
+static void idlist_add(idlist *l, uint64_t id)
+{
+    if (!l->f && !(l->f = open_memstream(&l->text, &l->len)))
+        return;
+    if (l->n++ < MAX_NAMED)
+        fprintf(l->f, "%s%" PRIu64, l->n > 1 ? ", " : "", id);
+}
+
+static void idlist_close(idlist *l)
+{
+    if (l->f)
+        fclose(l->f);
+    l->f = NULL;
+}
+
+/* "object X not found", "objects X, Y not found", "N objects not found: X, ..." */
+static void idlist_print(FILE *out, const idlist *l, const char *one, const char *many,
+                         const char *says_one, const char *says_many)
+{
+    const char *t = l->text ? l->text : "";
+    if (l->n == 1)
+        fprintf(out, "%s %s %s", one, t, says_one);
+    else if (l->n <= MAX_NAMED)
+        fprintf(out, "%s %s %s", many, t, says_many);
+    else
+        fprintf(out, "%zu %s %s: %s, ...", l->n, many, says_many, t);
+}
+
 /*
  * Several IDs: one multi-get. Found objects are printed in input order;
- * missing ones (and any failure) are summed up in one line on stderr.
+ * missing ones, IDs on shards no range serves (bad input: exit 2) and any
+ * failure are summed up in one line on stderr, clauses separated by "; ".
  */
 static int get_many(shard_ctx *ctx, const uint64_t *ids, size_t n)
 {
     shard_item *items = NULL;
-    char *missing = NULL, *failure = NULL;
-    size_t missing_len = 0, nmissing = 0;
-    FILE *m;
+    char *failure = NULL;
+    idlist missing = {0}, unmapped = {0};
+    int failed = 0;
     int rc = shard_object_mget(ctx, ids, n, &items);
 
     if (rc && rc != SHARD_EPARTIAL)
         return lib_error(rc);
-    if (rc)
-        failure = strdup(shard_errmsg());
-    m = open_memstream(&missing, &missing_len);
     for (size_t i = 0; i < n; i++) {
         if (items[i].status == 0)
             print_object(items[i].data, items[i].len);
-        else if (items[i].status == SHARD_ENOTFOUND && nmissing++ < MAX_NAMED && m)
-            fprintf(m, "%s%" PRIu64, nmissing > 1 ? ", " : "", ids[i]);
+        else if (items[i].status == SHARD_ENOTFOUND)
+            idlist_add(&missing, ids[i]);
+        else if (items[i].status == SHARD_ENOSHARD)
+            idlist_add(&unmapped, ids[i]);
+        else
+            failed = 1;
     }
-    if (m)
-        fclose(m);
-    if (rc || nmissing) {
+    idlist_close(&missing);
+    idlist_close(&unmapped);
+    /* The library's message names the first failed server; only print it
+     * for failures, not for items that are merely absent or unmapped. */
+    if (failed)
+        failure = strdup(*shard_errmsg() ? shard_errmsg() : shard_strerror(rc));
+    rc = 0;
+    if (failed || missing.n || unmapped.n) {
+        const char *sep = "";
         fflush(stdout); /* found objects first, as a reader of both would expect */
         fputs("shardctl: ", stderr);
-        if (rc)
-            fputs(failure && *failure ? failure : shard_strerror(rc), stderr);
-        if (rc && nmissing)
-            fputs("; ", stderr);
-        if (nmissing == 1)
-            fprintf(stderr, "object %s not found", missing ? missing : "");
-        else if (nmissing <= MAX_NAMED)
-            fprintf(stderr, "objects %s not found", missing ? missing : "");
-        else if (nmissing)
-            fprintf(stderr, "%zu objects not found: %s, ...", nmissing,
-                    missing ? missing : "");
+        if (failed) {
+            fputs(failure ? failure : "multi-get failed", stderr);
+            sep = "; ";
+        }
+        if (unmapped.n) {
+            fputs(sep, stderr);
+            idlist_print(stderr, &unmapped, "ID", "IDs",
+                         "is on a shard that no range of the map serves",
+                         "are on shards that no range of the map serves");
+            sep = "; ";
+        }
+        if (missing.n) {
+            fputs(sep, stderr);
+            idlist_print(stderr, &missing, "object", "objects", "not found", "not found");
+        }
         fputc('\n', stderr);
-        rc = EXIT_FAIL;
+        rc = unmapped.n ? EXIT_USAGE : EXIT_FAIL;
     }
-    free(missing);
+    free(missing.text);
+    free(unmapped.text);
     free(failure);
     shard_items_free(items, n);
     return rc;
