@@ -375,6 +375,7 @@ typedef struct measure {
     uint64_t *changed;  /* [nshards]: the first sample of ROWS_CHANGED */
     bool *seen;         /* [nshards]: its database was found on its master */
     shard_conn **conns; /* [npairs]: masters of the considered pairs */
+    int *conn_rc;       /* [npairs]: the last failure on each, for conn_release */
 } measure;
 
 /* The ID shard a database name stands for, or -1 when it names none. */
@@ -414,8 +415,10 @@ static int read_rows(measure *m, size_t pair, const char *sql, row_fn fn)
     if (!(rc = sql_check(&q)))
         rc = conn_select(c, &q, &res);
     sql_free(&q);
-    if (rc)
+    if (rc) {
+        m->conn_rc[pair] = rc;
         return rc;
+    }
     while ((row = mysql_fetch_row(res))) {
         long s = row[0] ? shard_of_db(m->map, row[0]) : -1;
         if (s >= 0 && (unsigned)s < m->nshards && m->pair_of[s] == (long)pair)
@@ -497,8 +500,10 @@ static int userstat_on(measure *m, size_t pair)
     char v[16];
     int rc = conn_value(m->conns[pair], "SELECT @@userstat", v, sizeof v);
 
-    if (rc)
+    if (rc) {
+        m->conn_rc[pair] = rc;
         return shard_fail_prefix(rc, "pair %s: ", m->map->pairs[pair].name);
+    }
     if (strcmp(v, "1") != 0)
         return shard_fail(SHARD_ESERVER, "pair %s: the master %s runs with userstat off, so "
                           "it counts no writes per table (information_schema.TABLE_STATISTICS)"
@@ -651,7 +656,7 @@ static int plan_measured(shard_ctx *ctx, const shard_map *map, const shard_rebal
                          shard_rebalance **out)
 {
     size_t np = map->npairs;
-    measure m = {ctx, map, 0, NULL, NULL, NULL, NULL, NULL, NULL};
+    measure m = {ctx, map, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     double *load = NULL;
     rebal_step *steps = NULL;
     size_t nsteps = 0;
@@ -666,8 +671,10 @@ static int plan_measured(shard_ctx *ctx, const shard_map *map, const shard_rebal
     m.changed = shard_calloc(m.nshards, sizeof *m.changed);
     m.seen = shard_calloc(m.nshards, sizeof *m.seen);
     m.conns = shard_calloc(np, sizeof *m.conns);
+    m.conn_rc = shard_calloc(np, sizeof *m.conn_rc);
     load = shard_calloc(m.nshards, sizeof *load);
-    if (!m.pair_of || !m.bytes || !m.writes || !m.changed || !m.seen || !m.conns || !load) {
+    if (!m.pair_of || !m.bytes || !m.writes || !m.changed || !m.seen || !m.conns ||
+        !m.conn_rc || !load) {
         rc = shard_fail(SHARD_ENOMEM, "out of memory");
         goto out;
     }
@@ -702,15 +709,15 @@ static int plan_measured(shard_ctx *ctx, const shard_map *map, const shard_rebal
     if (!rc)
         rc = build_plan(map, &m, o, considered, drained, load, steps, nsteps, out);
 out:
-    for (size_t p = 0; m.conns && p < np; p++)
-        if (m.conns[p])
-            conn_put(m.conns[p], rc == 0);
+    for (size_t p = 0; m.conns && m.conn_rc && p < np; p++)
+        conn_release(m.conns[p], m.conn_rc[p]);
     free(m.pair_of);
     free(m.bytes);
     free(m.writes);
     free(m.changed);
     free(m.seen);
     free(m.conns);
+    free(m.conn_rc);
     free(load);
     free(steps);
     return rc;
