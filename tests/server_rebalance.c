@@ -567,9 +567,9 @@ static int fill(void)
 
     for (unsigned s = 0; s < SHARDS; s++) {
         unsigned rows = s < HEAVY ? HEAVY_ROWS : LIGHT_ROWS;
-        snprintf(sql, sizeof sql, "USE db%05u; INSERT INTO pins (data) SELECT CONCAT('{\"shard\":%u,"
-                 "\"n\":', seq, ',\"pad\":\"', REPEAT('x', 1500), '\"}') FROM seq_1_to_%u",
-                 s, s, rows);
+        snprintf(sql, sizeof sql, "USE db%05u; INSERT INTO pins (data) SELECT CONCAT("
+                 "'{\"shard\":%u,\"n\":', seq, ',\"pad\":\"', REPEAT('x', 1500), '\"}')"
+                 " FROM seq_1_to_%u", s, s, rows);
         if (harness_sql(h, "s1", sql, NULL))
             return -1;
         rows_expected += rows;
