@@ -43,9 +43,11 @@ static const char usage_text[] =
     "  kv get TABLE KEY                      print a value\n"
     "  kv delete TABLE KEY                   delete a key\n"
     "  move --shards A-B --to PAIR [--dry-run [--verbose] [--json]] [--yes] [--keep-source]\n"
-    "       [--threads N]                    move shards A..B to another pair, online\n"
+    "       [--threads N] [--max-lag-ms N] [--fence-timeout S] [--cutover-attempts N]\n"
+    "       [--postpone-cutover FILE]        move shards A..B to another pair, online\n"
     "  move status                           the journaled moves, one JSON line each\n"
-    "  move resume [ID]                      finish an interrupted move\n"
+    "  move resume [ID] [--threads N] [cut-over options as for move]\n"
+    "                                        finish an interrupted move\n"
     "  move abort [ID]                       undo an interrupted move (before its flip)\n"
     "  rebalance [--by bytes|writes] [--threshold F] [--max-moves N] [--drain PAIR]\n"
     "            [--pairs P1,P2,...] [--dry-run | --yes] [--threads N]\n"
@@ -118,11 +120,17 @@ enum {
     OPT_MAX_MOVES,
     OPT_DRAIN,
     OPT_PAIRS,
+    OPT_MAX_LAG_MS,
+    OPT_FENCE_TIMEOUT,
+    OPT_CUTOVER_ATTEMPTS,
+    OPT_POSTPONE_CUTOVER,
     NOPTS
 };
 
 #define O(x) (UINT64_C(1) << (x))
 #define GLOBAL_OPTS (O(OPT_MAP) | O(OPT_HELP) | O(OPT_USER) | O(OPT_PASSWORD_ENV))
+#define CUTOVER_OPTS (O(OPT_MAX_LAG_MS) | O(OPT_FENCE_TIMEOUT) | O(OPT_CUTOVER_ATTEMPTS) | \
+                      O(OPT_POSTPONE_CUTOVER))
 
 static const struct option_def {
     const char *name;
@@ -149,6 +157,9 @@ static const struct option_def {
     [OPT_BY] = {"--by", 1},         [OPT_THRESHOLD] = {"--threshold", 1},
     [OPT_MAX_MOVES] = {"--max-moves", 1}, [OPT_DRAIN] = {"--drain", 1},
     [OPT_PAIRS] = {"--pairs", 1},
+    [OPT_MAX_LAG_MS] = {"--max-lag-ms", 1}, [OPT_FENCE_TIMEOUT] = {"--fence-timeout", 1},
+    [OPT_CUTOVER_ATTEMPTS] = {"--cutover-attempts", 1},
+    [OPT_POSTPONE_CUTOVER] = {"--postpone-cutover", 1},
 };
 
 /* Options and positional arguments, parsed once for every command. */
@@ -1118,7 +1129,8 @@ static void on_move_progress(int phase, uint64_t done, uint64_t total, void *pay
     if (!total)
         return;
     p->done = done;
-    p->total = total;
+    /* Rows that arrive during a phase grow its total: never 120/100. */
+    p->total = total > done ? total : done;
     if (now_seconds() - p->last >= (p->tty ? 0.1 : 5.0))
         move_draw(p, 0);
 }
@@ -1196,6 +1208,36 @@ static int confirm(unsigned first, unsigned last, const char *to)
     return 0;
 }
 
+/* The cut-over controls (shardctl(1), move): how close the target must be,
+ * how long the fence waits for locks, how often it tries, and a file that
+ * holds the cut-over while it exists. */
+static int cutover_options(const args *a, shard_move_options *o)
+{
+    unsigned long long n;
+
+    if (a->val[OPT_MAX_LAG_MS]) {
+        if (parse_num("--max-lag-ms", a->val[OPT_MAX_LAG_MS], 1, 3600000, &n))
+            return -1;
+        o->max_lag_ms = (unsigned)n;
+    }
+    if (a->val[OPT_FENCE_TIMEOUT]) {
+        if (parse_num("--fence-timeout", a->val[OPT_FENCE_TIMEOUT], 1, 3600, &n))
+            return -1;
+        o->fence_timeout_s = (unsigned)n;
+    }
+    if (a->val[OPT_CUTOVER_ATTEMPTS]) {
+        if (parse_num("--cutover-attempts", a->val[OPT_CUTOVER_ATTEMPTS], 1, 1000000, &n))
+            return -1;
+        o->cutover_attempts = (unsigned)n;
+    }
+    if (a->val[OPT_POSTPONE_CUTOVER]) {
+        if (!a->val[OPT_POSTPONE_CUTOVER][0])
+            return usage_error("--postpone-cutover takes a file name"), -1;
+        o->postpone_cutover_file = a->val[OPT_POSTPONE_CUTOVER];
+    }
+    return 0;
+}
+
 static int move_options(const args *a, shard_move_options *o, move_progress *p)
 {
     unsigned long long n;
@@ -1207,6 +1249,8 @@ static int move_options(const args *a, shard_move_options *o, move_progress *p)
     }
     if (a->val[OPT_KEEP_SOURCE])
         o->flags |= SHARD_MOVE_KEEP_SOURCE;
+    if (cutover_options(a, o))
+        return -1;
     memset(p, 0, sizeof *p);
     p->tty = isatty(STDERR_FILENO);
     p->phase = -1;
@@ -2475,7 +2519,7 @@ static const command commands[] = {
     {"kv", "get", cmd_kv_get, 0},
     {"kv", "delete", cmd_kv_delete, 0},
     {"move", "status", cmd_move_status, 0},
-    {"move", "resume", cmd_move_resume, O(OPT_THREADS)},
+    {"move", "resume", cmd_move_resume, O(OPT_THREADS) | CUTOVER_OPTS},
     {"move", "abort", cmd_move_abort, 0},
     {"failover", NULL, cmd_failover, O(OPT_FORCE)},
     {"map", "show", cmd_map_show, 0},
@@ -2487,7 +2531,7 @@ static const command commands[] = {
     {"help", NULL, cmd_help, 0},
     {"move", NULL, cmd_move,
      O(OPT_SHARDS) | O(OPT_TO) | O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_KEEP_SOURCE) |
-         O(OPT_THREADS) | O(OPT_VERBOSE) | O(OPT_JSON)},
+         O(OPT_THREADS) | O(OPT_VERBOSE) | O(OPT_JSON) | CUTOVER_OPTS},
     {"import", NULL, cmd_import, IMPORT_OPTS | O(OPT_AS) | O(OPT_ID_COLUMN) |
          O(OPT_JSON_COLUMN) | O(OPT_NEAR)},
     {"import-mapping", NULL, cmd_import_mapping, IMPORT_OPTS | O(OPT_FROM_COLUMN) |

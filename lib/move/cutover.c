@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /*
  * The fence (libshard-move(7), "The fence"): one unlogged UPDATE of the
@@ -127,10 +128,13 @@ int move_read_flip(mv *m)
     return rc;
 }
 
-/* One snapshot per verifying worker, all of the target as it is now. */
-int move_open_vsnaps(mv *m)
+/* One snapshot per verifying worker, of the target as it is now; with
+ * one_point, all opened while the target's commits wait, so that every
+ * worker sees the same point even while clients write. */
+int move_vsnaps_open(mv *m, bool one_point)
 {
-    unsigned n = fanout_workers(m->ntables, move_threads(m));
+    unsigned n = move_threads(m);
+    shard_errsave saved;
     int rc = 0;
 
     move_close_vsnaps(m);
@@ -138,9 +142,44 @@ int move_open_vsnaps(mv *m)
         if ((rc = move_conn(m, &move_dp(m)->master, &m->vsnap[w])))
             break;
         m->nvsnap = w + 1;
-        if ((rc = move_runf(m->vsnap[w], "SET SESSION time_zone = '+00:00'")) == 0)
-            rc = move_runf(m->vsnap[w], "START TRANSACTION WITH CONSISTENT SNAPSHOT");
+        rc = move_runf(m->vsnap[w], "SET SESSION time_zone = '+00:00'");
     }
+    if (rc == 0 && one_point &&
+        (rc = move_runf(m->t, "BACKUP STAGE START")) == 0 &&
+        (rc = move_runf(m->t, "BACKUP STAGE BLOCK_COMMIT")))
+        move_runf(m->t, "BACKUP STAGE END");
+    for (unsigned w = 0; rc == 0 && w < n; w++)
+        rc = move_runf(m->vsnap[w], "START TRANSACTION WITH CONSISTENT SNAPSHOT");
+    if (one_point) {
+        shard_error_save(&saved, rc);
+        move_runf(m->t, "BACKUP STAGE END");
+        shard_error_restore(&saved);
+    }
+    if (rc)
+        move_close_vsnaps(m);
+    return rc;
+}
+
+/*
+ * At the fence, before the flip: the target holds exactly the source's
+ * final state and no client writes there yet. The snapshots verification
+ * compares against, and the target's clock, journaled: every client write
+ * on the target after the flip carries a later updated_at, which is how a
+ * verification resumed after the flip tells them from copied rows
+ * (libshard-move(7), "Verification"). A resumed run whose map already
+ * flipped (its publish answered too late) has clients on the target: no
+ * snapshot then, and the earlier run's clock stays.
+ */
+int move_open_vsnaps(mv *m)
+{
+    int rc;
+
+    if (m->resumed && (rc = move_flipped_in_store(m)) != 0)
+        return rc < 0 ? rc : 0;
+    if ((rc = move_vsnaps_open(m, false)) == 0 && m->id &&
+        (rc = move_runf(m->ctl, "UPDATE " MOVE_CONTROL_DB ".moves SET flip_at = NOW(6) WHERE"
+                        " id = %llu", (unsigned long long)m->id)))
+        move_close_vsnaps(m);
     return rc;
 }
 
@@ -149,4 +188,35 @@ void move_close_vsnaps(mv *m)
     for (unsigned w = 0; w < m->nvsnap; w++)
         move_close(&m->vsnap[w]);
     m->nvsnap = 0;
+}
+
+/*
+ * --postpone-cutover FILE (libshard-move(7), "Cut-over controls"): caught
+ * up, the move keeps replicating (its lag stays within max_lag_ms, and a
+ * broken connection still ends it) and looks for the file every
+ * MOVE_POSTPONE_POLL_MS; once it is gone, the cut-over goes on.
+ */
+int move_postpone(mv *m)
+{
+    const char *file = m->o.postpone_cutover_file;
+    bool logged = false;
+    int rc;
+
+    if (!file || !file[0])
+        return 0;
+    while (access(file, F_OK) == 0) {
+        if (!logged) {
+            ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: caught up; the cut-over is postponed "
+                    "while %s exists", (unsigned long long)m->id, file);
+            logged = true;
+        }
+        move_progress(m, SHARD_MOVE_CATCHUP, 0, 0);
+        sleep_ms(MOVE_POSTPONE_POLL_MS);
+        if ((rc = move_catch_up(m)))
+            return rc;
+    }
+    if (logged)
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: %s is gone: cutting over",
+                (unsigned long long)m->id, file);
+    return 0;
 }

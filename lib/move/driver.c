@@ -238,7 +238,7 @@ static int state_catchup(mv *m)
             (rc = move_fence_rows_source(m)) || (rc = move_repl_start(m)))
             return rc;
     }
-    if ((rc = move_catch_up(m)))
+    if ((rc = move_catch_up(m)) || (rc = move_postpone(m)))
         return rc;
     m->r->fence_attempts++;
     m->fence_t0 = now_seconds(); /* from here until the new map is out: the pause */

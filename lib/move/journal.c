@@ -14,6 +14,7 @@ static const char *const journal_columns[][2] = {
     /* added after the first release: created when missing */
     {"flip_gtid", "TEXT NOT NULL DEFAULT '' AFTER fence_gtid"},
     {"fence_statements", "INT UNSIGNED NOT NULL DEFAULT 0 AFTER fence_attempts"},
+    {"flip_at", "TIMESTAMP(6) NULL DEFAULT NULL AFTER flip_gtid"}, /* verify.c */
 };
 
 int move_journal_open(mv *m)

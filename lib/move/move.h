@@ -26,6 +26,10 @@
 #define MOVE_PAIR_WAIT_S 30  /* both halves of the target applying up to the flip */
 #define MOVE_MAX_WORKERS 64
 #define MOVE_RETRIES 5       /* transient failures retried per run */
+#define MOVE_VERIFY_CHUNK_ROWS 1000 /* rows per checksummed chunk */
+#define MOVE_VERIFY_MAX_KEY 8       /* primary key columns a chunk boundary can have */
+#define MOVE_VERIFY_GROUP 32        /* small tables or chunks per statement */
+#define MOVE_POSTPONE_POLL_MS 500   /* how often a postponed cut-over looks at its file */
 
 /* The phases, in the journal's numbers (the public SHARD_MOVE_*). */
 typedef enum move_phase {
@@ -78,6 +82,11 @@ typedef struct mv {
     unsigned nvsnap;
     pthread_mutex_t lock; /* counters and the progress callback */
     uint64_t done, total;
+    /* Verification (verify.c). */
+    bool verify_live;  /* no snapshot of the flip point: the target as it is now */
+    char flip_at[64];  /* the target's clock at the fence, UTC text ("": unknown) */
+    uint64_t verify_unchecked; /* rows a live verification could not compare */
+    uint64_t verify_missing;   /* of those, source rows absent on the target */
 } mv;
 
 /* ---- helpers (driver.c) ------------------------------------------------------ */
@@ -179,8 +188,14 @@ int move_fence_state(mv *m, bool *on);
 int move_flipped_in_store(mv *m);
 int move_publish(mv *m);
 int move_read_flip(mv *m);
-/* Open the target snapshots verification compares against. */
+/* At the fence: the target snapshots verification compares against, and
+ * the target's clock journaled (flip_at). */
 int move_open_vsnaps(mv *m);
+/* One snapshot per worker of the target as it is now; one_point: all of
+ * one commit point (commits wait while they open). */
+int move_vsnaps_open(mv *m, bool one_point);
+/* Caught up: wait while the postpone_cutover_file exists, replicating. */
+int move_postpone(mv *m);
 void move_close_vsnaps(mv *m);
 
 /* ---- verify.c ------------------------------------------------------------------------------ */
