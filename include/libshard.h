@@ -727,6 +727,14 @@ SHARD_EXPORT int shard_shards_open(shard_ctx *ctx, unsigned n, const char *pair,
                                    shard_progress_fn progress, void *payload,
                                    uint64_t *version);
 
+/*
+ * The context's counters in the Prometheus text exposition format (0.0.4):
+ * calls, errors and durations per function, retries, fence waits, map
+ * reads, the map version and each server's pool. *text (NUL-terminated) is
+ * the caller's: shard_free(). Safe to call from any thread at any time.
+ */
+SHARD_EXPORT int shard_ctx_stats(shard_ctx *ctx, char **text);
+
 #ifdef __cplusplus
 }
 #endif
