@@ -381,16 +381,16 @@ static int mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item **out,
         if ((rc = mget_round(ctx, ids, n, items, &pending, &used)))
             break;
         more = now_seconds() < deadline;
+        if (pending && more && !waited) { /* fenced or moved, not a failover's re-ask */
+            waited = true;
+            stats_add(&ctx->stats.fence_waits);
+        }
         if (!pending && more)
             pending = reask_unreachable(ctx, items, n, used);
         if (!pending || !more)
             break;
         /* Fenced or moved shards: wait for the map that routes them anew
          * (or one poll of the store), as single calls do. */
-        if (!waited) {
-            waited = true;
-            stats_add(&ctx->stats.fence_waits);
-        }
         stats_add(&ctx->stats.retries);
         exec_wait_map(ctx, used, (now_seconds() - started) * 1000.0, deadline);
     }

@@ -108,7 +108,7 @@ static void label_value(sqlbuf *b, const char *v)
 static void calls(sqlbuf *b, const shard_stats *st, uint64_t counts[STATS_NOPS][STATS_BUCKETS])
 {
     head(b, "libshard_calls_total", "counter",
-         "Calls of libshard functions that reached a server's route, by function.");
+         "Calls of libshard's data functions, by function (its name without shard_).");
     for (unsigned op = 1; op < STATS_NOPS; op++) {
         uint64_t n = 0;
         for (unsigned k = 0; k < STATS_BUCKETS; k++)
@@ -214,8 +214,8 @@ int shard_ctx_stats(shard_ctx *ctx, char **text)
             "Attempts run again after a transient failure (lost server, busy, moved shard).",
             get(&st->retries));
     counter(&b, "libshard_fence_waits_total",
-            "Calls that found their shard fenced by a move (or moved) and waited for a new map.",
-            get(&st->fence_waits));
+            "Calls that found their shard fenced by a move (or moved) and waited for a "
+            "new map.", get(&st->fence_waits));
     counter(&b, "libshard_map_reloads_total", "Reads of the shard map store.",
             get(&st->map_reloads));
     head(&b, "libshard_map_version", "gauge", "Version of the shard map in use.");
