@@ -58,8 +58,20 @@ static unsigned code_slot(int rc)
     return rc < 0 && rc > -(STATS_CODES - 1) ? (unsigned)-rc : STATS_CODES - 1;
 }
 
+/* The calling thread's stripe: a multiplicative hash of a thread-local
+ * address, whose top bits depend on all of its bits (threads' TLS blocks
+ * lie a stack apart, so the low bits alone would collide). */
+static unsigned stripe(void)
+{
+    static _Thread_local char anchor;
+    uint64_t a = (uint64_t)(uintptr_t)&anchor;
+
+    return (unsigned)((a * 0x9E3779B97F4A7C15ULL) >> (64 - STATS_STRIPE_BITS));
+}
+
 void stats_call(shard_stats *st, stats_op op, double started, int rc)
 {
+    stats_timing *t;
     double d;
     unsigned b = 0;
 
@@ -70,8 +82,9 @@ void stats_call(shard_stats *st, stats_op op, double started, int rc)
         d = 0;
     while (b < STATS_BUCKETS - 1 && d > bounds[b])
         b++;
-    stats_add(&st->buckets[op][b]);
-    atomic_fetch_add_explicit(&st->sum_ns[op], (uint64_t)(d * 1e9), memory_order_relaxed);
+    t = &st->timing[stripe()][op];
+    stats_add(&t->buckets[b]);
+    atomic_fetch_add_explicit(&t->sum_ns, (uint64_t)(d * 1e9), memory_order_relaxed);
     if (rc)
         stats_add(&st->errors[op][code_slot(rc)]);
 }
@@ -111,8 +124,12 @@ static void calls(sqlbuf *b, const shard_stats *st, uint64_t counts[STATS_NOPS][
          "Calls of libshard's data functions, by function (its name without shard_).");
     for (unsigned op = 1; op < STATS_NOPS; op++) {
         uint64_t n = 0;
-        for (unsigned k = 0; k < STATS_BUCKETS; k++)
-            n += counts[op][k] = get(&st->buckets[op][k]);
+        for (unsigned k = 0; k < STATS_BUCKETS; k++) {
+            counts[op][k] = 0;
+            for (unsigned s = 0; s < STATS_STRIPES; s++)
+                counts[op][k] += get(&st->timing[s][op].buckets[k]);
+            n += counts[op][k];
+        }
         sql_addf(b, "libshard_calls_total{op=\"%s\"} %llu\n", op_names[op],
                  (unsigned long long)n);
     }
@@ -188,8 +205,10 @@ static void durations(sqlbuf *b, const shard_stats *st,
             sql_addf(b, "%s_bucket{op=\"%s\",le=\"%s\"} %llu\n", name, op_names[op],
                      bound_text[k], (unsigned long long)cum);
         }
-        sql_addf(b, "%s_sum{op=\"%s\"} %.9f\n", name, op_names[op],
-                 (double)get(&st->sum_ns[op]) / 1e9);
+        uint64_t ns = 0;
+        for (unsigned s = 0; s < STATS_STRIPES; s++)
+            ns += get(&st->timing[s][op].sum_ns);
+        sql_addf(b, "%s_sum{op=\"%s\"} %.9f\n", name, op_names[op], (double)ns / 1e9);
         sql_addf(b, "%s_count{op=\"%s\"} %llu\n", name, op_names[op],
                  (unsigned long long)cum);
     }

@@ -43,14 +43,25 @@ typedef enum stats_op {
 /* Error codes 0..-19 by their negation; anything else counts in the last slot. */
 #define STATS_CODES 21
 
+/* The per-call counters are kept in this many stripes, a thread adding to
+ * one of them (by a hash of its address), so that threads calling at once
+ * seldom share a cache line; the text adds the stripes up. */
+#define STATS_STRIPE_BITS 3
+#define STATS_STRIPES (1u << STATS_STRIPE_BITS)
+
 typedef _Atomic uint64_t stats_counter;
 
+/* One op's calls by duration bucket (not cumulative; their sum is the
+ * op's call count, so calls_total and the histogram always agree) and
+ * their total duration: 128 bytes, two cache lines. */
+typedef struct stats_timing {
+    stats_counter buckets[STATS_BUCKETS];
+    stats_counter sum_ns;
+} stats_timing;
+
 typedef struct shard_stats {
-    /* Per op, calls by duration bucket (not cumulative): their sum is the
-     * op's call count, so calls_total and the histogram always agree. */
-    stats_counter buckets[STATS_NOPS][STATS_BUCKETS];
-    stats_counter sum_ns[STATS_NOPS];
-    stats_counter errors[STATS_NOPS][STATS_CODES];
+    stats_timing timing[STATS_STRIPES][STATS_NOPS];
+    stats_counter errors[STATS_NOPS][STATS_CODES]; /* rare: not striped */
     stats_counter retries;     /* attempts run again after a transient failure */
     stats_counter fence_waits; /* calls that waited for a new map (fenced/moved shard) */
     stats_counter map_reloads; /* reads of the map store */
