@@ -819,6 +819,13 @@ SHARD_EXPORT uint64_t shard_rebalance_map_version(const shard_rebalance *plan);
  */
 SHARD_EXPORT int shard_rebalance_run(shard_ctx *ctx, const shard_rebalance *plan,
                                      const shard_rebalance_options *opts, size_t *done);
+/*
+ * The context's counters in the Prometheus text exposition format (0.0.4):
+ * calls, errors and durations per function, retries, fence waits, map
+ * reads, the map version and each server's pool. *text (NUL-terminated) is
+ * the caller's: shard_free(). Safe to call from any thread at any time.
+ */
+SHARD_EXPORT int shard_ctx_stats(shard_ctx *ctx, char **text);
 
 #ifdef __cplusplus
 }
