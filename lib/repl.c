@@ -145,6 +145,37 @@ int repl_gtid_merge(const char *cur, const char *snap, const unsigned long *keep
     return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
 }
 
+int repl_gtid_ahead(const char *cur, const char *from, const unsigned long *skip,
+                    size_t nskip, char **out)
+{
+    sqlbuf b;
+    gtid_ent e;
+    int rc;
+
+    *out = NULL;
+    if ((rc = repl_gtid_check(cur)) || (rc = repl_gtid_check(from)))
+        return rc;
+    sql_init(&b);
+    sql_add(&b, "");
+    for (const char *p = cur; (p = gtid_next(p, &e));) {
+        bool given = false;
+        uint64_t f = repl_gtid_seq(from, e.domain, &given);
+        char piece[64];
+        if (!given || in_list(skip, nskip, e.domain) || e.seq <= f)
+            continue;
+        if (e.len >= sizeof piece)
+            return sql_free(&b), repl_gtid_check("?");
+        snprintf(piece, sizeof piece, "%s%.*s", b.len ? "," : "", (int)e.len, e.text);
+        sql_add(&b, piece);
+    }
+    if ((rc = sql_check(&b))) {
+        sql_free(&b);
+        return rc;
+    }
+    *out = b.s ? b.s : shard_strdup("");
+    return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
+}
+
 /* ---- values ---------------------------------------------------------------------- */
 
 int repl_value(shard_conn *c, const char *sql, char **out)

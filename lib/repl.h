@@ -33,6 +33,13 @@ int64_t repl_gtid_behind(const char *want, const char *have);
  */
 int repl_gtid_merge(const char *cur, const char *snap, const unsigned long *keep,
                     size_t nkeep, char **out);
+/*
+ * The entries of cur in the domains of `from` (but not the nskip in skip)
+ * where cur is further than from: where a connection repositioned to from
+ * has to go again to be back at cur. *out: free(); "" when nowhere.
+ */
+int repl_gtid_ahead(const char *cur, const char *from, const unsigned long *skip,
+                    size_t nskip, char **out);
 
 /* ---- on a connection -------------------------------------------------------- */
 
