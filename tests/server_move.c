@@ -608,7 +608,7 @@ START_TEST(merge_two_pairs_onto_one)
                                " AND (COLUMN_NAME LIKE '%gtid' OR COLUMN_NAME ="
                                " 'fence_statements')");
         ck_assert_str_eq(out, "fence_gtid text,fence_statements int,flip_gtid text,"
-                              "snapshot_gtid text\n");
+                              "reverse_gtid text,snapshot_gtid text\n");
         free(out);
     }
     for (unsigned s = 0; s <= 3; s++) {

@@ -294,7 +294,7 @@ START_TEST(revert_under_writers_then_forward_again)
     shard_move_report r, rr;
     char *st = NULL, *out, json[64], sql[200];
     uint64_t marker;
-    load l;
+    static load l;
     int rc;
 
     fill(0, 1, 100);
@@ -428,7 +428,7 @@ START_TEST(two_sources_into_one_target)
 {
     static const unsigned shards[4][2] = {{2, 3}, {4, 5}, {3, 4}, {2, 5}};
     mover mv[2] = {{2, 3, "MySQL003", {0}, 0, "", 0}, {4, 5, "MySQL003", {0}, 0, "", 0}};
-    load l;
+    static load l;
 
     ck_assert_str_eq(pair_of(2), "MySQL001");
     ck_assert_str_eq(pair_of(4), "MySQL002");
@@ -450,7 +450,7 @@ START_TEST(one_source_into_two_targets)
 {
     static const unsigned shards[4][2] = {{2, 10}, {3, 11}, {2, 11}, {3, 10}};
     mover mv[2] = {{2, 3, "MySQL001", {0}, 0, "", 0}, {10, 11, "MySQL002", {0}, 0, "", 0}};
-    load l;
+    static load l;
 
     ck_assert_str_eq(pair_of(2), "MySQL003");
     ck_assert_str_eq(pair_of(10), "MySQL003");
@@ -474,7 +474,7 @@ START_TEST(two_moves_share_one_connection)
 {
     static const unsigned shards[4][2] = {{4, 5}, {6, 7}, {4, 7}, {5, 6}};
     mover mv[2] = {{4, 5, "MySQL002", {0}, 0, "", 0}, {6, 7, "MySQL002", {0}, 0, "", 0}};
-    load l;
+    static load l;
 
     ck_assert_str_eq(pair_of(4), "MySQL003");
     /* 6-7 to MySQL003 first, so that both ranges come from there. */
