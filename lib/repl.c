@@ -145,8 +145,79 @@ int repl_gtid_merge(const char *cur, const char *snap, const unsigned long *keep
     return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
 }
 
-int repl_gtid_ahead(const char *cur, const char *from, const unsigned long *skip,
-                    size_t nskip, char **out)
+/* Append entry e to b, comma-separated. */
+static int add_entry(sqlbuf *b, const gtid_ent *e)
+{
+    char piece[64];
+
+    if (e->len >= sizeof piece)
+        return repl_gtid_check("?"); /* not D-S-N */
+    snprintf(piece, sizeof piece, "%s%.*s", b->len ? "," : "", (int)e->len, e->text);
+    sql_add(b, piece);
+    return 0;
+}
+
+static int finish(sqlbuf *b, int rc, char **out)
+{
+    if (rc == 0)
+        rc = sql_check(b);
+    if (rc) {
+        sql_free(b);
+        return rc;
+    }
+    *out = b->s ? b->s : shard_strdup("");
+    return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
+}
+
+int repl_gtid_start(const char *cur, const char *pos, const unsigned long *from, size_t nfrom,
+                    const unsigned long *keep, size_t nkeep, char **out)
+{
+    sqlbuf b;
+    gtid_ent e;
+    int rc;
+
+    *out = NULL;
+    if ((rc = repl_gtid_check(cur)) || (rc = repl_gtid_check(pos)))
+        return rc;
+    sql_init(&b);
+    sql_add(&b, "");
+    for (const char *p = pos; rc == 0 && (p = gtid_next(p, &e));) {
+        bool have = false;
+        uint64_t c = repl_gtid_seq(cur, e.domain, &have);
+        if (in_list(keep, nkeep, e.domain))
+            continue;
+        if (in_list(from, nfrom, e.domain) || !have || c < e.seq)
+            rc = add_entry(&b, &e);
+    }
+    for (const char *p = cur; rc == 0 && (p = gtid_next(p, &e));) {
+        bool given = false;
+        uint64_t v = repl_gtid_seq(pos, e.domain, &given);
+        if (!given || in_list(keep, nkeep, e.domain) ||
+            (!in_list(from, nfrom, e.domain) && e.seq >= v))
+            rc = add_entry(&b, &e);
+    }
+    return finish(&b, rc, out);
+}
+
+int repl_gtid_only(const char *pos, const unsigned long *only, size_t nonly, char **out)
+{
+    sqlbuf b;
+    gtid_ent e;
+    int rc;
+
+    *out = NULL;
+    if ((rc = repl_gtid_check(pos)))
+        return rc;
+    sql_init(&b);
+    sql_add(&b, "");
+    for (const char *p = pos; rc == 0 && (p = gtid_next(p, &e));)
+        if (in_list(only, nonly, e.domain))
+            rc = add_entry(&b, &e);
+    return finish(&b, rc, out);
+}
+
+int repl_gtid_ahead(const char *cur, const char *from, const unsigned long *only,
+                    size_t nonly, char **out)
 {
     sqlbuf b;
     gtid_ent e;
@@ -157,23 +228,13 @@ int repl_gtid_ahead(const char *cur, const char *from, const unsigned long *skip
         return rc;
     sql_init(&b);
     sql_add(&b, "");
-    for (const char *p = cur; (p = gtid_next(p, &e));) {
+    for (const char *p = cur; rc == 0 && (p = gtid_next(p, &e));) {
         bool given = false;
         uint64_t f = repl_gtid_seq(from, e.domain, &given);
-        char piece[64];
-        if (!given || in_list(skip, nskip, e.domain) || e.seq <= f)
-            continue;
-        if (e.len >= sizeof piece)
-            return sql_free(&b), repl_gtid_check("?");
-        snprintf(piece, sizeof piece, "%s%.*s", b.len ? "," : "", (int)e.len, e.text);
-        sql_add(&b, piece);
+        if (given && in_list(only, nonly, e.domain) && e.seq > f)
+            rc = add_entry(&b, &e);
     }
-    if ((rc = sql_check(&b))) {
-        sql_free(&b);
-        return rc;
-    }
-    *out = b.s ? b.s : shard_strdup("");
-    return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
+    return finish(&b, rc, out);
 }
 
 /* ---- values ---------------------------------------------------------------------- */

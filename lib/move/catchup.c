@@ -414,13 +414,14 @@ static int wait_until_stop(const move_link *l, const char *until)
  * position. The other moves' catch-up only pauses.
  */
 static int join_shared(mv *m, const move_link *l, const char *cur, const char *pos,
-                       const unsigned long *keep, size_t nkeep, dbset *mine, dbset *all)
+                       const unsigned long *orig, size_t norig, const unsigned long *keep,
+                       size_t nkeep, dbset *mine, dbset *all)
 {
     char *until = NULL, *merged = NULL;
     int rc;
 
-    if ((rc = repl_gtid_ahead(cur, pos, keep, nkeep, &until)) == 0 && until[0]) {
-        if ((rc = repl_gtid_merge(cur, pos, keep, nkeep, &merged)) == 0 &&
+    if ((rc = repl_gtid_ahead(cur, pos, orig, norig, &until)) == 0 && until[0]) {
+        if ((rc = repl_gtid_start(cur, pos, orig, norig, keep, nkeep, &merged)) == 0 &&
             (rc = set_slave_pos(l->c, merged)) == 0 &&
             (rc = set_filter(l->c, l->name, mine)) == 0 &&
             (rc = move_runf(l->c, "START SLAVE '%s' UNTIL master_gtid_pos = '%s'", l->name,
@@ -439,8 +440,8 @@ static int join_shared(mv *m, const move_link *l, const char *cur, const char *p
 
 int move_link_join(mv *m, const move_link *l, const char *pos)
 {
-    unsigned long keep[2];
-    size_t nkeep = 0;
+    unsigned long keep[2], orig[2];
+    size_t nkeep = 0, norig = 0;
     dbset other = {0}, mine = {0};
     repl_status st = {0};
     char *cur = NULL, *merged = NULL;
@@ -449,7 +450,8 @@ int move_link_join(mv *m, const move_link *l, const char *pos)
 
     if ((rc = link_lock(l->c)))
         return rc;
-    if ((rc = move_pair_domains(m, l->pair, keep, &nkeep)) || (rc = repl_status_read(l->c, &st)))
+    if ((rc = move_pair_domains(m, l->pair, keep, &nkeep)) ||
+        (rc = move_pair_domains(m, l->from, orig, &norig)) || (rc = repl_status_read(l->c, &st)))
         goto out;
     exists = repl_status_find(&st, l->name) != NULL;
     if ((rc = others(m, l, exists, &other)) || (rc = dbset_add_range(&mine, m, m->first, m->last)))
@@ -459,7 +461,7 @@ int move_link_join(mv *m, const move_link *l, const char *pos)
         /* First the connection reaches pos on its own (it usually is past it). */
         char *want = NULL;
         bool reached = true;
-        if ((rc = repl_gtid_merge("", pos, keep, nkeep, &want)) == 0 && want[0])
+        if ((rc = repl_gtid_only(pos, orig, norig, &want)) == 0 && want[0])
             rc = repl_wait_pos(l->c, want, MOVE_LINK_WAIT_S, &reached);
         free(want);
         if (rc == 0 && !reached)
@@ -477,10 +479,11 @@ int move_link_join(mv *m, const move_link *l, const char *pos)
         for (size_t i = 0; i < mine.n; i++)
             if ((rc = dbset_add(&other, mine.v[i], strlen(mine.v[i]))))
                 goto restart;
-        rc = join_shared(m, l, cur, pos, keep, nkeep, &mine, &other);
+        rc = join_shared(m, l, cur, pos, orig, norig, keep, nkeep, &mine, &other);
         goto restart;
     }
-    if ((rc = repl_gtid_merge(cur, pos, keep, nkeep, &merged)) || (rc = set_slave_pos(l->c, merged)))
+    if ((rc = repl_gtid_start(cur, pos, orig, norig, keep, nkeep, &merged)) ||
+        (rc = set_slave_pos(l->c, merged)))
         goto restart;
     if (exists)
         move_runf(l->c, "RESET SLAVE '%s' ALL", l->name);
@@ -719,10 +722,10 @@ int move_wait_applied(mv *m, const char *pos, double seconds, bool *reached)
     char *want = NULL;
     int rc;
 
-    /* The waiting server's own pair's domains are its own already. */
+    /* The moved rows' writes are in the source pair's own domains. */
     *reached = false;
-    if ((rc = move_pair_domains(m, move_dp(m), own, &nown)) ||
-        (rc = repl_gtid_merge("", pos, own, nown, &want)))
+    if ((rc = move_pair_domains(m, move_sp(m), own, &nown)) ||
+        (rc = repl_gtid_only(pos, own, nown, &want)))
         return rc;
     rc = repl_wait_pos(m->t, want, seconds, reached);
     free(want);
@@ -737,13 +740,14 @@ int move_catch_up(mv *m)
     size_t nown = 0;
     int rc;
 
-    if ((rc = move_pair_domains(m, move_dp(m), own, &nown)))
+    if ((rc = move_pair_domains(m, move_sp(m), own, &nown)))
         return rc;
     for (;;) {
         char *pos = NULL, *want = NULL;
         bool reached = false;
+        /* The moved rows' writes are in the source pair's own domains. */
         if ((rc = repl_value(m->src, "SELECT @@gtid_binlog_pos", &pos)) == 0 &&
-            (rc = repl_gtid_merge("", pos, own, nown, &want)) == 0)
+            (rc = repl_gtid_only(pos, own, nown, &want)) == 0)
             rc = repl_wait_pos(m->t, want, lag, &reached);
         free(pos);
         free(want);

@@ -301,7 +301,7 @@ static int state_fenced(mv *m)
         if ((rc = move_repl_start(m)))
             return rc;
     }
-    rc = repl_wait_pos(m->t, m->fence, MOVE_FENCE_WAIT_S, &reached);
+    rc = move_wait_applied(m, m->fence, MOVE_FENCE_WAIT_S, &reached);
     if (rc == 0 && !reached)
         rc = shard_fail(SHARD_EBUSY, "the target did not apply up to the fence within %d s",
                         MOVE_FENCE_WAIT_S);

@@ -222,7 +222,7 @@ int move_reverse_remove(mv *m);
 /* m->t's pair's GTID domains (master, standby): never waited for there. */
 int move_pair_domains(mv *m, const shard_pairdef *p, unsigned long *d, size_t *n);
 int move_catch_up(mv *m);
-/* m->t has applied pos (but for its own pair's domains), within seconds. */
+/* m->t has applied pos in the source pair's domains, within seconds. */
 int move_wait_applied(mv *m, const char *pos, double seconds, bool *reached);
 /* Start the target pair's own link if it is stopped. */
 void move_pair_link_start(mv *m);
