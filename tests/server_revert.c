@@ -4,8 +4,8 @@
  * under writers loses nothing and finds the target's writes on the source,
  * a new move flips forward again; a broken reverse stream makes revert
  * refuse and move status say so; moves from two sources into one target,
- * from one source into two targets, and two between the same pairs (one
- * shared connection) run at once under writers and lose nothing.
+ * from one source into two targets, and two between the same pairs (taking
+ * turns on their one connection) run at once under writers and lose nothing.
  */
 #include "harness.h"
 #include "run_cmd.h"
@@ -484,8 +484,9 @@ START_TEST(one_source_into_two_targets)
 }
 END_TEST
 
-/* Two moves between the same two pairs at once share one connection, its
- * filter the union of theirs. */
+/* Two moves between the same two pairs at once: they share the target's
+ * one connection from the source, the later taking its turn once the
+ * earlier has flipped; both complete under writers. */
 START_TEST(two_moves_share_one_connection)
 {
     static const unsigned shards[4][2] = {{4, 5}, {6, 7}, {4, 7}, {5, 6}};

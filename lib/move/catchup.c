@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* ---- sets of database names ------------------------------------------------------- */
 
@@ -360,82 +361,20 @@ static int set_slave_pos(shard_conn *c, const char *pos)
     return rc;
 }
 
-/* Until a connection started UNTIL `until` has stopped there. */
-static int wait_until_stop(const move_link *l, const char *until)
+/* Another connection of the server reading the same master: MariaDB
+ * allows one, and a second with other filters would skip what the first
+ * applied (one gtid_slave_pos per domain). */
+static int same_master_elsewhere(const repl_status *st, const move_link *l)
 {
-    double end = now_seconds() + MOVE_LINK_WAIT_S;
-    int rc;
-
-    for (;;) {
-        repl_status st;
-        const repl_link *k;
-        char *have = NULL, desc[400];
-        bool stopped = false;
-
-        if ((rc = repl_status_read(l->c, &st)))
-            return rc;
-        if (!(k = repl_status_find(&st, l->name))) {
-            repl_status_free(&st);
-            return shard_fail(SHARD_EINTERNAL, "replication connection %s is gone", l->name);
-        }
-        repl_link_describe(k, desc, sizeof desc);
-        stopped = strcmp(k->sql_running, "No") == 0;
-        if (stopped && k->last_sql_error[0])
-            rc = shard_fail(SHARD_ESERVER, "replication connection %s, applying again up to "
-                            "%.200s: %s", l->name, until, desc);
-        repl_status_free(&st);
-        if (rc)
-            return rc;
-        if (stopped) {
-            if ((rc = repl_value(l->c, "SELECT @@gtid_slave_pos", &have)))
-                return rc;
-            stopped = repl_gtid_covers(have, until, NULL, 0);
-            free(have);
-            if (stopped)
-                return 0;
-            return shard_fail(SHARD_ESERVER, "replication connection %s stopped before "
-                              "%.200s", l->name, until);
-        }
-        if (now_seconds() > end)
-            return shard_fail(SHARD_EBUSY, "replication connection %s did not apply up to "
-                              "%.200s within %d s (%s)", l->name, until, MOVE_LINK_WAIT_S,
-                              desc);
-        sleep_ms(100);
+    for (size_t i = 0; i < st->n; i++) {
+        const repl_link *k = &st->links[i];
+        if (strcasecmp(k->name, l->name) != 0 && k->master_port == l->from->master.port &&
+            strcmp(k->master_host, l->from->master.host) == 0)
+            return shard_fail(SHARD_EBUSY, "%s's master already replicates from %s through "
+                              "connection \"%s\": finish (or revert) the move that uses it "
+                              "first", l->pair->name, l->from->name, k->name);
     }
-}
-
-/*
- * A connection already carrying other moves' databases is at its own
- * position, the joining move's start (pos) earlier: the connection goes
- * back to pos with only the new databases, runs UNTIL where it was, and
- * then carries all of them from there. Everything else on the server stays
- * stopped meanwhile: a link that delivers the same domains (a pair's own,
- * with gtid_ignore_duplicates) would apply them again at the rewound
- * position. The other moves' catch-up only pauses.
- */
-static int join_shared(mv *m, const move_link *l, const char *cur, const char *pos,
-                       const unsigned long *orig, size_t norig, const unsigned long *keep,
-                       size_t nkeep, dbset *mine, dbset *all)
-{
-    char *until = NULL, *merged = NULL;
-    int rc;
-
-    if ((rc = repl_gtid_ahead(cur, pos, orig, norig, &until)) == 0 && until[0]) {
-        if ((rc = repl_gtid_start(cur, pos, orig, norig, keep, nkeep, &merged)) == 0 &&
-            (rc = set_slave_pos(l->c, merged)) == 0 &&
-            (rc = set_filter(l->c, l->name, mine)) == 0 &&
-            (rc = move_runf(l->c, "START SLAVE '%s' UNTIL master_gtid_pos = '%s'", l->name,
-                            until)) == 0)
-            rc = wait_until_stop(l, until);
-        move_runf(l->c, "STOP SLAVE '%s'", l->name);
-        ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: replication connection %s applied %s "
-                "again for the joining databases", (unsigned long long)m->id, l->name, until);
-    }
-    if (rc == 0 && (rc = set_filter(l->c, l->name, all)) == 0)
-        rc = move_runf(l->c, "START SLAVE '%s'", l->name);
-    free(until);
-    free(merged);
-    return rc;
+    return 0;
 }
 
 int move_link_join(mv *m, const move_link *l, const char *pos)
@@ -445,7 +384,7 @@ int move_link_join(mv *m, const move_link *l, const char *pos)
     dbset other = {0}, mine = {0};
     repl_status st = {0};
     char *cur = NULL, *merged = NULL;
-    bool exists, shared;
+    bool exists;
     int rc;
 
     if ((rc = link_lock(l->c)))
@@ -456,32 +395,24 @@ int move_link_join(mv *m, const move_link *l, const char *pos)
     exists = repl_status_find(&st, l->name) != NULL;
     if ((rc = others(m, l, exists, &other)) || (rc = dbset_add_range(&mine, m, m->first, m->last)))
         goto out;
-    shared = exists && other.n;
-    if (shared) {
-        /* First the connection reaches pos on its own (it usually is past it). */
-        char *want = NULL;
-        bool reached = true;
-        if ((rc = repl_gtid_only(pos, orig, norig, &want)) == 0 && want[0])
-            rc = repl_wait_pos(l->c, want, MOVE_LINK_WAIT_S, &reached);
-        free(want);
-        if (rc == 0 && !reached)
-            rc = shard_fail(SHARD_EBUSY, "shared replication connection %s did not reach "
-                            "the move's start within %d s", l->name, MOVE_LINK_WAIT_S);
-        if (rc)
-            goto out;
+    /*
+     * Joining a connection that carries other moves would need it at this
+     * move's start: it is further, and going back would log the moved rows
+     * under GTIDs the pair's standby already has (and skips). The mover
+     * takes turns instead (libshard-move(7), "Many moves at once").
+     */
+    if (exists && other.n) {
+        rc = shard_fail(SHARD_EBUSY, "replication connection %s carries other moves' "
+                        "databases (%s...)", l->name, other.v[0]);
+        goto out;
     }
+    if ((rc = same_master_elsewhere(&st, l)))
+        goto out;
     /* gtid_slave_pos can only change with every connection stopped,
      * including the pair's own link: stopped for as short as possible. */
     if ((rc = move_runf(l->c, "STOP ALL SLAVES")) ||
         (rc = repl_value(l->c, "SELECT @@gtid_slave_pos", &cur)))
         goto restart;
-    if (shared) {
-        for (size_t i = 0; i < mine.n; i++)
-            if ((rc = dbset_add(&other, mine.v[i], strlen(mine.v[i]))))
-                goto restart;
-        rc = join_shared(m, l, cur, pos, orig, norig, keep, nkeep, &mine, &other);
-        goto restart;
-    }
     if ((rc = repl_gtid_start(cur, pos, orig, norig, keep, nkeep, &merged)) ||
         (rc = set_slave_pos(l->c, merged)))
         goto restart;

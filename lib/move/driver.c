@@ -232,6 +232,51 @@ static int state_planned(mv *m)
     return rc ? rc : move_enter(m, MOVE_COPYING, NULL);
 }
 
+/*
+ * Moves between the same two pairs share the target's one connection from
+ * the source, and a connection cannot take a new move's databases from an
+ * earlier point than it has reached (the pair's standby would skip the
+ * rows logged again under old GTIDs): the later move copies once the
+ * earlier ones have flipped and left it. Moves between other pairs do not
+ * wait (libshard-move(7), "Many moves at once").
+ */
+static int wait_turn(mv *m)
+{
+    double t0 = now_seconds();
+    uint64_t before = 0, last = 0;
+    sqlbuf q;
+    int rc;
+
+    for (;;) {
+        sql_init(&q);
+        sql_addf(&q, "SELECT COALESCE(MIN(id), 0) FROM " MOVE_CONTROL_DB ".moves WHERE id < %llu"
+                     " AND phase <= %d AND source_pair = ", (unsigned long long)m->id,
+                 MOVE_FLIPPED);
+        sql_hex(&q, move_sp(m)->name, strlen(move_sp(m)->name));
+        sql_add(&q, " AND target_pair = ");
+        sql_hex(&q, move_dp(m)->name, strlen(move_dp(m)->name));
+        if ((rc = sql_check(&q)) == 0)
+            rc = repl_value_u64(m->ctl, q.s, &before);
+        sql_free(&q);
+        if (rc || !before)
+            return rc;
+        if (before != last) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "waiting for move %llu (the same pairs) to flip",
+                     (unsigned long long)before);
+            move_note(m, msg);
+            ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: %s", (unsigned long long)m->id, msg);
+            last = before;
+        }
+        if (now_seconds() - t0 > m->o.catchup_timeout_s && (m->final = true))
+            return shard_fail(SHARD_ETIMEOUT, "move %llu between the same pairs did not flip "
+                              "within %u s: resume or abort it", (unsigned long long)before,
+                              m->o.catchup_timeout_s);
+        move_progress(m, SHARD_MOVE_COPYING, 0, 0);
+        sleep_ms(250);
+    }
+}
+
 /* copying: the snapshot copy, then the catch-up connection from its position. */
 static int state_copying(mv *m)
 {
@@ -239,7 +284,7 @@ static int state_copying(mv *m)
 
     if (!m->target_made) /* resumed: the target's copies are incomplete */
         return move_enter(m, MOVE_PLANNED, "copying again from a new snapshot");
-    if ((rc = move_copy(m)) || (rc = move_repl_setup(m)))
+    if ((rc = wait_turn(m)) || (rc = move_copy(m)) || (rc = move_repl_setup(m)))
         return rc;
     return move_enter(m, MOVE_CATCHUP, NULL);
 }
@@ -611,7 +656,9 @@ static void mv_free(mv *m)
 }
 
 /* Moves of other ranges run concurrently (libshard-move(7), "Many moves at
- * once"); one that shares a shard with an unfinished move is refused. */
+ * once"); one that shares a shard with an unfinished move is refused, and
+ * so is a reverse window while another move between the same pairs keeps
+ * one (the source's one connection from the target is its stream). */
 static int no_overlap(mv *m)
 {
     move_row *rows = NULL;
@@ -621,7 +668,15 @@ static int no_overlap(mv *m)
     if ((rc = move_find(m->ctx, m->map, 0, &rows, &n)))
         return rc;
     for (size_t i = 0; i < n && rc == 0; i++)
-        if (rows[i].first <= m->last && m->first <= rows[i].last)
+        if (m->window_s && (rows[i].phase == MOVE_REVERSIBLE || rows[i].phase == MOVE_REVERTING ||
+                            (rows[i].window_s && rows[i].phase < MOVE_CLEANING)) &&
+            strcmp(rows[i].source, move_sp(m)->name) == 0 &&
+            strcmp(rows[i].target, move_dp(m)->name) == 0)
+            rc = shard_fail(SHARD_EBUSY, "move %llu from %s to %s keeps a reverse window: "
+                            "finish or revert it before another move between the same pairs "
+                            "takes one (or move without --reverse-window)",
+                            (unsigned long long)rows[i].id, rows[i].source, rows[i].target);
+        else if (rows[i].first <= m->last && m->first <= rows[i].last)
             rc = shard_fail(SHARD_EBUSY, "shards %u-%u overlap unfinished move %llu (shards "
                             "%u-%u, %s to %s, phase %s): resume, finish or abort it first "
                             "(shardctl move status)", m->first, m->last,
