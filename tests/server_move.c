@@ -87,7 +87,7 @@ static int move_connections(const char *server)
 {
     char *out = sql1(server, "SHOW ALL SLAVES STATUS");
     int n = 0;
-    for (char *p = out; (p = strstr(p, "libshard_move_")); p++)
+    for (char *p = out; (p = strstr(p, "\nlibshard_from_")); p++)
         n++;
     free(out);
     return n;
