@@ -676,6 +676,17 @@ static int no_overlap(mv *m)
                             "finish or revert it before another move between the same pairs "
                             "takes one (or move without --reverse-window)",
                             (unsigned long long)rows[i].id, rows[i].source, rows[i].target);
+        else if (strcmp(rows[i].source, move_dp(m)->name) == 0 &&
+                 strcmp(rows[i].target, move_sp(m)->name) == 0 &&
+                 (rows[i].phase == MOVE_REVERSIBLE || rows[i].phase == MOVE_REVERTING ||
+                  (m->window_s && rows[i].phase <= MOVE_FLIPPED)))
+            /* Its reverse stream, or its catch-up, would be this move's
+             * connection from the same master. */
+            rc = shard_fail(SHARD_EBUSY, "move %llu from %s to %s (phase %s) replicates "
+                            "between the same two masters: %s it first",
+                            (unsigned long long)rows[i].id, rows[i].source, rows[i].target,
+                            shard_move_phase_name(rows[i].phase),
+                            rows[i].phase >= MOVE_REVERSIBLE ? "finish or revert" : "let it flip");
         else if (rows[i].first <= m->last && m->first <= rows[i].last)
             rc = shard_fail(SHARD_EBUSY, "shards %u-%u overlap unfinished move %llu (shards "
                             "%u-%u, %s to %s, phase %s): resume, finish or abort it first "
@@ -751,7 +762,8 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
         goto out; /* cannot tell: never give the source back after a flip */
     if (m.phase >= MOVE_FLIPPED || rc == 1) {
         rc = shard_fail(SHARD_EBUSY, "move %llu already switched the map to %s: it can only "
-                        "be resumed", (unsigned long long)m.id, move_dp(&m)->name);
+                        "be resumed%s", (unsigned long long)m.id, move_dp(&m)->name,
+                        m.phase == MOVE_REVERSIBLE ? ", reverted or finished" : "");
         goto out;
     }
     if ((rc = move_conn(&m, &move_sp(&m)->master, &m.src)) ||
