@@ -15,8 +15,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static harness *h;
@@ -513,6 +515,82 @@ START_TEST(two_moves_share_one_connection)
 }
 END_TEST
 
+/* A revert in a child process, SIGKILLed at its nth entry into phase
+ * reverting (1: the target fenced, 2: flipped back). */
+static int kill_at, kill_seen, kill_fd;
+
+static void stop_here(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    char c = 1;
+    (void)done;
+    (void)total;
+    (void)payload;
+    if (phase == SHARD_MOVE_REVERTING && ++kill_seen == kill_at) {
+        if (write(kill_fd, &c, 1) != 1)
+            _exit(3);
+        raise(SIGSTOP); /* the parent SIGKILLs us here */
+    }
+}
+
+static void revert_killed_at(uint64_t id, int nth)
+{
+    int fds[2], status;
+    pid_t pid;
+    char c;
+
+    ck_assert_int_eq(pipe(fds), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+        shard_ctx *mc = NULL;
+        close(fds[0]);
+        kill_fd = fds[1];
+        kill_at = nth;
+        kill_seen = 0;
+        o.progress = stop_here;
+        if (shard_ctx_open(&mc, harness_map_path(h), NULL))
+            _exit(2);
+        _exit(shard_move_revert(mc, id, &o, NULL) == 0 ? 1 : 2);
+    }
+    close(fds[1]);
+    ck_assert_int_eq(read(fds[0], &c, 1), 1);
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    close(fds[0]);
+}
+
+/* A revert killed before and after its flip back is completed by a resume. */
+START_TEST(killed_revert_resumed)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r, rr;
+    int rc;
+
+    ck_assert_str_eq(pair_of(8), "MySQL001");
+    fill(8, 9, 20);
+    o.reverse_window_s = 600;
+    for (int nth = 1; nth <= 2; nth++) {
+        rc = shard_move(ctx, 8, 9, "MySQL003", &o, &r, NULL);
+        ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+        ck_assert_int_eq(r.phase, SHARD_MOVE_REVERSIBLE);
+        fill(8, 9, 3); /* on the target: the revert must bring them back */
+        revert_killed_at(r.move_id, nth);
+        rc = shard_move_resume(ctx, r.move_id, NULL, &rr);
+        ck_assert_msg(rc == 0, "resume after a kill at %d: %s", nth, shard_errmsg());
+        ck_assert_int_eq(rr.phase, SHARD_MOVE_REVERTED);
+        ck_assert_str_eq(pair_of(8), "MySQL001");
+        ck_assert_str_eq(pair_of(9), "MySQL001");
+        fill(8, 9, 2); /* the source takes writes again */
+        check_all();
+        check_both_halves(8);
+        check_both_halves(9);
+        ck_assert_int_eq(db_exists_settled("s5", 8, 0), 0);
+        ck_assert_int_eq(connections("s1", "libshard_revert_"), 0);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_revert");
@@ -544,6 +622,7 @@ int main(void)
     tcase_add_test(tc, two_sources_into_one_target);
     tcase_add_test(tc, one_source_into_two_targets);
     tcase_add_test(tc, two_moves_share_one_connection);
+    tcase_add_test(tc, killed_revert_resumed);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
