@@ -328,15 +328,16 @@ static void link_free(repl_link *l)
     free(l->do_db);
     free(l->gtid_io_pos);
     free(l->master_host);
+    free(l->io_state);
 }
 
 int repl_status_read(shard_conn *c, repl_status *st)
 {
-    enum { NAME, IO, SQL, IOERR, SQLERR, DODB, IOPOS, HOST, PORT, BEHIND, NCOLS };
+    enum { NAME, IO, SQL, IOERR, SQLERR, DODB, IOPOS, HOST, PORT, BEHIND, IOSTATE, NCOLS };
     static const char *const cols[NCOLS] = {
         "Connection_name", "Slave_IO_Running", "Slave_SQL_Running", "Last_IO_Error",
         "Last_SQL_Error", "Replicate_Do_DB", "Gtid_IO_Pos", "Master_Host", "Master_Port",
-        "Seconds_Behind_Master"};
+        "Seconds_Behind_Master", "Slave_IO_State"};
     int at[NCOLS];
     MYSQL_RES *res;
     MYSQL_FIELD *f;
@@ -380,10 +381,12 @@ int repl_status_read(shard_conn *c, repl_status *st)
         l->do_db = field_dup(row, len, at[DODB]);
         l->gtid_io_pos = field_dup(row, len, at[IOPOS]);
         l->master_host = field_dup(row, len, at[HOST]);
+        l->io_state = field_dup(row, len, at[IOSTATE]);
         l->master_port = at[PORT] >= 0 && row[at[PORT]] ? (unsigned)atoi(row[at[PORT]]) : 0;
         l->seconds_behind = at[BEHIND] >= 0 && row[at[BEHIND]] ? atol(row[at[BEHIND]]) : -1;
         if (!l->name || !l->io_running || !l->sql_running || !l->last_io_error ||
-            !l->last_sql_error || !l->do_db || !l->gtid_io_pos || !l->master_host) {
+            !l->last_sql_error || !l->do_db || !l->gtid_io_pos || !l->master_host ||
+            !l->io_state) {
             mysql_free_result(res);
             repl_status_free(st);
             return shard_fail(SHARD_ENOMEM, "out of memory");

@@ -77,6 +77,7 @@ typedef struct repl_link {
     char *do_db;       /* Replicate_Do_DB */
     char *gtid_io_pos;
     char *master_host;
+    char *io_state;    /* Slave_IO_State: "Waiting for master to send event", ... */
     unsigned master_port;
     long seconds_behind; /* -1: NULL */
 } repl_link;

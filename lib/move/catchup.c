@@ -377,6 +377,28 @@ static int same_master_elsewhere(const repl_status *st, const move_link *l)
     return 0;
 }
 
+/* Until a connection's master has accepted its start and streams events
+ * (bounded: a standby that is down only reconnects later, its own
+ * business). */
+static void wait_streaming(shard_conn *c, const char *name)
+{
+    for (int i = 0; i < 100; i++) {
+        repl_status st;
+        const repl_link *k;
+        bool done;
+
+        if (repl_status_read(c, &st))
+            return;
+        k = repl_status_find(&st, name);
+        done = !k || strcmp(k->io_running, "No") == 0 ||
+               strstr(k->io_state, "Waiting for master to send event") != NULL;
+        repl_status_free(&st);
+        if (done)
+            return;
+        sleep_ms(20);
+    }
+}
+
 int move_link_join(mv *m, const move_link *l, const char *pos)
 {
     unsigned long keep[2], orig[2];
@@ -418,13 +440,30 @@ int move_link_join(mv *m, const move_link *l, const char *pos)
         goto restart;
     if (exists)
         move_runf(l->c, "RESET SLAVE '%s' ALL", l->name);
-    if ((rc = change_master(m, l)) == 0 && (rc = set_filter(l->c, l->name, &mine)) == 0)
-        rc = move_runf(l->c, "START SLAVE '%s'", l->name);
+    if ((rc = change_master(m, l)) == 0)
+        rc = set_filter(l->c, l->name, &mine);
 restart:
-    /* Exactly the connections that ran before, however many. */
+    /*
+     * Exactly the connections that ran before, however many, the pair's
+     * own link first: it asks the standby for gtid_slave_pos, whose entry
+     * for the source's domain (the snapshot's) the standby may not have;
+     * that is fine until the standby logs later ones of that domain, which
+     * it does as soon as this move's rows arrive. So the link connects
+     * before the new connection runs.
+     */
+    {
+        const repl_link *own = repl_status_find(&st, "");
+        int src = own ? start_connection(l->c, own) : 0;
+        if (own && src == 0 && strcmp(own->io_running, "No") != 0)
+            wait_streaming(l->c, "");
+        if (!rc)
+            rc = src;
+    }
+    if (rc == 0)
+        rc = move_runf(l->c, "START SLAVE '%s'", l->name);
     for (size_t i = 0; i < st.n; i++) {
         int src;
-        if (strcmp(st.links[i].name, l->name) == 0)
+        if (strcmp(st.links[i].name, l->name) == 0 || !st.links[i].name[0])
             continue;
         src = start_connection(l->c, &st.links[i]);
         if (!rc)
