@@ -591,6 +591,45 @@ START_TEST(killed_revert_resumed)
 }
 END_TEST
 
+/* shardctl: --reverse-window leaves the move reversible; the first resume
+ * after the window cleans up as a move without one does. */
+START_TEST(window_end_cleans_up_on_resume)
+{
+    const char *bad[] = {"--map", harness_map_path(h), "move", "--shards", "8-9", "--to",
+                         "MySQL003", "--yes", "--reverse-window", "5x", NULL};
+    const char *mv[] = {"--map", harness_map_path(h), "move", "--shards", "8-9", "--to",
+                        "MySQL003", "--yes", "--reverse-window", "1s", NULL};
+    const char *resume[] = {"--map", harness_map_path(h), "move", "resume", NULL};
+    run_spec sp = {NULL, NULL, 0, 120};
+    run_result res;
+
+    ck_assert_str_eq(pair_of(8), "MySQL001");
+    res = run_cmd(&sp, bad);
+    ck_assert_msg(res.status == 2 && strstr(res.err, "--reverse-window"), "exit %d: %s",
+                  res.status, res.err);
+    run_free(&res);
+    res = run_cmd(&sp, mv);
+    ck_assert_msg(res.status == 0 && strstr(res.out, ": reversible\n") &&
+                  strstr(res.out, "shardctl move revert "), "exit %d: %s %s", res.status,
+                  res.out, res.err);
+    run_free(&res);
+    ck_assert_str_eq(pair_of(8), "MySQL003");
+    ck_assert_int_eq(db_exists("s1", 8), 1);
+    fill(8, 9, 2);
+    sleep(2);
+    res = run_cmd(&sp, resume);
+    ck_assert_msg(res.status == 0 && strstr(res.out, ": done\n") &&
+                  strstr(res.out, "source dropped"), "exit %d: %s %s", res.status, res.out,
+                  res.err);
+    run_free(&res);
+    ck_assert_int_eq(db_exists("s1", 8), 0);
+    ck_assert_int_eq(connections("s1", "libshard_revert_"), 0);
+    check_all();
+    check_both_halves(8);
+    check_both_halves(9);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_revert");
@@ -623,6 +662,7 @@ int main(void)
     tcase_add_test(tc, one_source_into_two_targets);
     tcase_add_test(tc, two_moves_share_one_connection);
     tcase_add_test(tc, killed_revert_resumed);
+    tcase_add_test(tc, window_end_cleans_up_on_resume);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
