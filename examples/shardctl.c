@@ -9,6 +9,9 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +52,10 @@ static const char usage_text[] =
     "  move abort [ID]                       undo an interrupted move (before its flip)\n"
     "  move revert [ID]                      flip a reversible move back to its source\n"
     "  move finish [ID]                      end a reverse window now: drop the source\n"
+    "  rebalance [--by bytes|writes] [--threshold F] [--max-moves N] [--drain PAIR]\n"
+    "            [--pairs P1,P2,...] [--dry-run | --yes] [--threads N]\n"
+    "                                        plan moves that even out the pairs; run\n"
+    "                                        them with --yes\n"
     "  failover PAIR [--force]               promote PAIR's standby\n"
     "  map show                              the current map, as JSON\n"
     "  map publish FILE [--force]            validate FILE and publish it as the new map\n"
@@ -111,6 +118,11 @@ enum {
     OPT_STANDBY,
     OPT_PAIR,
     OPT_VERBOSE,
+    OPT_BY,
+    OPT_THRESHOLD,
+    OPT_MAX_MOVES,
+    OPT_DRAIN,
+    OPT_PAIRS,
     OPT_REVERSE_WINDOW,
     NOPTS
 };
@@ -139,7 +151,10 @@ static const struct option_def {
     [OPT_SEQ_COLUMN] = {"--seq-column", 1}, [OPT_LEGACY] = {"--legacy", 1},
     [OPT_VERSION] = {"--version", 0}, [OPT_MASTER] = {"--master", 1},
     [OPT_STANDBY] = {"--standby", 1}, [OPT_PAIR] = {"--pair", 1},
-    [OPT_VERBOSE] = {"--verbose", 0}, [OPT_REVERSE_WINDOW] = {"--reverse-window", 1},
+    [OPT_VERBOSE] = {"--verbose", 0},
+    [OPT_BY] = {"--by", 1},         [OPT_THRESHOLD] = {"--threshold", 1},
+    [OPT_MAX_MOVES] = {"--max-moves", 1}, [OPT_DRAIN] = {"--drain", 1},
+    [OPT_PAIRS] = {"--pairs", 1},   [OPT_REVERSE_WINDOW] = {"--reverse-window", 1},
 };
 
 /* Options and positional arguments, parsed once for every command. */
@@ -162,10 +177,12 @@ static int usage_error(const char *fmt, ...)
     return EXIT_USAGE;
 }
 
-/* 2 for bad input (invalid argument, invalid map), 1 for anything else. */
+/* 2 for bad input (invalid argument, invalid map, an ID or shard that no
+ * range of the map serves), 1 for anything else. */
 static int exit_code(int rc)
 {
-    return rc == SHARD_EINVAL || rc == SHARD_EMAP ? EXIT_USAGE : EXIT_FAIL;
+    return rc == SHARD_EINVAL || rc == SHARD_EMAP || rc == SHARD_ENOSHARD ? EXIT_USAGE
+                                                                          : EXIT_FAIL;
 }
 
 /* One line on stderr for a failed library call; 2 for bad input, else 1. */
@@ -728,49 +745,97 @@ static int object_ids(const args *a, const shard_map *map, int from, uint64_t *i
 /* Missing IDs named in the error line; more are counted, not listed. */
 #define MAX_NAMED 20
 
+/* A list of IDs for one clause of the error line: the first MAX_NAMED named. */
+typedef struct idlist {
+    char *text;
+    size_t len, n;
+    FILE *f;
+} idlist;
+
+static void idlist_add(idlist *l, uint64_t id)
+{
+    if (!l->f && !(l->f = open_memstream(&l->text, &l->len)))
+        return;
+    if (l->n++ < MAX_NAMED)
+        fprintf(l->f, "%s%" PRIu64, l->n > 1 ? ", " : "", id);
+}
+
+static void idlist_close(idlist *l)
+{
+    if (l->f)
+        fclose(l->f);
+    l->f = NULL;
+}
+
+/* "object X not found", "objects X, Y not found", "N objects not found: X, ..." */
+static void idlist_print(FILE *out, const idlist *l, const char *one, const char *many,
+                         const char *says_one, const char *says_many)
+{
+    const char *t = l->text ? l->text : "";
+    if (l->n == 1)
+        fprintf(out, "%s %s %s", one, t, says_one);
+    else if (l->n <= MAX_NAMED)
+        fprintf(out, "%s %s %s", many, t, says_many);
+    else
+        fprintf(out, "%zu %s %s: %s, ...", l->n, many, says_many, t);
+}
+
 /*
  * Several IDs: one multi-get. Found objects are printed in input order;
- * missing ones (and any failure) are summed up in one line on stderr.
+ * missing ones, IDs on shards no range serves (bad input: exit 2) and any
+ * failure are summed up in one line on stderr, clauses separated by "; ".
  */
 static int get_many(shard_ctx *ctx, const uint64_t *ids, size_t n)
 {
     shard_item *items = NULL;
-    char *missing = NULL, *failure = NULL;
-    size_t missing_len = 0, nmissing = 0;
-    FILE *m;
+    char *failure = NULL;
+    idlist missing = {0}, unmapped = {0};
+    int failed = 0;
     int rc = shard_object_mget(ctx, ids, n, &items);
 
     if (rc && rc != SHARD_EPARTIAL)
         return lib_error(rc);
-    if (rc)
-        failure = strdup(shard_errmsg());
-    m = open_memstream(&missing, &missing_len);
     for (size_t i = 0; i < n; i++) {
         if (items[i].status == 0)
             print_object(items[i].data, items[i].len);
-        else if (items[i].status == SHARD_ENOTFOUND && nmissing++ < MAX_NAMED && m)
-            fprintf(m, "%s%" PRIu64, nmissing > 1 ? ", " : "", ids[i]);
+        else if (items[i].status == SHARD_ENOTFOUND)
+            idlist_add(&missing, ids[i]);
+        else if (items[i].status == SHARD_ENOSHARD)
+            idlist_add(&unmapped, ids[i]);
+        else
+            failed = 1;
     }
-    if (m)
-        fclose(m);
-    if (rc || nmissing) {
+    idlist_close(&missing);
+    idlist_close(&unmapped);
+    /* The library's message names the first failed server; only print it
+     * for failures, not for items that are merely absent or unmapped. */
+    if (failed)
+        failure = strdup(*shard_errmsg() ? shard_errmsg() : shard_strerror(rc));
+    rc = 0;
+    if (failed || missing.n || unmapped.n) {
+        const char *sep = "";
         fflush(stdout); /* found objects first, as a reader of both would expect */
         fputs("shardctl: ", stderr);
-        if (rc)
-            fputs(failure && *failure ? failure : shard_strerror(rc), stderr);
-        if (rc && nmissing)
-            fputs("; ", stderr);
-        if (nmissing == 1)
-            fprintf(stderr, "object %s not found", missing ? missing : "");
-        else if (nmissing <= MAX_NAMED)
-            fprintf(stderr, "objects %s not found", missing ? missing : "");
-        else if (nmissing)
-            fprintf(stderr, "%zu objects not found: %s, ...", nmissing,
-                    missing ? missing : "");
+        if (failed) {
+            fputs(failure ? failure : "multi-get failed", stderr);
+            sep = "; ";
+        }
+        if (unmapped.n) {
+            fputs(sep, stderr);
+            idlist_print(stderr, &unmapped, "ID", "IDs",
+                         "is on a shard that no range of the map serves",
+                         "are on shards that no range of the map serves");
+            sep = "; ";
+        }
+        if (missing.n) {
+            fputs(sep, stderr);
+            idlist_print(stderr, &missing, "object", "objects", "not found", "not found");
+        }
         fputc('\n', stderr);
-        rc = EXIT_FAIL;
+        rc = unmapped.n ? EXIT_USAGE : EXIT_FAIL;
     }
-    free(missing);
+    free(missing.text);
+    free(unmapped.text);
     free(failure);
     shard_items_free(items, n);
     return rc;
@@ -1532,6 +1597,275 @@ static int cmd_move_status(const args *a)
     return rc;
 }
 
+/* ------------------------------------------------------------------ */
+/* Rebalancing                                                         */
+/* ------------------------------------------------------------------ */
+
+/* Set by the signal thread at the first SIGINT: no further move starts. */
+static atomic_int rebalance_stop;
+
+/*
+ * SIGINT is blocked in every thread (the mover's threads inherit the mask)
+ * and taken here, so that no server call sees EINTR. The first stops the
+ * rebalance after the current move; the second stops now, leaving the
+ * move journaled for shardctl move resume.
+ */
+static void *rebalance_signals(void *arg)
+{
+    sigset_t *set = arg;
+    int sig;
+
+    for (int n = 0;; n++) {
+        if (sigwait(set, &sig) != 0)
+            continue;
+        if (n == 0) {
+            atomic_store(&rebalance_stop, 1);
+            fputs("\nshardctl: interrupted: stopping after the current move (interrupt "
+                  "again to stop at once; the move can then be resumed)\n", stderr);
+        } else {
+            fputs("\nshardctl: interrupted again: stopping now; finish the move with "
+                  "shardctl move resume (see shardctl move status)\n", stderr);
+            _exit(130);
+        }
+    }
+    return NULL;
+}
+
+static void load_text(int by, double load, char *buf, size_t size)
+{
+    if (by == SHARD_REBALANCE_BY_WRITES)
+        snprintf(buf, size, "%.1f writes/s", load);
+    else
+        human_bytes((json_int_t)load, buf, size);
+}
+
+static void print_rebalance_move(FILE *f, const shard_rebalance_move *m, size_t i, size_t n,
+                                 int by)
+{
+    char b[32];
+    human_bytes((json_int_t)m->bytes, b, sizeof b);
+    fprintf(f, "move %zu/%zu: shards %u-%u from %s to %s: %" PRIu64 " bytes (%s)", i + 1, n,
+            m->first, m->last, m->from, m->to, m->bytes, b);
+    if (by == SHARD_REBALANCE_BY_WRITES)
+        fprintf(f, ", %.1f writes/s", m->writes);
+    fputs(m->drain ? " (drain)\n" : "\n", f);
+}
+
+/* A drained pair that serves mod shards is not empty after the plan. */
+static void note_mod_shards(const shard_map *map, const char *pair)
+{
+    uint32_t n = 0;
+    for (uint32_t m = 0; m < shard_map_mod_count(map); m++) {
+        const char *p;
+        n += shard_map_mod_pair_of(map, m, &p) == 0 && strcmp(p, pair) == 0;
+    }
+    if (n)
+        printf("note: %s also serves %u mod shard%s, which moves do not carry: it is not "
+               "empty after the plan\n", pair, n, n == 1 ? "" : "s");
+}
+
+static void print_rebalance_plan(const shard_rebalance *plan, const shard_rebalance_options *o,
+                                 const shard_map *map)
+{
+    size_t nm, np, nactive = 0;
+    const shard_rebalance_move *mv = shard_rebalance_moves(plan, &nm);
+    const shard_rebalance_pair *pp = shard_rebalance_pairs(plan, &np);
+    double before, after, total = 0;
+    int outside = 0;
+
+    printf("rebalance by %s, threshold %g, map version %" PRIu64 ": %zu move%s\n",
+           o->by == SHARD_REBALANCE_BY_WRITES ? "writes" : "bytes", o->threshold,
+           shard_rebalance_map_version(plan), nm, nm == 1 ? "" : "s");
+    for (size_t i = 0; i < nm; i++) {
+        fputs("  ", stdout);
+        print_rebalance_move(stdout, &mv[i], i, nm, o->by);
+    }
+    for (size_t i = 0; i < np; i++) {
+        char lb[32], la[32];
+        load_text(o->by, pp[i].load_before, lb, sizeof lb);
+        load_text(o->by, pp[i].load_after, la, sizeof la);
+        printf("  pair %s%s: %u -> %u shards, %s -> %s\n", pp[i].name,
+               pp[i].drained ? " (drained)" : "", pp[i].shards_before, pp[i].shards_after, lb,
+               la);
+        total += pp[i].load_after;
+        nactive += !pp[i].drained;
+    }
+    for (size_t i = 0; i < np && nactive && total > 0; i++) {
+        double dev = pp[i].load_after / (total / (double)nactive) - 1;
+        if (!pp[i].drained && (dev > o->threshold || dev < -o->threshold))
+            outside = 1;
+    }
+    shard_rebalance_spread(plan, &before, &after);
+    printf("  spread (max - min) / mean: %.3f before, %.3f after\n", before, after);
+    for (size_t i = 0; i < np; i++)
+        if (pp[i].drained)
+            note_mod_shards(map, pp[i].name);
+    if (!nm)
+        printf("nothing to move: %s\n",
+               outside ? "no move narrows the gap between the fullest and the emptiest pair "
+                         "by more than the threshold"
+                       : "every pair is within the threshold of the mean");
+    else if (outside)
+        printf("after the plan some pair is still outside the threshold (--max-moves, or "
+               "shards too large to even out)\n");
+}
+
+typedef struct rebalance_progress {
+    int by;
+    move_progress *mp;
+    shard_move_report last; /* of the last move that ran */
+} rebalance_progress;
+
+static int on_rebalance_step(const shard_rebalance_move *m, size_t i, size_t n, int rc,
+                             const shard_move_report *r, void *payload)
+{
+    rebalance_progress *p = payload;
+
+    if (!r) {
+        if (atomic_load(&rebalance_stop))
+            return 1;
+        fputs("rebalance: ", stderr);
+        print_rebalance_move(stderr, m, i, n, p->by);
+        p->mp->phase = -1;
+        p->mp->total = 0;
+        return 0;
+    }
+    p->last = *r;
+    if (p->mp->total)
+        move_draw(p->mp, 1);
+    if (rc == 0)
+        fprintf(stderr, "rebalance: move %zu/%zu done (move %" PRIu64 "): %" PRIu64
+                " rows verified, %" PRIu64 " mismatches, pause %.1f ms, map version %" PRIu64
+                "\n", i + 1, n, r->move_id, r->rows_verified, r->mismatches, r->pause_ms,
+                r->map_version);
+    return atomic_load(&rebalance_stop);
+}
+
+static int rebalance_options(const args *a, shard_rebalance_options *o)
+{
+    unsigned long long n;
+
+    if (a->val[OPT_BY]) {
+        if (strcmp(a->val[OPT_BY], "bytes") == 0)
+            o->by = SHARD_REBALANCE_BY_BYTES;
+        else if (strcmp(a->val[OPT_BY], "writes") == 0)
+            o->by = SHARD_REBALANCE_BY_WRITES;
+        else
+            return usage_error("--by takes bytes or writes, not '%s'", a->val[OPT_BY]);
+    }
+    if (a->val[OPT_THRESHOLD]) {
+        char *end;
+        errno = 0;
+        o->threshold = strtod(a->val[OPT_THRESHOLD], &end);
+        if (end == a->val[OPT_THRESHOLD] || *end || errno || !(o->threshold > 0) ||
+            o->threshold > 10)
+            return usage_error("--threshold takes a fraction of the mean load above 0 (e.g. "
+                               "0.1), not '%s'", a->val[OPT_THRESHOLD]);
+    }
+    if (a->val[OPT_MAX_MOVES]) {
+        if (parse_num("--max-moves", a->val[OPT_MAX_MOVES], 1, 1000000, &n))
+            return EXIT_USAGE;
+        o->max_moves = (unsigned)n;
+    }
+    o->drain = a->val[OPT_DRAIN];
+    o->pairs = a->val[OPT_PAIRS];
+    if (a->val[OPT_DRY_RUN] && a->val[OPT_YES])
+        return usage_error("rebalance takes --dry-run or --yes, not both");
+    return 0;
+}
+
+/* SIGINT from now on goes to a thread of its own; -1 when it cannot. */
+static int take_sigint(void)
+{
+    static sigset_t set;
+    pthread_t t;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0 ||
+        pthread_create(&t, NULL, rebalance_signals, &set) != 0) {
+        fprintf(stderr, "shardctl: cannot set up the interrupt handling\n");
+        return -1;
+    }
+    pthread_detach(t);
+    return 0;
+}
+
+static int cmd_rebalance(const args *a)
+{
+    shard_rebalance_options o = SHARD_REBALANCE_OPTIONS_INIT;
+    shard_move_options mo = SHARD_MOVE_OPTIONS_INIT;
+    rebalance_progress rp;
+    move_progress mp;
+    shard_rebalance *plan = NULL;
+    const shard_rebalance_move *mv;
+    shard_map *map = NULL;
+    shard_ctx *ctx;
+    size_t nm, done = 0;
+    int rc;
+
+    if (a->npos != 1)
+        return usage_error("rebalance takes no arguments");
+    if ((rc = rebalance_options(a, &o)) || move_options(a, &mo, &mp))
+        return rc ? rc : EXIT_USAGE;
+    if ((rc = open_ctx_log(a, &ctx, &map, log_warning)))
+        return rc;
+    if (o.by == SHARD_REBALANCE_BY_WRITES)
+        fprintf(stderr, "rebalance: sampling the write rate for %.1f s\n", o.sample_ms / 1e3);
+    if ((rc = shard_rebalance_plan(ctx, &o, &plan))) {
+        rc = lib_error(rc);
+        goto out;
+    }
+    shard_map_free(map); /* the plan reloaded the map: note from the one it used */
+    map = NULL;
+    if ((rc = shard_ctx_map(ctx, &map))) {
+        rc = lib_error(rc);
+        goto out;
+    }
+    print_rebalance_plan(plan, &o, map);
+    mv = shard_rebalance_moves(plan, &nm);
+    if (!nm || a->val[OPT_DRY_RUN])
+        goto out;
+    if (!a->val[OPT_YES]) {
+        printf("nothing was changed: add --yes to run the plan\n");
+        goto out;
+    }
+    fflush(stdout);
+    memset(&rp, 0, sizeof rp);
+    rp.by = o.by;
+    rp.mp = &mp;
+    o.move = &mo;
+    o.step = on_rebalance_step;
+    o.payload = &rp;
+    if (take_sigint()) {
+        rc = EXIT_FAIL;
+        goto out;
+    }
+    rc = shard_rebalance_run(ctx, plan, &o, &done);
+    if (rc) {
+        /* The failed move's id and how to go on, when it got that far. */
+        rc = rp.last.move_id ? move_stopped(rc, &rp.last) : lib_error(rc);
+        fprintf(stderr, "shardctl: %zu of %zu moves done; once the failed move is resumed or "
+                "aborted, shardctl rebalance plans again from there\n", done, nm);
+    } else if (done < nm) {
+        fprintf(stderr, "shardctl: stopped after %zu of %zu moves; left:\n", done, nm);
+        for (size_t i = done; i < nm; i++) {
+            fputs("  ", stderr);
+            print_rebalance_move(stderr, &mv[i], i, nm, o.by);
+        }
+        fprintf(stderr, "shardctl: run shardctl rebalance again to continue (it plans again "
+                "from the new state)\n");
+        rc = EXIT_FAIL;
+    } else {
+        printf("rebalanced: %zu move%s done\n", done, done == 1 ? "" : "s");
+    }
+out:
+    shard_rebalance_free(plan);
+    shard_map_free(map);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
 static int cmd_map_show(const args *a)
 {
     shard_map *map = NULL;
@@ -2243,6 +2577,9 @@ static const command commands[] = {
          O(OPT_JSON_COLUMN) | O(OPT_NEAR)},
     {"import-mapping", NULL, cmd_import_mapping, IMPORT_OPTS | O(OPT_FROM_COLUMN) |
          O(OPT_TO_COLUMN) | O(OPT_NAME) | O(OPT_SEQ_COLUMN)},
+    {"rebalance", NULL, cmd_rebalance,
+     O(OPT_BY) | O(OPT_THRESHOLD) | O(OPT_MAX_MOVES) | O(OPT_DRAIN) | O(OPT_PAIRS) |
+         O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_THREADS)},
 };
 
 /*

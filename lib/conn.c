@@ -2,7 +2,7 @@
  * Connections: one bounded pool per server, shared by every thread; one
  * connection serves every shard database on its server (qualified names).
  */
-#include "object.h"
+#include "conn.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -91,21 +91,23 @@ static int tls_file(const char *what, const char *path)
     return 0;
 }
 
-static int set_tls(MYSQL *my, const shard_tlsdef *tls, const char *label)
+/* The TLS options of a config, set while its lock is held. */
+static int set_tls(MYSQL *my, const conn_config *cf, const char *label)
 {
-    my_bool yes = 1, verify = tls->verify;
+    my_bool yes = 1, verify = cf->tls_verify;
     int rc;
 
-    if (!tls->enabled)
+    if (!cf->tls)
         return 0;
-    if ((rc = tls_file("ca", tls->ca)) || (rc = tls_file("cert", tls->cert)) ||
-        (rc = tls_file("key", tls->key)))
+    if ((rc = tls_file("ca", cf->tls_ca)) || (rc = tls_file("cert", cf->tls_cert)) ||
+        (rc = tls_file("key", cf->tls_key)))
         return shard_fail_prefix(rc, "%s: ", label);
     /* verify: false means no verification at all: the CA is not given, as
-     * the client library checks the chain whenever it has one. */
-    if ((tls->key && mysql_optionsv(my, MYSQL_OPT_SSL_KEY, tls->key)) ||
-        (tls->cert && mysql_optionsv(my, MYSQL_OPT_SSL_CERT, tls->cert)) ||
-        (tls->ca && tls->verify && mysql_optionsv(my, MYSQL_OPT_SSL_CA, tls->ca)) ||
+     * the client library checks the chain whenever it has one. The client
+     * library copies the option strings. */
+    if ((cf->tls_key && mysql_optionsv(my, MYSQL_OPT_SSL_KEY, cf->tls_key)) ||
+        (cf->tls_cert && mysql_optionsv(my, MYSQL_OPT_SSL_CERT, cf->tls_cert)) ||
+        (cf->tls_ca && cf->tls_verify && mysql_optionsv(my, MYSQL_OPT_SSL_CA, cf->tls_ca)) ||
         mysql_optionsv(my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify) ||
         mysql_optionsv(my, MYSQL_OPT_SSL_ENFORCE, &yes))
         return shard_fail(SHARD_ETLS, "%s: cannot set TLS options", label);
@@ -126,30 +128,121 @@ static int read_max_packet(shard_conn *c)
     return 0;
 }
 
-static int conn_open(shard_ctx *ctx, shard_server *srv, shard_conn **out)
+/* ---- configuration ------------------------------------------------------- */
+
+void conn_config_init(conn_config *cf, unsigned connect_ms, unsigned read_ms,
+                      unsigned write_ms, unsigned pool_size)
 {
-    unsigned ct = to_seconds(ctx->opts.connect_timeout_ms);
-    unsigned rt = to_seconds(ctx->opts.read_timeout_ms);
-    unsigned wt = to_seconds(ctx->opts.write_timeout_ms);
+    memset(cf, 0, sizeof *cf);
+    cf->connect_timeout_ms = connect_ms;
+    cf->read_timeout_ms = read_ms;
+    cf->write_timeout_ms = write_ms;
+    cf->pool_size = pool_size;
+    pthread_mutex_init(&cf->lock, NULL);
+}
+
+/* Never fails for NULL; leaves *out NULL when it fails. */
+static bool dup_or_null(const char *s, char **out)
+{
+    *out = s ? shard_strdup(s) : NULL;
+    return !s || *out;
+}
+
+int conn_config_set(conn_config *cf, const char *user, const char *password,
+                    const shard_tlsdef *tls)
+{
+    char *u = NULL, *pw = NULL, *ca = NULL, *cert = NULL, *key = NULL;
+
+    if (!dup_or_null(user, &u) || !dup_or_null(password, &pw) ||
+        !dup_or_null(tls->ca, &ca) || !dup_or_null(tls->cert, &cert) ||
+        !dup_or_null(tls->key, &key)) {
+        free(u);
+        shard_wipe_free(pw);
+        free(ca);
+        free(cert);
+        free(key);
+        return shard_fail(SHARD_ENOMEM, "out of memory for connection settings");
+    }
+    pthread_mutex_lock(&cf->lock);
+    /* Swap: the old values are freed below, outside the lock. */
+    { char *t = cf->user; cf->user = u; u = t; }
+    { char *t = cf->password; cf->password = pw; pw = t; }
+    { char *t = cf->tls_ca; cf->tls_ca = ca; ca = t; }
+    { char *t = cf->tls_cert; cf->tls_cert = cert; cert = t; }
+    { char *t = cf->tls_key; cf->tls_key = key; key = t; }
+    cf->tls = tls->enabled;
+    cf->tls_verify = tls->verify;
+    pthread_mutex_unlock(&cf->lock);
+    free(u);
+    shard_wipe_free(pw);
+    free(ca);
+    free(cert);
+    free(key);
+    return 0;
+}
+
+int conn_config_password(conn_config *cf, char **out)
+{
+    int rc = 0;
+
+    *out = NULL;
+    pthread_mutex_lock(&cf->lock);
+    if (cf->password && !(*out = shard_strdup(cf->password)))
+        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+    pthread_mutex_unlock(&cf->lock);
+    return rc;
+}
+
+void conn_config_free(conn_config *cf)
+{
+    free(cf->user);
+    shard_wipe_free(cf->password);
+    free(cf->tls_ca);
+    free(cf->tls_cert);
+    free(cf->tls_key);
+    pthread_mutex_destroy(&cf->lock);
+    memset(cf, 0, sizeof *cf);
+}
+
+/* ---- opening ----------------------------------------------------------------- */
+
+/* The account, password and TLS options, copied (or set on my) under the
+ * config's lock: a reload may replace them at any time. */
+static int take_credentials(conn_config *cf, MYSQL *my, const char *label, char **user,
+                            char **pw)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&cf->lock);
+    if (!dup_or_null(cf->user, user) || !dup_or_null(cf->password, pw))
+        rc = shard_fail(SHARD_ENOMEM, "%s: out of memory for a connection", label);
+    else
+        rc = set_tls(my, cf, label);
+    pthread_mutex_unlock(&cf->lock);
+    return rc;
+}
+
+static int conn_open(shard_server *srv, shard_conn **out)
+{
+    conn_config *cf = srv->conf;
+    unsigned ct = to_seconds(cf->connect_timeout_ms);
+    unsigned rt = to_seconds(cf->read_timeout_ms);
+    unsigned wt = to_seconds(cf->write_timeout_ms);
     unsigned long client_max = 1024UL * 1024 * 1024;
     my_bool no = 0;
-    shard_map *map = ctx_map(ctx);
     const shard_endpoint *ep = &srv->ep;
     shard_conn *c;
-    char *pw = NULL;
+    char *user = NULL, *pw = NULL;
     double t0;
     int rc;
 
     c = shard_calloc(1, sizeof *c);
-    if (!c || !(c->my = mysql_init(NULL)) || ctx_password_copy(ctx, &pw)) {
-        if (c && c->my)
-            mysql_close(c->my);
+    if (!c || !(c->my = mysql_init(NULL))) {
         free(c);
-        shard_map_free(map);
         return shard_fail(SHARD_ENOMEM, "%s: out of memory for a connection", srv->label);
     }
     c->srv = srv;
-    c->read_timeout_ms = ctx->opts.read_timeout_ms;
+    c->read_timeout_ms = cf->read_timeout_ms;
     mysql_optionsv(c->my, MYSQL_OPT_CONNECT_TIMEOUT, &ct);
     mysql_optionsv(c->my, MYSQL_OPT_READ_TIMEOUT, &rt);
     mysql_optionsv(c->my, MYSQL_OPT_WRITE_TIMEOUT, &wt);
@@ -159,24 +252,24 @@ static int conn_open(shard_ctx *ctx, shard_server *srv, shard_conn **out)
     mysql_optionsv(c->my, MYSQL_INIT_COMMAND,
                    "SET SESSION sql_mode='STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,"
                    "NO_AUTO_VALUE_ON_ZERO'");
-    if ((rc = set_tls(c->my, &map->tls, srv->label)))
+    if ((rc = take_credentials(cf, c->my, srv->label, &user, &pw)))
         goto fail;
     t0 = now_seconds();
-    if (!mysql_real_connect(c->my, ep->socket[0] ? NULL : ep->host, ctx_user(ctx, map),
-                            pw, NULL, ep->port, ep->socket[0] ? ep->socket : NULL, 0)) {
-        rc = conn_fail(c->my, srv->label, t0, ctx->opts.connect_timeout_ms, &c->last_errno);
+    if (!mysql_real_connect(c->my, ep->socket[0] ? NULL : ep->host, user, pw, NULL, ep->port,
+                            ep->socket[0] ? ep->socket : NULL, 0)) {
+        rc = conn_fail(c->my, srv->label, t0, cf->connect_timeout_ms, &c->last_errno);
         shard_fail_prefix(rc, "cannot connect: ");
         goto fail;
     }
     if ((rc = read_max_packet(c)))
         goto fail;
+    free(user);
     shard_wipe_free(pw);
-    shard_map_free(map);
     *out = c;
     return 0;
 fail:
+    free(user);
     shard_wipe_free(pw);
-    shard_map_free(map);
     mysql_close(c->my);
     free(c);
     return rc;
@@ -210,18 +303,16 @@ static void timed_deadline(struct timespec *ts, unsigned ms)
     }
 }
 
-int conn_get(shard_ctx *ctx, shard_server *srv, shard_conn **out)
+int conn_acquire(shard_server *srv, shard_conn **out, bool *connect_failed)
 {
-    return conn_get_ex(ctx, srv, out, NULL);
-}
-
-int conn_get_ex(shard_ctx *ctx, shard_server *srv, shard_conn **out, bool *connect_failed)
-{
-    unsigned wait_ms = ctx->opts.connect_timeout_ms + ctx->opts.read_timeout_ms;
+    unsigned pool_size = srv->conf->pool_size;
+    unsigned wait_ms = srv->conf->connect_timeout_ms + srv->conf->read_timeout_ms;
     struct timespec deadline;
     shard_conn *c;
     int rc;
 
+    if (connect_failed)
+        *connect_failed = false;
     timed_deadline(&deadline, wait_ms);
     pthread_mutex_lock(&srv->lock);
     for (;;) {
@@ -241,10 +332,10 @@ int conn_get_ex(shard_ctx *ctx, shard_server *srv, shard_conn **out, bool *conne
             srv->total--;
             continue;
         }
-        if (srv->total < ctx->opts.pool_size) {
+        if (srv->total < pool_size) {
             srv->total++;
             pthread_mutex_unlock(&srv->lock);
-            rc = conn_open(ctx, srv, out);
+            rc = conn_open(srv, out);
             if (connect_failed)
                 *connect_failed = rc != 0;
             if (rc) {
@@ -258,9 +349,32 @@ int conn_get_ex(shard_ctx *ctx, shard_server *srv, shard_conn **out, bool *conne
         if (pthread_cond_timedwait(&srv->cond, &srv->lock, &deadline) == ETIMEDOUT) {
             pthread_mutex_unlock(&srv->lock);
             return shard_fail(SHARD_ETIMEOUT, "%s: all %u pooled connections stayed busy "
-                              "for %u ms", srv->label, ctx->opts.pool_size, wait_ms);
+                              "for %u ms", srv->label, pool_size, wait_ms);
         }
     }
+}
+
+bool conn_reusable(const shard_conn *c, int code)
+{
+    if (c->broken)
+        return false;
+    switch (code) {
+    case SHARD_ECONNECT:
+    case SHARD_ETIMEOUT:
+    case SHARD_ETLS:
+    case SHARD_ETOOBIG:
+    case SHARD_ENOMEM:
+    case SHARD_EINTERNAL:
+        return false;
+    default:
+        return true;
+    }
+}
+
+void conn_release(shard_conn *c, int code)
+{
+    if (c)
+        conn_put(c, conn_reusable(c, code));
 }
 
 void conn_put(shard_conn *c, bool healthy)
@@ -270,7 +384,7 @@ void conn_put(shard_conn *c, bool healthy)
     if (!c)
         return;
     srv = c->srv;
-    if (!healthy) {
+    if (!healthy || c->broken) {
         conn_close(c);
         pthread_mutex_lock(&srv->lock);
         srv->total--;
@@ -381,9 +495,12 @@ static int stmt_fail(shard_conn *c, MYSQL_STMT *st, double t0)
                       mysql_stmt_sqlstate(st), mysql_stmt_error(st));
 }
 
-/* The cached statement for key, prepared now if need be. */
-static int stmt_for(shard_conn *c, const char *key, const sqlbuf *sql, conn_stmt **out)
+/* The cached statement for key, prepared now if need be: from sql, or (sql
+ * NULL) from what build(q, barg) writes, which costs nothing when cached. */
+static int stmt_for(shard_conn *c, const char *key, const sqlbuf *sql, conn_sql_fn build,
+                    const void *barg, conn_stmt **out)
 {
+    sqlbuf built;
     conn_stmt *slot = &c->stmts[0];
     double t0 = now_seconds();
     int rc;
@@ -398,54 +515,72 @@ static int stmt_for(shard_conn *c, const char *key, const sqlbuf *sql, conn_stmt
         if (!cs->st || (slot->st && cs->used < slot->used))
             slot = cs;
     }
-    if ((rc = sql_check(sql)))
+    sql_init(&built);
+    if (!sql) {
+        build(&built, barg);
+        sql = &built;
+    }
+    if ((rc = sql_check(sql))) {
+        sql_free(&built);
         return rc;
+    }
     stmt_drop(slot);
-    if (!(slot->st = mysql_stmt_init(c->my)))
+    if (!(slot->st = mysql_stmt_init(c->my))) {
+        sql_free(&built);
         return shard_fail(SHARD_ENOMEM, "%s: out of memory for a statement", c->srv->label);
+    }
     if (mysql_stmt_prepare(slot->st, sql->s, (unsigned long)sql->len)) {
         rc = stmt_fail(c, slot->st, t0);
         stmt_drop(slot);
+        sql_free(&built);
         return rc;
     }
+    sql_free(&built);
     snprintf(slot->key, sizeof slot->key, "%s", key);
     slot->used = ++c->stmt_clock;
     *out = slot;
     return 0;
 }
 
-int conn_stmt_get(shard_conn *c, const char *key, const sqlbuf *sql, uint64_t arg,
-                  char **out, size_t *len)
+int conn_stmt_get(shard_conn *c, const char *key, conn_sql_fn build, const void *barg,
+                  uint64_t arg, bool *fenced, char **out, size_t *len)
 {
     unsigned long long param = arg;
     char small[8192];
     unsigned long length = 0;
-    my_bool is_null = 0, error = 0;
-    MYSQL_BIND p, r;
+    long long fence = 0;
+    my_bool is_null = 0, error = 0, fence_null = 1;
+    MYSQL_BIND p, r[2], *v = fenced ? &r[1] : &r[0];
+    unsigned col = fenced ? 1 : 0;
     conn_stmt *cs = NULL;
     double t0 = now_seconds();
     int rc, f;
 
-    if ((rc = stmt_for(c, key, sql, &cs)))
+    if ((rc = stmt_for(c, key, NULL, build, barg, &cs)))
         return rc;
     memset(&p, 0, sizeof p);
     p.buffer_type = MYSQL_TYPE_LONGLONG;
     p.buffer = &param;
     p.is_unsigned = 1;
-    memset(&r, 0, sizeof r);
-    r.buffer_type = MYSQL_TYPE_STRING;
-    r.buffer = small;
-    r.buffer_length = sizeof small;
-    r.length = &length;
-    r.is_null = &is_null;
-    r.error = &error;
+    memset(r, 0, sizeof r);
+    r[0].buffer_type = MYSQL_TYPE_LONGLONG;
+    r[0].buffer = &fence;
+    r[0].is_null = &fence_null;
+    v->buffer_type = MYSQL_TYPE_STRING;
+    v->buffer = small;
+    v->buffer_length = sizeof small;
+    v->length = &length;
+    v->is_null = &is_null;
+    v->error = &error;
     if (mysql_stmt_bind_param(cs->st, &p) || mysql_stmt_execute(cs->st) ||
-        mysql_stmt_bind_result(cs->st, &r)) {
+        mysql_stmt_bind_result(cs->st, r)) {
         rc = stmt_fail(c, cs->st, t0);
         stmt_drop(cs); /* e.g. its table was renamed away: prepare afresh */
         return rc;
     }
     f = mysql_stmt_fetch(cs->st);
+    if (fenced)
+        *fenced = (f == 0 || f == MYSQL_DATA_TRUNCATED) && !fence_null && fence != 0;
     if (f == MYSQL_NO_DATA || (f == 0 && is_null)) {
         rc = shard_fail(SHARD_ENOTFOUND, "no row");
     } else if (f == 0) {
@@ -456,9 +591,9 @@ int conn_stmt_get(shard_conn *c, const char *key, const sqlbuf *sql, uint64_t ar
         if (!big) {
             rc = shard_fail(SHARD_ENOMEM, "out of memory for a %lu-byte result", length);
         } else {
-            r.buffer = big;
-            r.buffer_length = length;
-            if (mysql_stmt_fetch_column(cs->st, &r, 0, 0)) {
+            v->buffer = big;
+            v->buffer_length = length;
+            if (mysql_stmt_fetch_column(cs->st, v, col, 0)) {
                 free(big);
                 rc = stmt_fail(c, cs->st, t0);
             } else {
@@ -477,4 +612,47 @@ int conn_stmt_get(shard_conn *c, const char *key, const sqlbuf *sql, uint64_t ar
     if (rc && rc != SHARD_ENOTFOUND && rc != SHARD_ENOMEM)
         stmt_drop(cs);
     return rc;
+}
+
+int conn_stmt_run(shard_conn *c, const char *key, const sqlbuf *sql, const conn_param *params,
+                  unsigned n)
+{
+    MYSQL_BIND b[CONN_PARAMS_MAX];
+    unsigned long lens[CONN_PARAMS_MAX];
+    unsigned long long nums[CONN_PARAMS_MAX];
+    conn_stmt *cs = NULL;
+    size_t bytes = sql->len;
+    double t0 = now_seconds();
+    int rc;
+
+    if (n > CONN_PARAMS_MAX)
+        return shard_fail(SHARD_EINTERNAL, "statement with %u parameters", n);
+    memset(b, 0, sizeof b);
+    for (unsigned i = 0; i < n; i++) {
+        if (params[i].data) {
+            /* Bytes travel as they are (no hex): the server's limit applies
+             * to the value itself. */
+            b[i].buffer_type = MYSQL_TYPE_LONG_BLOB;
+            b[i].buffer = (void *)params[i].data;
+            b[i].buffer_length = lens[i] = (unsigned long)params[i].len;
+            b[i].length = &lens[i];
+            bytes += params[i].len;
+        } else {
+            nums[i] = params[i].u64;
+            b[i].buffer_type = MYSQL_TYPE_LONGLONG;
+            b[i].buffer = &nums[i];
+            b[i].is_unsigned = 1;
+            bytes += 8;
+        }
+    }
+    if ((rc = conn_fits(c, bytes)) || (rc = stmt_for(c, key, sql, NULL, NULL, &cs)))
+        return rc;
+    if (mysql_stmt_bind_param(cs->st, b) || mysql_stmt_execute(cs->st)) {
+        rc = stmt_fail(c, cs->st, t0);
+        stmt_drop(cs); /* prepared afresh next time: the table may have changed */
+        return rc;
+    }
+    c->affected = mysql_stmt_affected_rows(cs->st);
+    c->insert_id = mysql_stmt_insert_id(cs->st);
+    return 0;
 }

@@ -1,11 +1,10 @@
 /*
  * The context: the current map snapshot (swapped whole on reload, so a
- * reload never disturbs operations in flight), the server pools, the
- * jittered periodic refresh, and routed execution with bounded retries.
+ * reload never disturbs operations in flight), the credentials its pools
+ * log in with, the server pools and the jittered periodic refresh. Routed
+ * execution and its retry policy are in exec.c.
  */
 #include "ctx.h"
-
-#include <mysqld_error.h>
 
 #include <errno.h>
 #include <stddef.h>
@@ -105,14 +104,22 @@ void shard_wipe_free(char *s)
  * a connection being opened keeps a copy of its own. */
 int ctx_password_copy(shard_ctx *ctx, char **out)
 {
-    int rc = 0;
+    return conn_config_password(&ctx->conf, out);
+}
 
-    *out = NULL;
+int conn_get(shard_ctx *ctx, shard_server *srv, shard_conn **out)
+{
+    (void)ctx; /* the pool carries the context's connection settings */
+    return conn_acquire(srv, out, NULL);
+}
+
+uint64_t ctx_map_version(shard_ctx *ctx)
+{
+    uint64_t v;
     pthread_mutex_lock(&ctx->map_lock);
-    if (ctx->password && !(*out = shard_strdup(ctx->password)))
-        rc = SHARD_ENOMEM;
+    v = ctx->map ? ctx->map->version : 0;
     pthread_mutex_unlock(&ctx->map_lock);
-    return rc;
+    return v;
 }
 
 shard_server *ctx_server(shard_ctx *ctx, const shard_map *map, size_t pair)
@@ -130,6 +137,7 @@ shard_server *ctx_server_at(shard_ctx *ctx, const shard_endpoint *ep)
             break;
     if (!s && (s = shard_calloc(1, sizeof *s))) {
         s->ep = *ep;
+        s->conf = &ctx->conf;
         snprintf(s->label, sizeof s->label, "server %s", ep->text);
         pthread_mutex_init(&s->lock, NULL);
         pthread_cond_init(&s->cond, NULL);
@@ -138,15 +146,6 @@ shard_server *ctx_server_at(shard_ctx *ctx, const shard_endpoint *ep)
     }
     pthread_mutex_unlock(&ctx->servers_lock);
     return s;
-}
-
-static uint64_t current_version(shard_ctx *ctx)
-{
-    uint64_t v;
-    pthread_mutex_lock(&ctx->map_lock);
-    v = ctx->map ? ctx->map->version : 0;
-    pthread_mutex_unlock(&ctx->map_lock);
-    return v;
 }
 
 /* Does the new map name the same password variable as the current one? */
@@ -163,13 +162,26 @@ static bool same_password_env(shard_ctx *ctx, const shard_map *fresh)
     return same;
 }
 
+static int swap_map_locked(shard_ctx *ctx, shard_map *fresh);
+
+/* Swaps are serialised, so that the credentials set are those of the map
+ * that wins. */
 static int swap_map(shard_ctx *ctx, shard_map *fresh)
+{
+    int rc;
+    pthread_mutex_lock(&ctx->swap_lock);
+    rc = swap_map_locked(ctx, fresh);
+    pthread_mutex_unlock(&ctx->swap_lock);
+    return rc;
+}
+
+static int swap_map_locked(shard_ctx *ctx, shard_map *fresh)
 {
     char *password = NULL;
     shard_map *old;
     int rc;
 
-    if (fresh->version <= current_version(ctx)) { /* nothing new: the usual case */
+    if (fresh->version <= ctx_map_version(ctx)) { /* nothing new: the usual case */
         shard_map_free(fresh);
         return 0;
     }
@@ -183,27 +195,27 @@ static int swap_map(shard_ctx *ctx, shard_map *fresh)
         shard_map_free(fresh);
         return rc;
     }
+    /* The credentials first: a connection opened for the new map must log
+     * in with the new map's account. */
+    rc = conn_config_set(&ctx->conf, ctx_user(ctx, fresh), password, &fresh->tls);
+    shard_wipe_free(password);
+    if (rc) {
+        shard_map_free(fresh);
+        return rc;
+    }
     pthread_mutex_lock(&ctx->map_lock);
     if (ctx->map && fresh->version <= ctx->map->version) {
         pthread_mutex_unlock(&ctx->map_lock);
         shard_map_free(fresh);
-        shard_wipe_free(password);
         return 0;
     }
     old = ctx->map;
     ctx->map = fresh;
-    /* Connections being opened hold copies (ctx_password_copy). */
-    {
-        char *oldpw = ctx->password;
-        ctx->password = password;
-        password = oldpw;
-    }
     pthread_mutex_unlock(&ctx->map_lock);
     if (old)
         ctx_log(ctx, SHARD_LOG_INFO, "shard map version %llu replaces version %llu",
                 (unsigned long long)fresh->version, (unsigned long long)old->version);
     shard_map_free(old);
-    shard_wipe_free(password);
     return 0;
 }
 
@@ -216,7 +228,7 @@ int shard_ctx_reload(shard_ctx *ctx)
         return shard_fail(SHARD_EINVAL, "shard_ctx_reload: NULL context");
     if ((rc = shard_store_load(ctx->store, &fresh))) {
         ctx_log(ctx, SHARD_LOG_WARN, "map reload failed, keeping version %llu: %s",
-                (unsigned long long)current_version(ctx), shard_errmsg());
+                (unsigned long long)ctx_map_version(ctx), shard_errmsg());
         return rc;
     }
     return swap_map(ctx, fresh);
@@ -291,6 +303,11 @@ int shard_ctx_open(shard_ctx **out, const char *location, const shard_options *o
                                                 : offsetof(shard_options, user));
     ctx->opts.user = ctx->opts.password_env = NULL; /* the copies below are used */
     pthread_mutex_init(&ctx->map_lock, NULL);
+    pthread_mutex_init(&ctx->reload_lock, NULL);
+    pthread_mutex_init(&ctx->swap_lock, NULL);
+    pthread_cond_init(&ctx->reload_cond, NULL);
+    conn_config_init(&ctx->conf, ctx->opts.connect_timeout_ms, ctx->opts.read_timeout_ms,
+                     ctx->opts.write_timeout_ms, ctx->opts.pool_size);
     if (opts->version >= 2 &&
         ((opts->user && !(ctx->user = shard_strdup(opts->user))) ||
          (opts->password_env && !(ctx->password_env = shard_strdup(opts->password_env))))) {
@@ -338,183 +355,17 @@ void shard_ctx_free(shard_ctx *ctx)
     }
     shard_map_free(ctx->map);
     shard_store_free(ctx->store);
-    shard_wipe_free(ctx->password);
+    conn_config_free(&ctx->conf);
     legacy_cache_free(ctx->legacy);
     free(ctx->user);
     free(ctx->password_env);
     pthread_mutex_destroy(&ctx->map_lock);
+    pthread_mutex_destroy(&ctx->reload_lock);
+    pthread_mutex_destroy(&ctx->swap_lock);
+    pthread_cond_destroy(&ctx->reload_cond);
     pthread_mutex_destroy(&ctx->servers_lock);
     pthread_mutex_destroy(&ctx->stop_lock);
     pthread_cond_destroy(&ctx->stop_cond);
     free(ctx);
 }
 
-bool error_transient(int code)
-{
-    return code == SHARD_ECONNECT || code == SHARD_EBUSY || code == SHARD_EMOVED;
-}
-
-/* Whether the connection may go back to the pool after fn failed with code. */
-static bool conn_reusable(int code)
-{
-    return code != SHARD_ECONNECT && code != SHARD_ETIMEOUT && code != SHARD_ETLS &&
-           code != SHARD_ENOMEM && code != SHARD_EINTERNAL;
-}
-
-static void backoff(unsigned attempt, double deadline)
-{
-    /* 10, 20, 40 ... ms, at most 250: a move's fence lasts well under a
-     * second, and the retry budget, not the count, is what bounds a call. */
-    double ms = 10.0 * (double)(1u << (attempt < 5 ? attempt : 5));
-    double left = (deadline - now_seconds()) * 1000.0;
-    struct timespec ts;
-
-    if (ms > 250)
-        ms = 250;
-    ms = ms / 2 + (double)(rnd() % 1000) / 1000.0 * ms / 2; /* jitter */
-    if (ms > left)
-        ms = left > 0 ? left : 0;
-    ts.tv_sec = (time_t)(ms / 1000);
-    ts.tv_nsec = (long)((ms - (double)ts.tv_sec * 1000) * 1e6);
-    nanosleep(&ts, NULL);
-}
-
-/* Reload unless another thread did within 100 ms (force: always). Keeps
- * the caller's error message. Returns whether this call reloaded. */
-bool ctx_reload_soon(shard_ctx *ctx, bool force)
-{
-    char saved[1024];
-    double t = now_seconds();
-
-    pthread_mutex_lock(&ctx->stop_lock);
-    /* At most every 100 ms per context (force: always), so failing calls
-     * cannot turn into a stream of map-store reads. */
-    if (!force && t - ctx->last_error_reload < 0.1) {
-        pthread_mutex_unlock(&ctx->stop_lock);
-        return false;
-    }
-    ctx->last_error_reload = t;
-    pthread_mutex_unlock(&ctx->stop_lock);
-    snprintf(saved, sizeof saved, "%s", shard_errmsg()); /* keep the real error */
-    shard_ctx_reload(ctx);
-    shard_fail(0, "%s", saved);
-    return true;
-}
-
-/* The pair now serving a shard differs from old_pair? (message set) */
-static bool route_changed(shard_ctx *ctx, unsigned shard, bool mod, const char *old_pair)
-{
-    shard_map *map = ctx_map(ctx);
-    long pi = mod ? shard_map_mod_pair_index(map, shard) : shard_map_pair_index(map, shard);
-    bool changed = pi >= 0 && strcmp(map->pairs[pi].name, old_pair) != 0;
-
-    if (changed)
-        shard_fail(SHARD_EMOVED, "shard %u moved from %s to %s", shard, old_pair,
-                   map->pairs[pi].name);
-    shard_map_free(map);
-    return changed;
-}
-
-/*
- * A table or database that is not there: moved (a fence on the source, or a
- * map that now routes the shard elsewhere) or genuinely missing? Moved is
- * SHARD_EMOVED, retried after a map reload; missing stays an error.
- */
-int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shard,
-                    bool mod, const char *old_pair, int rc)
-{
-    char sql[300];
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    bool fenced = false;
-    bool reloaded;
-
-    if (rc != SHARD_ESERVER || (c->last_errno != ER_NO_SUCH_TABLE &&
-                                c->last_errno != ER_BAD_DB_ERROR))
-        return rc;
-    reloaded = ctx_reload_soon(ctx, false);
-    if (route_changed(ctx, shard, mod, old_pair))
-        return SHARD_EMOVED;
-    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.TABLES WHERE"
-             " TABLE_SCHEMA = '%s' AND TABLE_NAME LIKE '\\_moved\\_%%'", db);
-    if (mysql_real_query(c->my, sql, (unsigned long)strlen(sql)) == 0 &&
-        (res = mysql_store_result(c->my))) {
-        row = mysql_fetch_row(res);
-        fenced = row && row[0] && strcmp(row[0], "0") != 0;
-        mysql_free_result(res);
-    }
-    if (fenced)
-        return shard_fail(SHARD_EMOVED, "shard %u on %s is fenced by a move in progress",
-                          shard, old_pair);
-    /* Not fenced: dropped after a move whose map this context has not read
-     * yet (the rate limit skipped the reload), or really missing. Without a
-     * fresh map we cannot tell: try again (a retry reloads, rate-limited),
-     * so a missing table costs the retry budget, never a wrong answer. */
-    if (!reloaded)
-        return shard_fail(SHARD_EMOVED, "shard %u: %s is missing on %s; checking whether the "
-                          "shard moved", shard, db, old_pair);
-    return rc;
-}
-
-int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
-{
-    double deadline = now_seconds() + ctx->opts.retry_budget_ms / 1000.0;
-    unsigned attempt = 0;
-    int rc;
-
-    for (;;) {
-        shard_map *map = ctx_map(ctx);
-        long pi = (flags & EXEC_MOD) ? shard_map_mod_pair_index(map, shard)
-                                     : shard_map_pair_index(map, shard);
-        char db[SHARD_DBNAME_MAX];
-        shard_server *srv;
-        shard_conn *c = NULL;
-        bool ambiguous = false, connect_failed = false;
-
-        if (pi < 0) {
-            rc = shard_fail(SHARD_ENOSHARD, "%sshard %u is not in any range of map "
-                            "version %llu", (flags & EXEC_MOD) ? "mod " : "", shard,
-                            (unsigned long long)map->version);
-            shard_map_free(map);
-            return rc;
-        }
-        shard_dbfmt_name((flags & EXEC_MOD) ? &map->mod_dbfmt : &map->dbfmt, shard, db);
-        srv = ctx_server(ctx, map, (size_t)pi);
-        if (!srv) {
-            shard_map_free(map);
-            return shard_fail(SHARD_ENOMEM, "out of memory");
-        }
-        rc = conn_get_ex(ctx, srv, &c, &connect_failed);
-        /* A connect that timed out sent nothing, and the server may be gone
-         * for good (a failover): retry it, after a map reload. A wait for a
-         * busy pool is not retried. */
-        if (rc == SHARD_ETIMEOUT && connect_failed)
-            rc = SHARD_ECONNECT;
-        if (rc == 0) {
-            exec_env env = {c, map, db, shard, false};
-            rc = fn(&env, arg);
-            ambiguous = env.ambiguous;
-            rc = ctx_check_moved(ctx, c, db, shard, flags & EXEC_MOD, map->pairs[pi].name, rc);
-            conn_put(c, rc == 0 || conn_reusable(rc));
-        }
-        if (rc == 0) {
-            shard_map_free(map);
-            return 0;
-        }
-        if (rc != SHARD_EINVAL && rc != SHARD_ENOTFOUND && rc != SHARD_EEXISTS)
-            shard_fail_prefix(rc, "pair %s, %s: ", map->pairs[pi].name, db);
-        shard_map_free(map);
-        if (ambiguous && (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT))
-            return shard_fail_prefix(rc, "the write may or may not have been applied: ");
-        if (!error_transient(rc))
-            return rc;
-        if (++attempt >= ctx->opts.retry_max || now_seconds() >= deadline)
-            return shard_fail_prefix(rc, "gave up after %u attempts: ", attempt);
-        ctx_log(ctx, SHARD_LOG_DEBUG, "retrying after: %s", shard_errmsg());
-        /* Moved, or a server that does not answer: maybe the map changed
-         * (a move, a failover). Reload, at most every 100 ms per context. */
-        if (rc == SHARD_EMOVED || rc == SHARD_ECONNECT)
-            ctx_reload_soon(ctx, false);
-        backoff(attempt, deadline);
-    }
-}

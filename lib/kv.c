@@ -1,6 +1,7 @@
 /* Key-value tables in the mod-shard space: routed by shard_mod(key, count). */
 #include "object.h"
 
+#include <stdio.h>
 #include <string.h>
 
 typedef enum kv_op { KV_PUT, KV_PUT_NEW, KV_GET, KV_DELETE } kv_op;
@@ -37,22 +38,23 @@ static int kv_fn(exec_env *env, void *arg)
     sql_init(&q);
     switch (a->op) {
     case KV_PUT:
-    case KV_PUT_NEW:
+    case KV_PUT_NEW: {
+        conn_param p[2] = {CONN_BYTES(a->key, a->klen), CONN_BYTES(a->value, a->vlen)};
+        char key[160];
         sql_add(&q, "INSERT INTO ");
         sql_table(&q, env->db, a->table);
-        sql_add(&q, " (k, v) VALUES (");
-        sql_hex(&q, a->key, a->klen);
-        sql_add(&q, ", ");
-        sql_hex(&q, a->value, a->vlen);
-        sql_add(&q, ")");
+        sql_add(&q, " (k, v) VALUES (?, ?)");
         if (a->op == KV_PUT)
             sql_add(&q, " ON DUPLICATE KEY UPDATE v = VALUES(v)");
         else
             env->ambiguous = true; /* a lost claim may have been made */
-        rc = conn_query(env->conn, &q);
+        snprintf(key, sizeof key, "%s %s.%s", a->op == KV_PUT ? "kvput" : "kvnew", env->db,
+                 a->table);
+        rc = conn_stmt_run(env->conn, key, &q, p, 2);
         if (rc == SHARD_EEXISTS)
             rc = shard_fail(SHARD_EEXISTS, "key already exists in %s", a->table);
         break;
+    }
     case KV_GET:
         sql_add(&q, "SELECT v FROM ");
         sql_table(&q, env->db, a->table);

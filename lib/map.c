@@ -5,9 +5,12 @@
 #include "map.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* A map file larger than this is refused (a power of two times 8 KiB). */
 #define MAP_FILE_MAX (64 << 20)
@@ -727,6 +730,41 @@ int shard_map_parse(shard_map **out, const char *json, size_t len)
     return SHARD_OK;
 }
 
+/*
+ * Open a map file for reading, refusing anything but a regular file: a FIFO
+ * or a device would block or never end. O_NONBLOCK keeps the open itself
+ * from waiting for a FIFO's writer; fstat then judges what was opened.
+ */
+static int open_regular(const char *path, FILE **out)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), flags;
+
+    if (fd < 0)
+        return shard_fail(SHARD_EIO, "shard map %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return shard_fail(SHARD_EIO, "shard map %s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return shard_fail(SHARD_EIO, "shard map %s is not a regular file (it is %s)", path,
+                          S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" :
+                          S_ISSOCK(st.st_mode) ? "a socket" : S_ISCHR(st.st_mode) ?
+                          "a character device" : S_ISBLK(st.st_mode) ? "a block device" :
+                          "a special file");
+    }
+    /* Reads of a regular file never block: back to ordinary blocking I/O. */
+    if ((flags = fcntl(fd, F_GETFL)) >= 0)
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    if (!(*out = fdopen(fd, "rb"))) {
+        close(fd);
+        return shard_fail(SHARD_ENOMEM, "shard map %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
 int shard_map_load(shard_map **out, const char *path)
 {
     FILE *f;
@@ -736,9 +774,8 @@ int shard_map_load(shard_map **out, const char *path)
 
     if (!out || !path)
         return shard_fail(SHARD_EINVAL, "shard_map_load: NULL argument");
-    f = fopen(path, "rb");
-    if (!f)
-        return shard_fail(SHARD_EIO, "shard map %s: %s", path, strerror(errno));
+    if ((rc = open_regular(path, &f)))
+        return rc;
     do {
         if (len == cap) {
             char *nb;

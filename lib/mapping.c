@@ -37,6 +37,16 @@ static int check_ids(uint64_t from, uint64_t to)
     return 0;
 }
 
+/* An ID whose shard no range serves: SHARD_ENOSHARD, before anything is written. */
+static int check_mapped(const shard_map *map, const char *what, uint64_t id)
+{
+    if (shard_map_pair_index(map, shard_id_shard(id)) >= 0)
+        return 0;
+    return shard_fail(SHARD_ENOSHARD, "%s ID %llu: shard %u is not in any range of map "
+                      "version %llu", what, (unsigned long long)id, shard_id_shard(id),
+                      (unsigned long long)map->version);
+}
+
 int64_t mapping_now(void)
 {
     struct timespec ts;
@@ -103,17 +113,24 @@ static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t 
     if ((rc = check_ids(from, to)))
         return rc;
     {
+        /* Every argument is checked before the first write: a failure after
+         * the forward row would leave half a mapping. */
         shard_map *map = ctx_map(ctx);
         const shard_mapdef *def = NULL;
         rc = mapping_table(map, name, true, &def);
         if (rc == 0 && def->reverse)
             snprintf(reverse, sizeof reverse, "%s", def->reverse);
+        if (rc == 0)
+            rc = check_mapped(map, "from", from);
+        if (rc == 0)
+            rc = check_mapped(map, "to", to);
         shard_map_free(map);
         if (rc)
             return rc;
         rev = reverse[0] ? reverse : NULL;
     }
-    if ((rc = ctx_exec(ctx, shard_id_shard(from), 0, row_fn, &a)))
+    /* Both statements are idempotent: retried even after a lost COMMIT. */
+    if ((rc = ctx_exec(ctx, shard_id_shard(from), EXEC_WRITE | EXEC_IDEMPOTENT, row_fn, &a)))
         return rc;
     if (remove && a.affected == 0)
         rc = shard_fail(SHARD_ENOTFOUND, "mapping %s has no row (%llu, %llu)", name,
@@ -122,7 +139,7 @@ static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t 
         /* The reverse row lives on the shard of `to`, maybe another pair:
          * written second, and idempotent, so a failed call can be repeated. */
         row_args r = {rev, to, from, seq, remove, 0};
-        int rrc = ctx_exec(ctx, shard_id_shard(to), 0, row_fn, &r);
+        int rrc = ctx_exec(ctx, shard_id_shard(to), EXEC_WRITE | EXEC_IDEMPOTENT, row_fn, &r);
         if (rrc)
             return shard_fail_prefix(rrc, "reverse mapping %s: ", rev);
     }
@@ -151,18 +168,15 @@ typedef struct list_args {
     uint64_t count;
 } list_args;
 
-/* "SELECT what FROM the mapping's table WHERE from_id = from" into q, after
- * checking the name against this map (forward or reverse). */
-static int rows_of(exec_env *env, const list_args *a, const char *what, sqlbuf *q)
+/* The mapping's rows for from: "FROM db.table WHERE from_id = from" into q,
+ * after checking the name against this map (forward or reverse). */
+static int rows_of(exec_env *env, const list_args *a, sqlbuf *q)
 {
     const shard_mapdef *def = NULL;
     int rc = mapping_table(env->map, a->name, false, &def);
 
     if (rc)
         return rc;
-    sql_init(q);
-    sql_add(q, "SELECT ");
-    sql_add(q, what);
     sql_add(q, " FROM ");
     sql_table(q, env->db, a->name);
     sql_add(q, " WHERE from_id = ");
@@ -170,16 +184,28 @@ static int rows_of(exec_env *env, const list_args *a, const char *what, sqlbuf *
     return 0;
 }
 
-static int list_fn(exec_env *env, void *arg)
+/*
+ * The rows, with the fence in the same statement: a column of every row
+ * (the uncorrelated subquery is read once, in the statement's view). An
+ * empty list says nothing about the fence, so it is asked again in a form
+ * that returns one row always (the fence's, joined to the rows, none of
+ * which has a NULL to_id): sorting nothing costs nothing.
+ */
+static int list_query(exec_env *env, const list_args *a, bool joined, MYSQL_RES **res)
 {
-    list_args *a = arg;
-    MYSQL_RES *res;
-    MYSQL_ROW row;
     sqlbuf q;
-    int rc = rows_of(env, a, "to_id, sequence", &q);
+    int rc;
 
-    if (rc)
+    sql_init(&q);
+    sql_add(&q, "SELECT ");
+    if (joined)
+        sql_add(&q, "f.v, m.to_id, m.sequence FROM (SELECT ");
+    sql_fence_value(&q, env->db);
+    sql_add(&q, joined ? " AS v) AS f LEFT JOIN (SELECT to_id, sequence" : ", to_id, sequence");
+    if ((rc = rows_of(env, a, &q))) {
+        sql_free(&q);
         return rc;
+    }
     if (a->before != SHARD_SEQ_NONE) {
         sql_add(&q, " AND sequence < ");
         sql_i64(&q, a->before);
@@ -189,10 +215,28 @@ static int list_fn(exec_env *env, void *arg)
         sql_add(&q, " LIMIT ");
         sql_u64(&q, a->limit);
     }
-    rc = conn_select(env->conn, &q, &res);
+    if (joined)
+        sql_add(&q, ") AS m ON TRUE ORDER BY m.sequence DESC, m.to_id DESC");
+    rc = conn_select(env->conn, &q, res);
     sql_free(&q);
+    return rc;
+}
+
+static int list_fn(exec_env *env, void *arg)
+{
+    list_args *a = arg;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    bool fenced = false;
+    int rc = list_query(env, a, false, &res);
+
     if (rc)
         return rc;
+    if (mysql_num_rows(res) == 0) {
+        mysql_free_result(res);
+        if ((rc = list_query(env, a, true, &res)))
+            return rc;
+    }
     free(a->edges);
     a->n = 0;
     a->edges = shard_calloc(mysql_num_rows(res) ? mysql_num_rows(res) : 1, sizeof *a->edges);
@@ -201,11 +245,14 @@ static int list_fn(exec_env *env, void *arg)
         return shard_fail(SHARD_ENOMEM, "out of memory for a mapping list");
     }
     while ((row = mysql_fetch_row(res))) {
-        a->edges[a->n].to = strtoull(row[0], NULL, 10);
-        a->edges[a->n++].seq = strtoll(row[1], NULL, 10);
+        fenced = fenced || (row[0] && strcmp(row[0], "0") != 0);
+        if (!row[1])
+            continue; /* the fence's row, joined to no mapping row */
+        a->edges[a->n].to = strtoull(row[1], NULL, 10);
+        a->edges[a->n++].seq = strtoll(row[2], NULL, 10);
     }
     mysql_free_result(res);
-    return 0;
+    return fenced ? exec_fenced(env) : 0;
 }
 
 int shard_mapping_list(shard_ctx *ctx, const char *name, uint64_t from, int64_t before,
@@ -232,19 +279,28 @@ static int count_fn(exec_env *env, void *arg)
     list_args *a = arg;
     MYSQL_RES *res;
     MYSQL_ROW row;
+    bool fenced;
     sqlbuf q;
-    int rc = rows_of(env, a, "COUNT(*)", &q);
+    int rc;
 
-    if (rc)
+    sql_init(&q);
+    sql_add(&q, "SELECT ");
+    sql_fence_value(&q, env->db);
+    sql_add(&q, ", (SELECT COUNT(*)");
+    if ((rc = rows_of(env, a, &q))) {
+        sql_free(&q);
         return rc;
+    }
+    sql_add(&q, ")");
     rc = conn_select(env->conn, &q, &res);
     sql_free(&q);
     if (rc)
         return rc;
     row = mysql_fetch_row(res);
-    a->count = row && row[0] ? strtoull(row[0], NULL, 10) : 0;
+    fenced = row && row[0] && strcmp(row[0], "0") != 0;
+    a->count = row && row[1] ? strtoull(row[1], NULL, 10) : 0;
     mysql_free_result(res);
-    return 0;
+    return fenced ? exec_fenced(env) : 0;
 }
 
 int shard_mapping_count(shard_ctx *ctx, const char *name, uint64_t from, uint64_t *count)

@@ -25,9 +25,7 @@ typedef struct group {
     size_t n;
     shard_item *items;
     int rc;
-    char errmsg[512];
-    pthread_t thread;
-    bool threaded;
+    shard_errsave err; /* the failure's message, when rc */
 } group;
 
 static int cmp_slot(const void *a, const void *b)
@@ -38,25 +36,41 @@ static int cmp_slot(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+static int cmp_uint(const void *a, const void *b)
+{
+    unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+    return x < y ? -1 : x > y;
+}
+
 static int cmp_id_key(const void *key, const void *elem)
 {
     uint64_t k = *(const uint64_t *)key, id = ((const slot *)elem)->id;
     return k < id ? -1 : k > id;
 }
 
-/* One statement for slots[from..to): SELECT shard, type, local_id, data ... */
-static void build_batch(const group *g, size_t from, size_t to, sqlbuf *q)
+/*
+ * One statement for slots[from..to): SELECT shard, type, local_id, data for
+ * each (shard, type) run, then the fence rows of every shard in it, in the
+ * same statement so that no row is read from a fenced shard: a fence row
+ * has type 0 (no object type is 0) and, first, the 1-based position of its
+ * shard in shards[] (*nshards of them, ascending).
+ */
+static void build_batch(const group *g, size_t from, size_t to, sqlbuf *q, unsigned *shards,
+                        size_t *nshards)
 {
     /* Slots are sorted by id, so equal (shard, type) runs are contiguous. */
     size_t i = from;
     bool first_part = true;
 
+    *nshards = 0;
     while (i < to) {
         uint64_t id = g->slots[i].id;
         unsigned shard = shard_id_shard(id), type = shard_id_type(id);
         char db[SHARD_DBNAME_MAX];
         uint64_t prev = 0;
 
+        if (!*nshards || shards[*nshards - 1] != shard)
+            shards[(*nshards)++] = shard;
         shard_dbfmt_name(&g->map->dbfmt, shard, db);
         sql_add(q, first_part ? "" : " UNION ALL ");
         sql_addf(q, "SELECT %u, %u, local_id, data FROM ", shard, type);
@@ -74,6 +88,33 @@ static void build_batch(const group *g, size_t from, size_t to, sqlbuf *q)
         }
         sql_add(q, ")");
         first_part = false;
+    }
+    for (int part = 0; part < 2 && *nshards; part++) {
+        /* FIELD(db, 'a', 'b') names the position; db IN ('a', 'b') finds the rows. */
+        sql_add(q, part == 0 ? " UNION ALL SELECT FIELD(db" : ", 0, 0, NULL FROM "
+                FENCE_TABLE " WHERE fenced <> 0 AND db IN (");
+        for (size_t k = 0; k < *nshards; k++) {
+            char db[SHARD_DBNAME_MAX];
+            shard_dbfmt_name(&g->map->dbfmt, shards[k], db);
+            sql_add(q, part == 0 || k ? ", '" : "'");
+            sql_add(q, db);
+            sql_add(q, "'");
+        }
+        sql_add(q, part == 0 ? ")" : ")");
+    }
+}
+
+/* Items of a fenced shard are left for the next round (after the new map). */
+static void leave_fenced(group *g, size_t from, size_t to, unsigned shard)
+{
+    for (size_t i = from; i < to; i++) {
+        shard_item *it = &g->items[g->slots[i].idx];
+        if (shard_id_shard(g->slots[i].id) != shard)
+            continue;
+        free(it->data);
+        it->data = NULL;
+        it->len = 0;
+        it->status = SHARD_EMOVED;
     }
 }
 
@@ -100,26 +141,47 @@ static int deliver(group *g, uint64_t id, const char *data, size_t len)
 
 static int run_batch(group *g, shard_conn *c, size_t from, size_t to)
 {
+    unsigned shards[MGET_BATCH];
+    bool fenced[MGET_BATCH] = {false};
+    size_t nshards = 0;
     MYSQL_RES *res;
     MYSQL_ROW row;
+    bool any = false;
     sqlbuf q;
     int rc;
 
     sql_init(&q);
-    build_batch(g, from, to, &q);
+    build_batch(g, from, to, &q, shards, &nshards);
     rc = conn_select(c, &q, &res);
     sql_free(&q);
     if (rc)
         return rc;
+    /* The fence rows first (wherever they come in the result), so that no
+     * row of a fenced shard is delivered. */
+    while ((row = mysql_fetch_row(res))) {
+        unsigned long k = strtoul(row[0], NULL, 10);
+        if (strcmp(row[1], "0") == 0 && k >= 1 && k <= nshards)
+            any = fenced[k - 1] = true;
+    }
+    mysql_data_seek(res, 0);
     while (rc == 0 && (row = mysql_fetch_row(res))) {
         unsigned long *lens = mysql_fetch_lengths(res);
+        unsigned shard = (unsigned)strtoul(row[0], NULL, 10);
+        unsigned *at;
         uint64_t id;
-        if (shard_id_make((unsigned)strtoul(row[0], NULL, 10),
-                          (unsigned)strtoul(row[1], NULL, 10),
+        if (strcmp(row[1], "0") == 0)
+            continue;
+        at = bsearch(&shard, shards, nshards, sizeof *shards, cmp_uint);
+        if (at && fenced[at - shards])
+            continue;
+        if (shard_id_make(shard, (unsigned)strtoul(row[1], NULL, 10),
                           strtoull(row[2], NULL, 10), &id) == 0)
             rc = deliver(g, id, row[3], lens[3]);
     }
     mysql_free_result(res);
+    for (size_t k = 0; rc == 0 && any && k < nshards; k++)
+        if (fenced[k])
+            leave_fenced(g, from, to, shards[k]);
     return rc;
 }
 
@@ -135,7 +197,7 @@ static int group_once(group *g)
         return rc;
     for (size_t from = 0; rc == 0 && from < g->n; from += MGET_BATCH)
         rc = run_batch(g, c, from, from + MGET_BATCH < g->n ? from + MGET_BATCH : g->n);
-    /* A missing table: is one of this group's shards moving? */
+    /* A missing table: did one of this group's shards move? */
     for (size_t i = 0; rc == SHARD_ESERVER && i < g->n; i++) {
         unsigned shard = shard_id_shard(g->slots[i].id);
         char db[SHARD_DBNAME_MAX];
@@ -144,39 +206,29 @@ static int group_once(group *g)
         shard_dbfmt_name(&g->map->dbfmt, shard, db);
         rc = ctx_check_moved(g->ctx, c, db, shard, false, g->map->pairs[g->pair].name, rc);
     }
-    conn_put(c, rc == 0 || rc == SHARD_ESERVER || rc == SHARD_EMOVED);
+    conn_release(c, rc);
     return rc;
-}
-
-/* Reload the context's map, keeping the thread's message. */
-static void reload_keep_error(shard_ctx *ctx)
-{
-    char saved[512];
-    snprintf(saved, sizeof saved, "%s", shard_errmsg());
-    shard_ctx_reload(ctx);
-    shard_fail(0, "%s", saved);
 }
 
 /* Whether the context's map is newer than the snapshot the group uses. */
 static bool map_changed(const group *g)
 {
-    shard_map *map = ctx_map(g->ctx);
-    bool changed = map->version != g->map->version;
-    shard_map_free(map);
-    return changed;
+    return ctx_map_version(g->ctx) != g->map->version;
 }
 
 /* Reads are idempotent: retry transient failures within the budget. A
  * master that cannot be reached may have been replaced by a failover: the
  * map is reloaded once, and when it changed the group stops, for the next
- * round to ask the pair's new master. */
-static void *group_run(void *arg)
+ * round to ask the pair's new master. Moved shards are left to the next
+ * round too. Always 0: the outcome is the group's. */
+static int group_run(void *arg, size_t i, unsigned worker)
 {
-    group *g = arg;
+    group *g = (group *)arg + i;
     double deadline = now_seconds() + g->ctx->opts.retry_budget_ms / 1000.0;
     unsigned attempt = 0;
     bool reloaded = false;
 
+    (void)worker;
     for (;;) {
         g->rc = group_once(g);
         if (g->rc == 0 || g->rc == SHARD_EMOVED || !error_transient(g->rc) ||
@@ -184,18 +236,17 @@ static void *group_run(void *arg)
             break;
         if (g->rc == SHARD_ECONNECT && !reloaded) {
             reloaded = true;
-            reload_keep_error(g->ctx);
+            ctx_reload_soon(g->ctx, true);
         }
         if (g->rc == SHARD_ECONNECT && map_changed(g))
             break;
-        struct timespec ts = {0, 10000000L << (attempt < 5 ? attempt : 5)};
-        nanosleep(&ts, NULL);
+        exec_backoff(attempt, deadline);
     }
     if (g->rc) {
         shard_fail_prefix(g->rc, "pair %s: ", g->map->pairs[g->pair].name);
-        snprintf(g->errmsg, sizeof g->errmsg, "%s", shard_errmsg());
+        shard_error_save(&g->err, g->rc);
     }
-    return NULL;
+    return 0;
 }
 
 /* Items still pending (status SHARD_EMOVED) are asked again; returns how many. */
@@ -206,7 +257,7 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
     slot *slots = shard_calloc(n, sizeof *slots);
     group *groups = NULL;
     size_t ns = 0, ng = 0;
-    char firsterr[512] = "";
+    const shard_errsave *first = NULL;
 
     if (!slots) {
         shard_map_free(map);
@@ -225,6 +276,10 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
         pi = shard_map_pair_index(map, shard_id_shard(ids[i]));
         if (pi < 0) {
             items[i].status = SHARD_ENOSHARD;
+            if (!shard_errmsg()[0])
+                shard_fail(SHARD_EPARTIAL, "ID %llu: shard %u is not in any range of map "
+                           "version %llu", (unsigned long long)ids[i],
+                           shard_id_shard(ids[i]), (unsigned long long)map->version);
             continue;
         }
         items[i].status = SHARD_ENOTFOUND;
@@ -246,36 +301,31 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
                      .n = j - i, .items = items};
         i = j;
     }
-    /* Every group but the first on its own thread; the first on this one. */
-    for (size_t i = 1; i < ng; i++)
-        groups[i].threaded = pthread_create(&groups[i].thread, NULL, group_run, &groups[i]) == 0;
-    for (size_t i = 0; i < ng; i++) {
-        if (i == 0 || !groups[i].threaded)
-            group_run(&groups[i]);
-        else
-            pthread_join(groups[i].thread, NULL);
-    }
+    /* Every pair at once, the first on this thread. */
+    fanout_run(ng, (unsigned)ng, group_run, groups);
     *pending = 0;
     for (size_t i = 0; i < ng; i++) {
         group *g = &groups[i];
         if (!g->rc)
             continue;
-        if (!firsterr[0])
-            snprintf(firsterr, sizeof firsterr, "%s", g->errmsg);
+        if (!first)
+            first = &g->err;
         for (size_t k = 0; k < g->n; k++) {
             shard_item *it = &items[g->slots[k].idx];
             free(it->data);
             it->data = NULL;
             it->len = 0;
             it->status = g->rc;
-            *pending += g->rc == SHARD_EMOVED;
         }
     }
+    /* Still to ask: a group that found its shard moved, or a fenced shard's items. */
+    for (size_t i = 0; i < ns; i++)
+        *pending += items[slots[i].idx].status == SHARD_EMOVED;
+    if (first)
+        shard_fail(SHARD_EPARTIAL, "%s", first->msg);
     free(groups);
     free(slots);
     shard_map_free(map);
-    if (firsterr[0])
-        shard_fail(SHARD_EPARTIAL, "%s", firsterr);
     return 0;
 }
 
@@ -323,20 +373,21 @@ int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
     /* Items on a moving shard are asked again, after the map flips, within
      * the retry budget; so are those of a pair whose master a failover
      * replaced. */
-    double deadline = now_seconds() + ctx->opts.retry_budget_ms / 1000.0;
+    double started = now_seconds();
+    double deadline = started + ctx->opts.retry_budget_ms / 1000.0;
     for (unsigned round = 0;; round++) {
-        struct timespec ts = {0, 10000000L << (round < 5 ? round : 5)};
         uint64_t used = 0;
         bool more;
         if ((rc = mget_round(ctx, ids, n, items, &pending, &used)))
             break;
-        more = round + 1 < ctx->opts.retry_max * 2 && now_seconds() < deadline;
+        more = now_seconds() < deadline;
         if (!pending && more)
             pending = reask_unreachable(ctx, items, n, used);
         if (!pending || !more)
             break;
-        nanosleep(&ts, NULL);
-        shard_ctx_reload(ctx);
+        /* Fenced or moved shards: wait for the map that routes them anew
+         * (or one poll of the store), as single calls do. */
+        exec_wait_map(ctx, used, (now_seconds() - started) * 1000.0, deadline);
     }
     if (rc) {
         shard_items_free(items, n);
@@ -344,7 +395,11 @@ int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
     }
     for (size_t i = 0; i < n; i++)
         if (items[i].status != 0 && items[i].status != SHARD_ENOTFOUND) {
-            if (!shard_errmsg()[0])
+            if (!shard_errmsg()[0] && items[i].status == SHARD_EMOVED)
+                shard_fail(SHARD_EPARTIAL, "ID %llu: shard %u stayed fenced by a move (or "
+                           "moved) through the retry budget", (unsigned long long)ids[i],
+                           shard_id_shard(ids[i]));
+            else if (!shard_errmsg()[0])
                 shard_fail(SHARD_EPARTIAL, "ID %llu: %s", (unsigned long long)ids[i],
                            shard_strerror(items[i].status));
             rc = SHARD_EPARTIAL;

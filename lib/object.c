@@ -1,24 +1,74 @@
 /* Objects: create, get, read-modify-write, soft and hard delete. */
 #include "object.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int object_parse(const char *json, size_t len, json_t **out)
+/* What a JSON value is, for messages: "null", "an array", "a string"... */
+static const char *json_kind(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL: return "a number";
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    default: return "null";
+    }
+}
+
+/* Parse any JSON value (scalars too, so that a message can name them). */
+static int parse_any(const char *json, size_t len, const char *what, json_t **out)
 {
     json_error_t err;
-    json_t *v;
 
     if (!json)
-        return shard_fail(SHARD_EINVAL, "object JSON is NULL");
-    v = json_loadb(json, len, OBJECT_JSON_FLAGS, &err);
-    if (!v)
-        return shard_fail(SHARD_EINVAL, "object JSON is invalid at line %d, column %d: %s",
+        return shard_fail(SHARD_EINVAL, "%s: NULL JSON text", what);
+    *out = json_loadb(json, len, OBJECT_JSON_FLAGS | JSON_DECODE_ANY, &err);
+    if (!*out)
+        return shard_fail(SHARD_EINVAL, "%s: invalid JSON at line %d, column %d: %s", what,
                           err.line, err.column, err.text);
+    return 0;
+}
+
+int object_parse(const char *json, size_t len, json_t **out)
+{
+    json_t *v;
+    int rc = parse_any(json, len, "object", &v);
+
+    if (rc)
+        return rc;
     if (!json_is_object(v)) {
-        const char *what = json_is_array(v) ? "an array" : "a scalar";
+        rc = shard_fail(SHARD_EINVAL, "object JSON must be an object {...}, not %s",
+                        json_kind(v));
         json_decref(v);
-        return shard_fail(SHARD_EINVAL, "object JSON must be an object {...}, not %s", what);
+        return rc;
+    }
+    *out = v;
+    return 0;
+}
+
+/*
+ * A merge patch that is not an object would, by RFC 7386, replace the whole
+ * target with itself: null would leave no object at all, and anything else
+ * would make the object a non-object. Neither is an object store's update.
+ */
+int object_parse_patch(const char *json, size_t len, json_t **out)
+{
+    json_t *v;
+    int rc = parse_any(json, len, "merge patch", &v);
+
+    if (rc)
+        return rc;
+    if (!json_is_object(v)) {
+        rc = shard_fail(SHARD_EINVAL, "a patch must be a JSON object {...}, not %s (a "
+                        "merge patch that is not an object would replace the whole object)",
+                        json_kind(v));
+        json_decref(v);
+        return rc;
     }
     *out = v;
     return 0;
@@ -29,13 +79,21 @@ bool object_deleted(const char *text, size_t len)
     json_t *v;
     bool deleted;
 
-    /* Cheap test first: most objects never mention "active". */
-    if (!memmem(text, len, "\"active\"", 8))
+    /* Judged on the parsed document: a key may be spelt with escapes
+     * ("\u0061ctive"). Parsing is most of a read's client-side cost, so it
+     * is skipped only when the text provably has no key "active": a key is
+     * spelt either with those six letters or with a backslash escape. */
+    if (!memchr(text, '\\', len) && !memmem(text, len, "active", 6))
         return false;
     v = json_loadb(text, len, JSON_ALLOW_NUL, NULL);
-    deleted = v && json_is_false(json_object_get(v, "active"));
+    deleted = v && object_deleted_json(v);
     json_decref(v);
     return deleted;
+}
+
+bool object_deleted_json(const json_t *obj)
+{
+    return json_is_false(json_object_get(obj, "active"));
 }
 
 int object_table(const shard_map *map, unsigned type, const char **table)
@@ -70,9 +128,17 @@ int object_dump(const json_t *obj, char **text, size_t *len)
     return rc;
 }
 
+/* The cache key of a statement: its kind and its table. */
+static void stmt_key(char *key, size_t size, const char *kind, const char *db, const char *table)
+{
+    snprintf(key, size, "%s %s.%s", kind, db, table);
+}
+
 int object_insert(shard_conn *c, const char *db, const char *table, unsigned shard,
                   unsigned type, const char *json, size_t len, uint64_t *id)
 {
+    conn_param p = CONN_BYTES(json, len);
+    char key[160];
     sqlbuf q;
     uint64_t local;
     int rc;
@@ -80,14 +146,13 @@ int object_insert(shard_conn *c, const char *db, const char *table, unsigned sha
     sql_init(&q);
     sql_add(&q, "INSERT INTO ");
     sql_table(&q, db, table);
-    sql_add(&q, " (data) VALUES (");
-    sql_hex(&q, json, len);
-    sql_add(&q, ")");
-    rc = conn_query(c, &q);
+    sql_add(&q, " (data) VALUES (?)");
+    stmt_key(key, sizeof key, "insert", db, table);
+    rc = conn_stmt_run(c, key, &q, &p, 1);
     sql_free(&q);
     if (rc)
         return rc;
-    local = mysql_insert_id(c->my);
+    local = c->insert_id;
     if (local < 1 || local > SHARD_MAX_LOCAL) {
         /* The row cannot be named by an ID: take it back. */
         sqlbuf d;
@@ -105,8 +170,42 @@ int object_insert(shard_conn *c, const char *db, const char *table, unsigned sha
     return shard_id_make(shard, type, local, id);
 }
 
+/* The hot path: one prepared statement per table, kept on the connection
+ * (binary protocol, parsed once), returning the shard's fence and the
+ * object in one row, so that nobody reads a fenced shard (libshard-move(7)).
+ * Both are primary-key lookups. */
+typedef struct get_sql {
+    const char *db, *table;
+} get_sql;
+
+static void build_get(sqlbuf *q, const void *arg)
+{
+    const get_sql *g = arg;
+    sql_add(q, "SELECT ");
+    sql_fence_value(q, g->db);
+    sql_add(q, ", (SELECT data FROM ");
+    sql_table(q, g->db, g->table);
+    sql_add(q, " WHERE local_id = ?)");
+}
+
+static int select_fenced(shard_conn *c, const char *db, const char *table, uint64_t id,
+                         bool *fenced, char **json, size_t *len)
+{
+    get_sql g = {db, table};
+    char key[160];
+    int rc;
+
+    stmt_key(key, sizeof key, "get", db, table);
+    rc = conn_stmt_get(c, key, build_get, &g, shard_id_local(id), fenced, json, len);
+    if (rc == 0 && *fenced) {
+        free(*json);
+        *json = NULL;
+    }
+    return *fenced ? 0 : rc;
+}
+
 int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
-                  bool for_update, char **json, size_t *len)
+                  bool for_update, bool *fenced, char **json, size_t *len)
 {
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
@@ -114,18 +213,13 @@ int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
     sqlbuf q;
     int rc;
 
-    sql_init(&q);
-    sql_add(&q, "SELECT data FROM ");
-    sql_table(&q, db, table);
-    sql_add(&q, " WHERE local_id = ");
     if (!for_update) {
-        /* The hot path: a prepared statement per table, kept on the
-         * connection (binary protocol, parsed once). */
-        char key[140];
-        sql_add(&q, "?");
-        snprintf(key, sizeof key, "%s.%s", db, table);
-        rc = conn_stmt_get(c, key, &q, shard_id_local(id), json, len);
-        sql_free(&q);
+        bool f = false;
+        rc = select_fenced(c, db, table, id, &f, json, len);
+        if (fenced)
+            *fenced = f;
+        if (f)
+            return 0;
         if (rc == 0 && object_deleted(*json, len ? *len : strlen(*json))) {
             free(*json);
             *json = NULL;
@@ -135,6 +229,13 @@ int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
             rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
         return rc;
     }
+    /* FOR UPDATE runs in a transaction that checked the fence already. */
+    if (fenced)
+        *fenced = false;
+    sql_init(&q);
+    sql_add(&q, "SELECT data FROM ");
+    sql_table(&q, db, table);
+    sql_add(&q, " WHERE local_id = ");
     sql_u64(&q, shard_id_local(id));
     sql_add(&q, " FOR UPDATE");
     rc = conn_select(c, &q, &res);
@@ -155,17 +256,17 @@ int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
 int object_write(shard_conn *c, const char *db, const char *table, uint64_t id,
                  const char *json, size_t len)
 {
+    conn_param p[2] = {CONN_BYTES(json, len), CONN_U64(shard_id_local(id))};
+    char key[160];
     sqlbuf q;
     int rc;
 
     sql_init(&q);
     sql_add(&q, "UPDATE ");
     sql_table(&q, db, table);
-    sql_add(&q, " SET data = ");
-    sql_hex(&q, json, len);
-    sql_add(&q, " WHERE local_id = ");
-    sql_u64(&q, shard_id_local(id));
-    rc = conn_query(c, &q);
+    sql_add(&q, " SET data = ? WHERE local_id = ?");
+    stmt_key(key, sizeof key, "update", db, table);
+    rc = conn_stmt_run(c, key, &q, p, 2);
     sql_free(&q);
     return rc;
 }
@@ -186,7 +287,6 @@ static int create_fn(exec_env *env, void *arg)
     int rc = object_table(env->map, a->type, &table);
     if (rc)
         return rc;
-    env->ambiguous = true; /* a lost INSERT may have created the row */
     return object_insert(env->conn, env->db, table, env->shard, a->type, a->json, a->len,
                          &a->id);
 }
@@ -212,7 +312,7 @@ int shard_object_create(shard_ctx *ctx, unsigned type, unsigned shard, const cha
         shard = (unsigned)(ctx_random() % map->open_shards);
         shard_map_free(map);
     }
-    if ((rc = ctx_exec(ctx, shard, 0, create_fn, &a)))
+    if ((rc = ctx_exec(ctx, shard, EXEC_WRITE, create_fn, &a)))
         return rc;
     *id = a.id;
     return 0;
@@ -233,7 +333,11 @@ static int get_fn(exec_env *env, void *arg)
     int rc = object_check_id(env->map, a->id, &table);
     if (rc)
         return rc;
-    return object_select(env->conn, env->db, table, a->id, false, &a->json, &a->len);
+    bool fenced = false;
+    if ((rc = object_select(env->conn, env->db, table, a->id, false, &fenced, &a->json,
+                            &a->len)))
+        return rc;
+    return fenced ? exec_fenced(env) : 0;
 }
 
 int shard_object_get(shard_ctx *ctx, uint64_t id, char **json, size_t *len)
@@ -273,7 +377,7 @@ static int rmw_body(exec_env *env, rmw_args *a, const char *table)
     json_t *obj = NULL;
     int rc;
 
-    if ((rc = object_select(env->conn, env->db, table, a->id, true, &old, &oldlen)))
+    if ((rc = object_select(env->conn, env->db, table, a->id, true, NULL, &old, &oldlen)))
         return rc;
     obj = json_loadb(old, oldlen, JSON_ALLOW_NUL, NULL);
     free(old);
@@ -290,11 +394,7 @@ static int rmw_body(exec_env *env, rmw_args *a, const char *table)
     if ((rc = object_dump(obj, &text, &len)) ||
         (rc = object_write(env->conn, env->db, table, a->id, text, len)))
         goto out;
-    env->ambiguous = true; /* a lost COMMIT may have committed */
-    if ((rc = conn_query_str(env->conn, "COMMIT")))
-        goto out;
-    env->ambiguous = false;
-    free(a->result);
+    free(a->result); /* ctx_exec commits; a retry starts again */
     a->result = text;
     a->result_len = len;
     text = NULL;
@@ -304,19 +404,15 @@ out:
     return rc;
 }
 
+/* Runs in ctx_exec's write transaction (EXEC_WRITE): the fence checked
+ * under a shared lock, the row locked, then committed by ctx_exec. */
 static int rmw_fn(exec_env *env, void *arg)
 {
     rmw_args *a = arg;
     const char *table = NULL;
     int rc = object_check_id(env->map, a->id, &table);
 
-    if (rc || (rc = conn_query_str(env->conn, "START TRANSACTION")))
-        return rc;
-    rc = rmw_body(env, a, table);
-    if (rc && rc != SHARD_ECONNECT && rc != SHARD_ETIMEOUT &&
-        conn_query_str(env->conn, "ROLLBACK") != 0)
-        rc = SHARD_ECONNECT; /* the connection is unusable: do not pool it */
-    return rc;
+    return rc ? rc : rmw_body(env, a, table);
 }
 
 static int rmw(shard_ctx *ctx, uint64_t id, transform_fn t, void *arg, char **result,
@@ -327,7 +423,7 @@ static int rmw(shard_ctx *ctx, uint64_t id, transform_fn t, void *arg, char **re
 
     if (!shard_id_valid(id))
         return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
-    rc = ctx_exec(ctx, shard_id_shard(id), 0, rmw_fn, &a);
+    rc = ctx_exec(ctx, shard_id_shard(id), EXEC_WRITE, rmw_fn, &a);
     if (rc == 0 && result) {
         rc = copy_out(a.result, a.result_len, result, result_len);
     }
@@ -353,8 +449,8 @@ int shard_object_patch(shard_ctx *ctx, uint64_t id, const char *patch, size_t le
 
     if (!ctx)
         return shard_fail(SHARD_EINVAL, "shard_object_patch: NULL context");
-    if ((rc = object_parse(patch, len, &p)))
-        return shard_fail_prefix(rc, "merge patch: ");
+    if ((rc = object_parse_patch(patch, len, &p)))
+        return rc;
     rc = rmw(ctx, id, apply_patch, p, result, result_len);
     json_decref(p);
     return rc;
@@ -432,7 +528,8 @@ int shard_object_delete(shard_ctx *ctx, uint64_t id, int flags)
     if (!shard_id_valid(id))
         return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
     if (flags & SHARD_DELETE_HARD)
-        return ctx_exec(ctx, shard_id_shard(id), 0, hard_delete_fn, &id);
+        return ctx_exec(ctx, shard_id_shard(id), EXEC_WRITE | EXEC_IDEMPOTENT, hard_delete_fn,
+                        &id);
     return rmw(ctx, id, soft_delete, NULL, NULL, NULL);
 }
 

@@ -2,7 +2,7 @@
 #ifndef LIBSHARD_OBJECT_H
 #define LIBSHARD_OBJECT_H
 
-#include "ctx.h"
+#include "exec.h"
 
 #include <jansson.h>
 
@@ -12,8 +12,12 @@
 json_t *merge_patch(json_t *target, json_t *patch);
 /* Parse text as a JSON object, or fail with SHARD_EINVAL naming the problem. */
 int object_parse(const char *json, size_t len, json_t **out);
-/* Whether stored object text is soft-deleted ("active": false). */
+/* A merge patch: a JSON object, or SHARD_EINVAL naming what it is instead. */
+int object_parse_patch(const char *json, size_t len, json_t **out);
+/* Whether stored object text is soft-deleted ("active": false), judged on
+ * the parsed document, never on the text. */
 bool object_deleted(const char *text, size_t len);
+bool object_deleted_json(const json_t *obj);
 /* The table of a type in this map, or SHARD_EINVAL naming the type. */
 int object_table(const shard_map *map, unsigned type, const char **table);
 /* Check an ID is valid and its type registered; the table name is returned. */
@@ -24,8 +28,11 @@ int object_dump(const json_t *obj, char **text, size_t *len);
 /* The statements themselves, on a connection already routed to db. */
 int object_insert(shard_conn *c, const char *db, const char *table, unsigned shard,
                   unsigned type, const char *json, size_t len, uint64_t *id);
+/* for_update: SELECT ... FOR UPDATE, in a transaction that checked the
+ * fence. Else the hot-path read, which checks the fence in the same
+ * statement: *fenced (may be NULL only inside such a transaction) tells. */
 int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
-                  bool for_update, char **json, size_t *len);
+                  bool for_update, bool *fenced, char **json, size_t *len);
 int object_write(shard_conn *c, const char *db, const char *table, uint64_t id,
                  const char *json, size_t len);
 

@@ -1,10 +1,13 @@
 /*
  * Schema: every shard database and table the map needs, created on each
  * pair's master (replication carries it to the standby), idempotently,
- * pairs in parallel.
+ * pairs in parallel; and the fence table (libshard-move(7)) on every
+ * server of every pair, unlogged, since each server keeps its own.
  */
+#include "exec.h"
 #include "schema.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,11 +15,10 @@ typedef struct schema_job {
     shard_ctx *ctx;
     const shard_map *map;
     size_t pair;
+    const shard_endpoint *standby; /* a standby's fence table only, or NULL */
     uint64_t total, done;
-    int rc;
-    char errmsg[512];
-    pthread_t thread;
-    bool threaded;
+    char (*fenced)[SHARD_DBNAME_MAX]; /* databases fenced on the master, sorted */
+    size_t nfenced;
     /* shared by every job: progress calls are serialised */
     pthread_mutex_t *progress_lock;
     shard_progress_fn progress;
@@ -76,20 +78,30 @@ static uint64_t count_statements(const shard_map *m, size_t pair)
 }
 
 /* One statement, retried on transient failures (DDL here is idempotent). */
-static int run(schema_job *j, shard_conn **c, const sqlbuf *q)
+static int run_stmt(shard_ctx *ctx, shard_conn **c, const sqlbuf *q)
 {
+    double deadline = now_seconds() + ctx->opts.retry_budget_ms / 1000.0;
     shard_server *srv = (*c)->srv;
     int rc;
 
     for (unsigned attempt = 1;; attempt++) {
         rc = conn_query(*c, q);
-        if (rc == 0 || !error_transient(rc) || attempt >= j->ctx->opts.retry_max)
+        if (rc == 0 || !error_transient(rc) || attempt >= ctx->opts.retry_max ||
+            now_seconds() >= deadline)
             break;
-        conn_put(*c, rc != SHARD_ECONNECT);
+        conn_release(*c, rc);
         *c = NULL;
-        if ((rc = conn_get(j->ctx, srv, c)))
+        exec_backoff(attempt, deadline);
+        if ((rc = conn_get(ctx, srv, c)))
             break;
     }
+    return rc;
+}
+
+static int run(schema_job *j, shard_conn **c, const sqlbuf *q)
+{
+    int rc = run_stmt(j->ctx, c, q);
+
     if (rc == 0) {
         j->done++;
         if (j->progress) {
@@ -101,6 +113,80 @@ static int run(schema_job *j, shard_conn **c, const sqlbuf *q)
         }
     }
     return rc;
+}
+
+/*
+ * The fence table, on one server, unlogged: each server keeps its own rows,
+ * so neither the pair's replication nor a move's ever carries them. The
+ * connection is closed after (it had binary logging off).
+ */
+static const char *const FENCE_DDL[] = {
+    "SET SESSION sql_log_bin = 0",
+    "CREATE DATABASE IF NOT EXISTS libshard_control",
+    "CREATE TABLE IF NOT EXISTS " FENCE_TABLE " ("
+    " db VARCHAR(64) NOT NULL PRIMARY KEY,"
+    " fenced TINYINT NOT NULL DEFAULT 0,"
+    " move_id BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+    " changed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
+    " ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB",
+};
+
+int schema_fence_table(shard_ctx *ctx, shard_server *srv)
+{
+    shard_conn *c = NULL;
+    sqlbuf q;
+    int rc = conn_get(ctx, srv, &c);
+
+    sql_init(&q);
+    for (size_t i = 0; rc == 0 && i < sizeof FENCE_DDL / sizeof *FENCE_DDL; i++) {
+        sql_reset(&q);
+        sql_add(&q, FENCE_DDL[i]);
+        rc = run_stmt(ctx, &c, &q);
+        if (rc == 0 || !c)
+            continue;
+        if (i == 0 && rc == SHARD_EPRIV)
+            shard_fail_prefix(rc, "the schema account needs BINLOG ADMIN to create "
+                              FENCE_TABLE " unlogged: ");
+    }
+    sql_free(&q);
+    if (c)
+        c->broken = true; /* sql_log_bin = 0 must not serve the application */
+    conn_release(c, rc);
+    if (rc)
+        shard_fail_prefix(rc, "%s: ", srv->label);
+    return rc;
+}
+
+static int cmp_db(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+/* The databases the master's fence rows say are fenced by a move. */
+static int read_fenced(schema_job *j, shard_conn *c)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "SELECT db FROM " FENCE_TABLE " WHERE fenced <> 0");
+    rc = conn_select(c, &q, &res);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    j->fenced = shard_calloc(mysql_num_rows(res) + 1, sizeof *j->fenced);
+    if (!j->fenced) {
+        mysql_free_result(res);
+        return shard_fail(SHARD_ENOMEM, "out of memory");
+    }
+    while ((row = mysql_fetch_row(res)))
+        if (row[0] && strlen(row[0]) < SHARD_DBNAME_MAX)
+            snprintf(j->fenced[j->nfenced++], SHARD_DBNAME_MAX, "%s", row[0]);
+    mysql_free_result(res);
+    qsort(j->fenced, j->nfenced, sizeof *j->fenced, cmp_db);
+    return 0;
 }
 
 static int create_db(schema_job *j, shard_conn **c, sqlbuf *q, const char *db)
@@ -117,20 +203,12 @@ static int apply_id_shard(schema_job *j, shard_conn **c, sqlbuf *q, unsigned sha
     int rc;
 
     shard_dbfmt_name(&m->dbfmt, shard, db);
-    {
-        /* A database fenced by a move must stay as the move left it: new
-         * tables there would take writes the target never sees. */
-        char sql[300], fenced[16];
-        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.TABLES WHERE"
-                 " TABLE_SCHEMA = '%s' AND TABLE_NAME LIKE '\\_moved\\_%%'", db);
-        if ((rc = conn_value(*c, sql, fenced, sizeof fenced)))
-            return rc;
-        if (strcmp(fenced, "0") != 0) {
-            ctx_log(j->ctx, SHARD_LOG_WARN, "schema: %s is fenced by a move: left as it is",
-                    db);
-            j->done += tables_per_db(m);
-            return 0;
-        }
+    /* A database fenced by a move must stay as the move left it: new
+     * tables there would take writes the target never sees. */
+    if (j->nfenced && bsearch(db, j->fenced, j->nfenced, sizeof *j->fenced, cmp_db)) {
+        ctx_log(j->ctx, SHARD_LOG_WARN, "schema: %s is fenced by a move: left as it is", db);
+        j->done += tables_per_db(m);
+        return 0;
     }
     if ((rc = create_db(j, c, q, db)))
         return rc;
@@ -183,8 +261,12 @@ static int apply_pair(schema_job *j)
 
     if (!srv)
         return shard_fail(SHARD_ENOMEM, "out of memory");
-    if ((rc = conn_get(j->ctx, srv, &c)))
+    if ((rc = schema_fence_table(j->ctx, srv)) || (rc = conn_get(j->ctx, srv, &c)))
         return rc;
+    if ((rc = read_fenced(j, c))) {
+        conn_release(c, rc);
+        return rc;
+    }
     sql_init(&q);
     for (size_t i = 0; rc == 0 && i < m->nranges; i++)
         if (m->ranges[i].pair == j->pair)
@@ -195,19 +277,27 @@ static int apply_pair(schema_job *j)
             for (unsigned s = m->mod_ranges[i].lo; rc == 0 && s <= m->mod_ranges[i].hi; s++)
                 rc = apply_mod_shard(j, &c, &q, s);
     sql_free(&q);
-    conn_put(c, rc == 0 || rc == SHARD_ESERVER || rc == SHARD_EPRIV);
+    conn_release(c, rc);
     return rc;
 }
 
-static void *job_main(void *arg)
+static int job_run(void *arg, size_t i, unsigned worker)
 {
-    schema_job *j = arg;
-    j->rc = apply_pair(j);
-    if (j->rc) {
-        shard_fail_prefix(j->rc, "schema on pair %s: ", j->map->pairs[j->pair].name);
-        snprintf(j->errmsg, sizeof j->errmsg, "%s", shard_errmsg());
+    schema_job *j = (schema_job *)arg + i;
+    int rc;
+
+    (void)worker;
+    if (j->standby) {
+        shard_server *srv = ctx_server_at(j->ctx, j->standby);
+        rc = srv ? schema_fence_table(j->ctx, srv) : shard_fail(SHARD_ENOMEM, "out of memory");
+        if (rc)
+            shard_fail_prefix(rc, "schema on pair %s (standby): ",
+                              j->map->pairs[j->pair].name);
+        return rc;
     }
-    return NULL;
+    if ((rc = apply_pair(j)))
+        shard_fail_prefix(rc, "schema on pair %s: ", j->map->pairs[j->pair].name);
+    return rc;
 }
 
 int shard_schema_apply(shard_ctx *ctx, shard_progress_fn progress, void *payload)
@@ -215,34 +305,33 @@ int shard_schema_apply(shard_ctx *ctx, shard_progress_fn progress, void *payload
     pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     shard_map *map;
     schema_job *jobs;
-    int rc = 0;
+    size_t n = 0;
+    int rc;
 
     if (!ctx)
         return shard_fail(SHARD_EINVAL, "shard_schema_apply: NULL context");
     map = ctx_map(ctx);
-    jobs = shard_calloc(map->npairs, sizeof *jobs);
+    /* One job per pair (its master's fence table, databases and tables),
+     * and one per standby (its fence table): a standby becomes the master
+     * at failover, and must have one by then. */
+    jobs = shard_calloc(2 * map->npairs + 1, sizeof *jobs);
     if (!jobs) {
         shard_map_free(map);
         return shard_fail(SHARD_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < map->npairs; i++) {
-        jobs[i] = (schema_job){.ctx = ctx, .map = map, .pair = i,
-                               .total = count_statements(map, i), .progress_lock = &lock,
-                               .progress = progress, .payload = payload};
-        if (jobs[i].total == 0)
-            continue;
-        jobs[i].threaded = pthread_create(&jobs[i].thread, NULL, job_main, &jobs[i]) == 0;
-        if (!jobs[i].threaded)
-            job_main(&jobs[i]);
-    }
-    for (size_t i = 0; i < map->npairs; i++) {
-        if (jobs[i].threaded)
-            pthread_join(jobs[i].thread, NULL);
-        if (jobs[i].rc && !rc) {
-            rc = jobs[i].rc;
-            shard_fail(rc, "%s", jobs[i].errmsg);
+        schema_job base = {.ctx = ctx, .map = map, .pair = i, .progress_lock = &lock,
+                           .progress = progress, .payload = payload};
+        jobs[n] = base;
+        jobs[n++].total = count_statements(map, i);
+        if (map->pairs[i].has_standby) {
+            jobs[n] = base;
+            jobs[n++].standby = &map->pairs[i].standby;
         }
     }
+    rc = fanout_run(n, (unsigned)n, job_run, jobs);
+    for (size_t i = 0; i < n; i++)
+        free(jobs[i].fenced);
     free(jobs);
     shard_map_free(map);
     return rc;

@@ -8,5 +8,8 @@
 /* CREATE TABLE IF NOT EXISTS of an object table / a mapping table, into q. */
 void schema_object_table(sqlbuf *q, const char *db, const char *table);
 void schema_mapping_table(sqlbuf *q, const char *db, const char *table);
+/* The move fence table (libshard-move(7)) on one server, unlogged: every
+ * server of a pair that serves ID shards needs it. */
+int schema_fence_table(shard_ctx *ctx, shard_server *srv);
 
 #endif

@@ -612,6 +612,18 @@ static int create_shard(create_job *j, size_t pair, shard_conn *c, sqlbuf *q, un
     return 0;
 }
 
+static int pair_fence_tables(shard_ctx *ctx, const shard_pairdef *p)
+{
+    shard_server *srv = ctx_server_at(ctx, &p->master);
+    int rc = srv ? schema_fence_table(ctx, srv) : shard_fail(SHARD_ENOMEM, "out of memory");
+
+    if (rc == 0 && p->has_standby) {
+        srv = ctx_server_at(ctx, &p->standby);
+        rc = srv ? schema_fence_table(ctx, srv) : shard_fail(SHARD_ENOMEM, "out of memory");
+    }
+    return rc;
+}
+
 static int create_on_pair(void *arg, size_t pair, unsigned worker)
 {
     create_job *j = arg;
@@ -622,6 +634,9 @@ static int create_on_pair(void *arg, size_t pair, unsigned worker)
     (void)worker;
     if (!j->total[pair])
         return 0;
+    /* Clients check the move fence on every server of the pair. */
+    if ((rc = pair_fence_tables(j->ctx, &j->map->pairs[pair])))
+        return shard_fail_prefix(rc, "pair %s: ", j->map->pairs[pair].name);
     if ((rc = fleet_connect(j->ctx, &j->map->pairs[pair].master, &c)))
         return shard_fail_prefix(rc, "pair %s: ", j->map->pairs[pair].name);
     sql_init(&q);

@@ -32,20 +32,37 @@ static int txn_fail(shard_txn *t, int rc)
 
 static void txn_end(shard_txn *t, bool rollback)
 {
-    bool healthy = t->conn && t->failed != SHARD_ECONNECT && t->failed != SHARD_ETIMEOUT;
-
-    if (t->conn && rollback && healthy)
-        healthy = conn_query_str(t->conn, "ROLLBACK") == 0;
-    conn_put(t->conn, healthy);
+    if (t->conn && rollback && conn_reusable(t->conn, t->failed) &&
+        conn_query_str(t->conn, "ROLLBACK") != 0)
+        t->conn->broken = true;
+    conn_release(t->conn, t->failed);
     shard_map_free(t->map);
     free(t);
+}
+
+/* Opens the transaction on the routed connection and checks the fence under
+ * a shared lock, which the transaction keeps to its end: a move's fence
+ * waits for it, and no write commits after the fence. */
+static int begin_fn(exec_env *env, void *arg)
+{
+    shard_txn *t = arg;
+    int rc = conn_query_str(env->conn, "START TRANSACTION");
+
+    if (rc == 0 && (rc = exec_fence_lock(env)) != 0 && conn_reusable(env->conn, rc) &&
+        conn_query_str(env->conn, "ROLLBACK") != 0)
+        env->conn->broken = true;
+    if (rc)
+        return rc;
+    t->conn = env->conn;
+    t->map = shard_map_ref((shard_map *)env->map);
+    snprintf(t->db, sizeof t->db, "%s", env->db);
+    env->keep = true;
+    return 0;
 }
 
 int shard_txn_begin(shard_ctx *ctx, unsigned shard, shard_txn **out)
 {
     shard_txn *t;
-    shard_server *srv;
-    long pi;
     int rc;
 
     if (!ctx || !out)
@@ -57,25 +74,10 @@ int shard_txn_begin(shard_ctx *ctx, unsigned shard, shard_txn **out)
         return shard_fail(SHARD_ENOMEM, "out of memory");
     t->ctx = ctx;
     t->shard = shard;
-    t->map = ctx_map(ctx);
-    pi = shard_map_pair_index(t->map, shard);
-    if (pi < 0) {
-        rc = shard_fail(SHARD_ENOSHARD, "shard %u is not in any range of map version %llu",
-                        shard, (unsigned long long)t->map->version);
-        txn_end(t, false);
-        return rc;
-    }
-    shard_dbfmt_name(&t->map->dbfmt, shard, t->db);
-    srv = ctx_server(ctx, t->map, (size_t)pi);
-    rc = srv ? conn_get(ctx, srv, &t->conn) : shard_fail(SHARD_ENOMEM, "out of memory");
-    if (rc == 0)
-        rc = conn_query_str(t->conn, "START TRANSACTION");
-    if (rc) {
-        shard_fail_prefix(rc, "pair %s, %s: ", t->map->pairs[pi].name, t->db);
-        t->failed = rc;
-        txn_end(t, false);
-        if (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT || rc == SHARD_EMOVED)
-            ctx_reload_soon(ctx, false); /* a failover may have moved the master */
+    /* Routed like any call: a fenced shard waits for the new map, a lost
+     * server is retried, before anything is written. */
+    if ((rc = ctx_exec(ctx, shard, 0, begin_fn, t))) {
+        free(t);
         return rc;
     }
     *out = t;
@@ -132,7 +134,7 @@ int shard_txn_object_get(shard_txn *t, uint64_t id, char **json, size_t *len)
     if ((rc = check_on_shard(t, id, "shard_txn_object_get")) ||
         (rc = object_check_id(t->map, id, &table)))
         return rc;
-    rc = object_select(t->conn, t->db, table, id, true, json, len);
+    rc = object_select(t->conn, t->db, table, id, true, NULL, json, len);
     return rc == SHARD_ENOTFOUND ? rc : txn_fail(t, rc);
 }
 
@@ -150,10 +152,10 @@ int shard_txn_object_put(shard_txn *t, uint64_t id, const char *json, size_t len
     json_decref(v);
     if ((rc = txn_fail(t, object_write(t->conn, t->db, table, id, json, len))))
         return rc;
-    if (mysql_affected_rows(t->conn->my) == 0) {
+    if (t->conn->affected == 0) {
         /* 0 rows: absent, or unchanged; tell them apart without failing the txn. */
         char *cur = NULL;
-        rc = object_select(t->conn, t->db, table, id, false, &cur, NULL);
+        rc = object_select(t->conn, t->db, table, id, false, NULL, &cur, NULL);
         free(cur);
         if (rc)
             return rc == SHARD_ENOTFOUND ? rc : txn_fail(t, rc);

@@ -22,11 +22,15 @@
  *  scatter):
  *    GRANT SELECT, INSERT, UPDATE, DELETE ON `db%`.*       TO app;
  *    GRANT SELECT, INSERT, UPDATE, DELETE ON `modshard%`.* TO app;
+ *    GRANT SELECT ON libshard_control.fence TO app;  (the move's fence)
  *  and never READ_ONLY ADMIN (or SUPER): read_only is the failover's fence.
  *
  *  schema (shard_schema_apply):
  *    GRANT CREATE ON `db%`.*       TO schema;
  *    GRANT CREATE ON `modshard%`.* TO schema;
+ *    GRANT CREATE ON `libshard\_control`.* TO schema;
+ *    GRANT SELECT ON libshard_control.fence TO schema;
+ *    GRANT BINLOG ADMIN ON *.* TO schema;  (the fence table is made unlogged)
  *
  *  mover (shard_move, shard_move_resume, shard_move_abort, shard_move_status):
  *    GRANT SELECT, INSERT, CREATE, DROP ON `db%`.*                   TO mover;
@@ -76,12 +80,16 @@
 static const char *const APP_GRANTS[] = {
     "SELECT, INSERT, UPDATE, DELETE ON `db%`.*",
     "SELECT, INSERT, UPDATE, DELETE ON `modshard%`.*",
+    "SELECT ON libshard_control.fence",
 };
 
 /* What shard_schema_apply needs. */
 static const char *const SCHEMA_GRANTS[] = {
     "CREATE ON `db%`.*",
     "CREATE ON `modshard%`.*",
+    "CREATE ON `libshard\\_control`.*",
+    "SELECT ON libshard_control.fence",
+    "BINLOG ADMIN ON *.*",
 };
 
 /* What a move needs, each line for a reason:
@@ -859,7 +867,12 @@ START_TEST(app_role)
     ck_assert_msg(rc == SHARD_EPRIV, "rc %d: %s", rc, errmsg());
     printf("app account, move: %s\n", errmsg());
     ck_assert_int_eq(db_exists("s3", "db00000"), 0);
-    ck_assert_int_eq(db_exists("s3", "libshard_control"), 0);
+    /* (libshard_control itself exists everywhere: schema apply makes the
+     * fence table there.) No move journal was started. */
+    out = sql_on("s3", "SELECT COUNT(*) FROM information_schema.TABLES WHERE "
+                       "TABLE_SCHEMA = 'libshard_control' AND TABLE_NAME = 'moves'");
+    ck_assert_str_eq(out, "0\n");
+    free(out);
     ck_assert_uint_eq(map_version(harness_map_path(h)), version);
     rc = shard_pair_failover(c, "MySQL001", 0, &fr);
     ck_assert_msg(rc == SHARD_EPRIV, "rc %d: %s", rc, errmsg());
@@ -1264,11 +1277,12 @@ START_TEST(make_accounts_and_maps)
 {
     static const char *const rows[] = {"SELECT, INSERT, UPDATE, DELETE ON `db%`.*",
                                        "SELECT, INSERT, UPDATE, DELETE ON `modshard%`.*",
+                                       "SELECT ON libshard_control.fence",
                                        "ALL ON `libshard\\_maps`.*"};
     char text[1024];
 
     account("tlsuser", "TLSUSER_PASSWORD", "SSL", rows, NELEM(rows), 0);
-    account("x509user", "TLSUSER_PASSWORD", "X509", rows, 2, 0);
+    account("x509user", "TLSUSER_PASSWORD", "X509", rows, 3, 0);
     write_map(map_tls, sizeof map_tls, "tls.json",
               tls_cred("tlsuser", "TLSUSER_PASSWORD", "ca.pem", 1, NULL, NULL));
     write_map(map_notls, sizeof map_notls, "notls.json",

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -235,10 +236,18 @@ static void expect_schema_run(run_result r)
 
 START_TEST(schema_apply_twice)
 {
-    /* Before the schema exists, a write fails (exit 1) and says why. */
-    expect_fail(RUN("obj", "create", "pins", "{}"), "", "doesn't exist");
+    /* Before the schema exists, a write fails (exit 1) and says what to run. */
+    expect_fail(RUN("obj", "create", "pins", "{}"), "", "shardctl schema apply");
+    expect_fail(RUN("kv", "put", "users_by_email", "k", "v"), "", "doesn't exist");
 
     expect_schema_run(RUN("schema", "apply"));
+    /* The fence table, on every server, masters and standbys alike. */
+    for (int k = 1; k <= 2 * NPAIRS; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "s%d", k);
+        expect_sql(name, "1\n", "SELECT COUNT(*) FROM information_schema.tables WHERE "
+                                "table_schema = 'libshard_control' AND table_name = 'fence'");
+    }
     for (unsigned s = 0; s < ID_SHARDS; s++)
         expect_sql(master_of_shard(s), "6\n",
                    "SELECT COUNT(*) FROM information_schema.tables "
@@ -420,10 +429,28 @@ START_TEST(obj_get_many)
 
     expect_fail(RUN("obj", "get", idstr(m1), idstr(m2)), "", idstr(m2));
 
-    /* A valid ID whose shard no range serves: the lookup fails (exit 1). */
+    /* A valid ID whose shard no range serves is bad input (exit 2); the
+     * objects found are still printed, and the error is one clean line. */
     uint64_t far = compose(100, 1, 1);
-    expect_fail(RUN("obj", "get", idstr(far)), "", "100");
-    expect_fail(RUN("obj", "get", idstr(a), idstr(far)), "{\"a\":1}\n", idstr(far));
+    expect_usage(RUN("obj", "get", idstr(far)), "100");
+    r = RUN("obj", "get", idstr(a), idstr(far));
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_str_eq(r.out, "{\"a\":1}\n");
+    snprintf(want, sizeof want, "shardctl: ID %s is on a shard that no range of the map "
+             "serves\n", idstr(far));
+    ck_assert_str_eq(r.err, want);
+    run_free(&r);
+    r = RUN("obj", "get", idstr(far), idstr(m1));
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_str_eq(r.out, "");
+    snprintf(want, sizeof want, "shardctl: ID %s is on a shard that no range of the map "
+             "serves; object %s not found\n", idstr(far), idstr(m1));
+    ck_assert_str_eq(r.err, want);
+    run_free(&r);
+    expect_usage(RUN("obj", "update", idstr(far), "{}"), "100");
+    expect_usage(RUN("obj", "delete", idstr(far)), "100");
+    expect_usage(RUN("obj", "delete", idstr(far), "--hard"), "100");
+    expect_usage(RUN("obj", "create", "pins", "{}", "--near", idstr(far)), "100");
 }
 END_TEST
 
@@ -644,6 +671,11 @@ START_TEST(mapping_bad_input)
     expect_usage(RUN("mapping", "count", "board_has_pins", a, "--limit", "1"), "--limit");
     expect_usage(RUN("mapping", "add", "board_has_pins", a, p, "--before", "1"), "--before");
     expect_usage(RUN("mapping", "frob"), "frob");
+    /* A TO (or FROM) on a shard no range serves: exit 2, and nothing was
+     * written, not even the forward row. */
+    IDBUF(far, compose(100, 1, 1));
+    expect_usage(RUN("mapping", "add", "board_has_pins", a, far), far);
+    expect_usage(RUN("mapping", "add", "board_has_pins", far, p), far);
     expect_ok(RUN("mapping", "count", "board_has_pins", a), "0\n");
 }
 END_TEST
@@ -717,6 +749,22 @@ END_TEST
 /* The map, credentials and failing servers                            */
 /* ------------------------------------------------------------------ */
 
+/* A map "file" that is a FIFO is refused at once, never waited on. */
+START_TEST(map_fifo)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/map.fifo", harness_dir(H));
+    unlink(path);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    expect_usage(run_argv(&(run_opts){1, NULL}, ARGV("--map", path, "map", "show")), "FIFO");
+    expect_usage(run_argv(&(run_opts){1, NULL}, ARGV("--map", path, "obj", "get", "1")),
+                 "not a regular file");
+    expect_usage(run_argv(&(run_opts){1, NULL}, ARGV("--map", harness_dir(H), "map", "show")),
+                 "directory");
+    unlink(path);
+}
+END_TEST
+
 START_TEST(map_and_credentials)
 {
     char opt[600];
@@ -782,6 +830,7 @@ static Suite *shardctl_suite(void)
     tcase_add_test(tc, mapping_bad_input);
     tcase_add_test(tc, kv_round_trip);
     tcase_add_test(tc, kv_bad_input);
+    tcase_add_test(tc, map_fifo);
     tcase_add_test(tc, map_and_credentials);
     tcase_add_test(tc, server_down); /* last: it kills a server */
     suite_add_tcase(s, tc);

@@ -1,0 +1,88 @@
+/*
+ * Routed execution: a call is run on the master of the pair serving its
+ * shard, and the retry policy decides what happens when it fails: which
+ * errors are retried, how long to back off, how a fenced shard is waited
+ * out (libshard-move(7)), and when the map is read again.
+ */
+#ifndef LIBSHARD_EXEC_H
+#define LIBSHARD_EXEC_H
+
+#include "ctx.h"
+
+/* The database that holds the fence rows (see libshard-move(7)). */
+#define FENCE_TABLE "libshard_control.fence"
+
+#define EXEC_MOD 1   /* shard is a mod shard: never moved, no fence */
+#define EXEC_WRITE 2 /* run fn in a transaction that first checks the fence under a
+                      * shared lock, and commit it after fn */
+#define EXEC_IDEMPOTENT 4 /* with EXEC_WRITE: running fn twice does no harm, so even
+                           * a COMMIT lost in flight is retried */
+
+typedef struct exec_env {
+    shard_conn *conn;
+    const shard_map *map;
+    const char *db;
+    unsigned shard;
+    const char *pair; /* the pair's name, for messages */
+    /* fn sets this before sending a write whose loss in flight would leave
+     * its outcome unknown (not idempotent, not inside an open transaction):
+     * such a failure is reported, never retried. */
+    bool ambiguous;
+    /* fn sets this to keep the connection (and its open transaction) past
+     * a successful return: it then owns env->conn (shard_txn_begin). */
+    bool keep;
+} exec_env;
+
+typedef int (*exec_fn)(exec_env *env, void *arg);
+
+/*
+ * Run fn on a connection to the master of the pair serving `shard`, with
+ * env->db its database. Transient failures are retried within the
+ * context's retry budget; a fenced or moved shard waits for the new map
+ * (exec_wait_map) and runs again where it routes.
+ */
+int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg);
+
+/* SHARD_EMOVED for a statement that found the shard fenced. */
+int exec_fenced(const exec_env *env);
+/* A read's fence column: " (SELECT fenced FROM libshard_control.fence WHERE db = 'DB')". */
+void sql_fence_value(sqlbuf *q, const char *db);
+/* The write's fence check, inside its open transaction, under a shared lock
+ * (a move's fence UPDATE waits for it): SHARD_EMOVED when fenced. */
+int exec_fence_lock(exec_env *env);
+
+/* Whether an error may go away on retry. */
+bool error_transient(int code);
+/* How long to wait before attempt number `attempt` (1, 2, ...) of a
+ * transient failure, jittered; at most what is left until `deadline`. */
+double exec_backoff_ms(unsigned attempt, double deadline);
+void exec_backoff(unsigned attempt, double deadline);
+
+/*
+ * Read the map store again for a call that failed: one read in flight per
+ * context (other threads wait for its result), and none sooner than
+ * min_ms after the previous one started (wait: sleep until then and read;
+ * else return). Keeps the thread's error message. Returns whether a read
+ * that started after this call finished.
+ */
+bool exec_reload(shard_ctx *ctx, double min_ms, bool wait);
+/* Reload the map soon after an error (force: regardless of the interval). */
+bool ctx_reload_soon(shard_ctx *ctx, bool force);
+/*
+ * Wait for the map to change from `version` while a shard is fenced: polls
+ * the store (exec_reload) at a short interval that grows with the time
+ * already waited (`waited_ms`), never past `deadline`. Returns whether the
+ * context's map is now newer than `version`.
+ */
+bool exec_wait_map(shard_ctx *ctx, uint64_t version, double waited_ms, double deadline);
+
+/*
+ * What a failed statement on (db, shard) means: a missing fence table is a
+ * clear error naming `shardctl schema apply`; a missing shard table or
+ * database after a move is SHARD_EMOVED (retried after a reload); any other
+ * rc comes back unchanged.
+ */
+int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shard,
+                    bool mod, const char *old_pair, int rc);
+
+#endif
