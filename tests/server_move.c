@@ -87,7 +87,7 @@ static int move_connections(const char *server)
 {
     char *out = sql1(server, "SHOW ALL SLAVES STATUS");
     int n = 0;
-    for (char *p = out; (p = strstr(p, "libshard_move_")); p++)
+    for (char *p = out; (p = strstr(p, "\nlibshard_from_")); p++)
         n++;
     free(out);
     return n;
@@ -613,7 +613,7 @@ START_TEST(merge_two_pairs_onto_one)
                                " AND (COLUMN_NAME LIKE '%gtid' OR COLUMN_NAME ="
                                " 'fence_statements')");
         ck_assert_str_eq(out, "fence_gtid text,fence_statements int,flip_gtid text,"
-                              "snapshot_gtid text\n");
+                              "reverse_gtid text,snapshot_gtid text\n");
         free(out);
     }
     for (unsigned s = 0; s <= 3; s++) {
