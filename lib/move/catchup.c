@@ -181,6 +181,23 @@ static void link_unlock(shard_conn *c)
     shard_error_restore(&saved);
 }
 
+int move_cut_lock(mv *m, bool on)
+{
+    int rc;
+
+    if (on == m->cut_locked)
+        return 0;
+    if (!on) {
+        link_unlock(m->t);
+        m->cut_locked = false;
+        return 0;
+    }
+    if ((rc = link_lock(m->t)))
+        return rc;
+    m->cut_locked = true;
+    return 0;
+}
+
 /* Who else uses the connection, as the journal says. */
 static int registry(mv *m, const move_link *l, dbset *s)
 {

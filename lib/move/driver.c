@@ -307,9 +307,17 @@ static int state_catchup(mv *m)
     }
     if ((rc = move_catch_up(m)) || (rc = move_postpone(m)))
         return rc;
+    /* No other mover restarts the target's connections between the fence
+     * and the flip; caught up again after waiting for that. */
+    if ((rc = move_cut_lock(m, true)) || (rc = move_catch_up(m))) {
+        move_cut_lock(m, false);
+        return rc;
+    }
     m->r->fence_attempts++;
     m->fence_t0 = now_seconds(); /* from here until the new map is out: the pause */
     rc = move_fence_set(m, true);
+    if (rc)
+        move_cut_lock(m, false);
     if (rc == SHARD_EBUSY) { /* lock wait timeout: a long transaction */
         shard_fail(SHARD_EBUSY, "fence attempt %u: a transaction held a moved shard longer "
                    "than %u s", m->r->fence_attempts, m->o.fence_timeout_s);
@@ -325,12 +333,25 @@ static int state_catchup(mv *m)
         rc = move_enter(m, MOVE_FENCED, NULL);
     }
     free(pos);
-    return rc ? lift_fence(m, rc) : 0;
+    if (rc) {
+        rc = lift_fence(m, rc);
+        move_cut_lock(m, false);
+    }
+    return rc;
 }
 
 /* fenced: the target applies up to the fence, its snapshots for the
  * verification are opened, the map flips. */
+static int fenced_flip(mv *m);
+
 static int state_fenced(mv *m)
+{
+    int rc = fenced_flip(m);
+    move_cut_lock(m, false); /* flipped or the fence lifted: others may set up */
+    return rc;
+}
+
+static int fenced_flip(mv *m)
 {
     double t0 = m->fence_t0 ? m->fence_t0 : now_seconds();
     bool reached = false, on = false;

@@ -85,6 +85,7 @@ typedef struct mv {
     bool listed;       /* tables listed in this run */
     bool target_made;  /* target's databases and tables made in this run */
     bool repl_checked; /* the replication connection runs with its filter */
+    bool cut_locked;   /* holds the target's replication-setup lock (cut-over) */
     bool final;        /* the failure is not worth retrying (a limit ran out) */
     unsigned retries;  /* transient failures retried in this run */
     double fence_t0;   /* when this run fenced (0: an earlier run did) */
@@ -258,6 +259,12 @@ int move_open_vsnaps(mv *m);
 /* One snapshot per worker of the target as it is now; one_point: all of
  * one commit point (commits wait while they open). */
 int move_vsnaps_open(mv *m, bool one_point);
+/* The target master's replication-setup lock, held from before the fence
+ * until the flip (or the fence lifted): another mover's connection setup
+ * stops every connection on the target, which would stall this move's
+ * wait for the fence position, so it waits for the flip instead. on=false
+ * releases it if held. */
+int move_cut_lock(mv *m, bool on);
 /* Caught up: wait while the postpone_cutover_file exists, replicating. */
 int move_postpone(mv *m);
 void move_close_vsnaps(mv *m);
