@@ -9,6 +9,9 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +47,10 @@ static const char usage_text[] =
     "  move status                           the journaled moves, one JSON line each\n"
     "  move resume [ID]                      finish an interrupted move\n"
     "  move abort [ID]                       undo an interrupted move (before its flip)\n"
+    "  rebalance [--by bytes|writes] [--threshold F] [--max-moves N] [--drain PAIR]\n"
+    "            [--pairs P1,P2,...] [--dry-run | --yes] [--threads N]\n"
+    "                                        plan moves that even out the pairs; run\n"
+    "                                        them with --yes\n"
     "  failover PAIR [--force]               promote PAIR's standby\n"
     "  map show                              the current map, as JSON\n"
     "  map publish FILE [--force]            validate FILE and publish it as the new map\n"
@@ -106,6 +113,11 @@ enum {
     OPT_STANDBY,
     OPT_PAIR,
     OPT_VERBOSE,
+    OPT_BY,
+    OPT_THRESHOLD,
+    OPT_MAX_MOVES,
+    OPT_DRAIN,
+    OPT_PAIRS,
     NOPTS
 };
 
@@ -134,6 +146,9 @@ static const struct option_def {
     [OPT_VERSION] = {"--version", 0}, [OPT_MASTER] = {"--master", 1},
     [OPT_STANDBY] = {"--standby", 1}, [OPT_PAIR] = {"--pair", 1},
     [OPT_VERBOSE] = {"--verbose", 0},
+    [OPT_BY] = {"--by", 1},         [OPT_THRESHOLD] = {"--threshold", 1},
+    [OPT_MAX_MOVES] = {"--max-moves", 1}, [OPT_DRAIN] = {"--drain", 1},
+    [OPT_PAIRS] = {"--pairs", 1},
 };
 
 /* Options and positional arguments, parsed once for every command. */
@@ -1499,6 +1514,275 @@ static int cmd_move_status(const args *a)
     return rc;
 }
 
+/* ------------------------------------------------------------------ */
+/* Rebalancing                                                         */
+/* ------------------------------------------------------------------ */
+
+/* Set by the signal thread at the first SIGINT: no further move starts. */
+static atomic_int rebalance_stop;
+
+/*
+ * SIGINT is blocked in every thread (the mover's threads inherit the mask)
+ * and taken here, so that no server call sees EINTR. The first stops the
+ * rebalance after the current move; the second stops now, leaving the
+ * move journaled for shardctl move resume.
+ */
+static void *rebalance_signals(void *arg)
+{
+    sigset_t *set = arg;
+    int sig;
+
+    for (int n = 0;; n++) {
+        if (sigwait(set, &sig) != 0)
+            continue;
+        if (n == 0) {
+            atomic_store(&rebalance_stop, 1);
+            fputs("\nshardctl: interrupted: stopping after the current move (interrupt "
+                  "again to stop at once; the move can then be resumed)\n", stderr);
+        } else {
+            fputs("\nshardctl: interrupted again: stopping now; finish the move with "
+                  "shardctl move resume (see shardctl move status)\n", stderr);
+            _exit(130);
+        }
+    }
+    return NULL;
+}
+
+static void load_text(int by, double load, char *buf, size_t size)
+{
+    if (by == SHARD_REBALANCE_BY_WRITES)
+        snprintf(buf, size, "%.1f writes/s", load);
+    else
+        human_bytes((json_int_t)load, buf, size);
+}
+
+static void print_rebalance_move(FILE *f, const shard_rebalance_move *m, size_t i, size_t n,
+                                 int by)
+{
+    char b[32];
+    human_bytes((json_int_t)m->bytes, b, sizeof b);
+    fprintf(f, "move %zu/%zu: shards %u-%u from %s to %s: %" PRIu64 " bytes (%s)", i + 1, n,
+            m->first, m->last, m->from, m->to, m->bytes, b);
+    if (by == SHARD_REBALANCE_BY_WRITES)
+        fprintf(f, ", %.1f writes/s", m->writes);
+    fputs(m->drain ? " (drain)\n" : "\n", f);
+}
+
+/* A drained pair that serves mod shards is not empty after the plan. */
+static void note_mod_shards(const shard_map *map, const char *pair)
+{
+    uint32_t n = 0;
+    for (uint32_t m = 0; m < shard_map_mod_count(map); m++) {
+        const char *p;
+        n += shard_map_mod_pair_of(map, m, &p) == 0 && strcmp(p, pair) == 0;
+    }
+    if (n)
+        printf("note: %s also serves %u mod shard%s, which moves do not carry: it is not "
+               "empty after the plan\n", pair, n, n == 1 ? "" : "s");
+}
+
+static void print_rebalance_plan(const shard_rebalance *plan, const shard_rebalance_options *o,
+                                 const shard_map *map)
+{
+    size_t nm, np, nactive = 0;
+    const shard_rebalance_move *mv = shard_rebalance_moves(plan, &nm);
+    const shard_rebalance_pair *pp = shard_rebalance_pairs(plan, &np);
+    double before, after, total = 0;
+    int outside = 0;
+
+    printf("rebalance by %s, threshold %g, map version %" PRIu64 ": %zu move%s\n",
+           o->by == SHARD_REBALANCE_BY_WRITES ? "writes" : "bytes", o->threshold,
+           shard_rebalance_map_version(plan), nm, nm == 1 ? "" : "s");
+    for (size_t i = 0; i < nm; i++) {
+        fputs("  ", stdout);
+        print_rebalance_move(stdout, &mv[i], i, nm, o->by);
+    }
+    for (size_t i = 0; i < np; i++) {
+        char lb[32], la[32];
+        load_text(o->by, pp[i].load_before, lb, sizeof lb);
+        load_text(o->by, pp[i].load_after, la, sizeof la);
+        printf("  pair %s%s: %u -> %u shards, %s -> %s\n", pp[i].name,
+               pp[i].drained ? " (drained)" : "", pp[i].shards_before, pp[i].shards_after, lb,
+               la);
+        total += pp[i].load_after;
+        nactive += !pp[i].drained;
+    }
+    for (size_t i = 0; i < np && nactive && total > 0; i++) {
+        double dev = pp[i].load_after / (total / (double)nactive) - 1;
+        if (!pp[i].drained && (dev > o->threshold || dev < -o->threshold))
+            outside = 1;
+    }
+    shard_rebalance_spread(plan, &before, &after);
+    printf("  spread (max - min) / mean: %.3f before, %.3f after\n", before, after);
+    for (size_t i = 0; i < np; i++)
+        if (pp[i].drained)
+            note_mod_shards(map, pp[i].name);
+    if (!nm)
+        printf("nothing to move: %s\n",
+               outside ? "no move narrows the gap between the fullest and the emptiest pair "
+                         "by more than the threshold"
+                       : "every pair is within the threshold of the mean");
+    else if (outside)
+        printf("after the plan some pair is still outside the threshold (--max-moves, or "
+               "shards too large to even out)\n");
+}
+
+typedef struct rebalance_progress {
+    int by;
+    move_progress *mp;
+    shard_move_report last; /* of the last move that ran */
+} rebalance_progress;
+
+static int on_rebalance_step(const shard_rebalance_move *m, size_t i, size_t n, int rc,
+                             const shard_move_report *r, void *payload)
+{
+    rebalance_progress *p = payload;
+
+    if (!r) {
+        if (atomic_load(&rebalance_stop))
+            return 1;
+        fputs("rebalance: ", stderr);
+        print_rebalance_move(stderr, m, i, n, p->by);
+        p->mp->phase = -1;
+        p->mp->total = 0;
+        return 0;
+    }
+    p->last = *r;
+    if (p->mp->total)
+        move_draw(p->mp, 1);
+    if (rc == 0)
+        fprintf(stderr, "rebalance: move %zu/%zu done (move %" PRIu64 "): %" PRIu64
+                " rows verified, %" PRIu64 " mismatches, pause %.1f ms, map version %" PRIu64
+                "\n", i + 1, n, r->move_id, r->rows_verified, r->mismatches, r->pause_ms,
+                r->map_version);
+    return atomic_load(&rebalance_stop);
+}
+
+static int rebalance_options(const args *a, shard_rebalance_options *o)
+{
+    unsigned long long n;
+
+    if (a->val[OPT_BY]) {
+        if (strcmp(a->val[OPT_BY], "bytes") == 0)
+            o->by = SHARD_REBALANCE_BY_BYTES;
+        else if (strcmp(a->val[OPT_BY], "writes") == 0)
+            o->by = SHARD_REBALANCE_BY_WRITES;
+        else
+            return usage_error("--by takes bytes or writes, not '%s'", a->val[OPT_BY]);
+    }
+    if (a->val[OPT_THRESHOLD]) {
+        char *end;
+        errno = 0;
+        o->threshold = strtod(a->val[OPT_THRESHOLD], &end);
+        if (end == a->val[OPT_THRESHOLD] || *end || errno || !(o->threshold > 0) ||
+            o->threshold > 10)
+            return usage_error("--threshold takes a fraction of the mean load above 0 (e.g. "
+                               "0.1), not '%s'", a->val[OPT_THRESHOLD]);
+    }
+    if (a->val[OPT_MAX_MOVES]) {
+        if (parse_num("--max-moves", a->val[OPT_MAX_MOVES], 1, 1000000, &n))
+            return EXIT_USAGE;
+        o->max_moves = (unsigned)n;
+    }
+    o->drain = a->val[OPT_DRAIN];
+    o->pairs = a->val[OPT_PAIRS];
+    if (a->val[OPT_DRY_RUN] && a->val[OPT_YES])
+        return usage_error("rebalance takes --dry-run or --yes, not both");
+    return 0;
+}
+
+/* SIGINT from now on goes to a thread of its own; -1 when it cannot. */
+static int take_sigint(void)
+{
+    static sigset_t set;
+    pthread_t t;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0 ||
+        pthread_create(&t, NULL, rebalance_signals, &set) != 0) {
+        fprintf(stderr, "shardctl: cannot set up the interrupt handling\n");
+        return -1;
+    }
+    pthread_detach(t);
+    return 0;
+}
+
+static int cmd_rebalance(const args *a)
+{
+    shard_rebalance_options o = SHARD_REBALANCE_OPTIONS_INIT;
+    shard_move_options mo = SHARD_MOVE_OPTIONS_INIT;
+    rebalance_progress rp;
+    move_progress mp;
+    shard_rebalance *plan = NULL;
+    const shard_rebalance_move *mv;
+    shard_map *map = NULL;
+    shard_ctx *ctx;
+    size_t nm, done = 0;
+    int rc;
+
+    if (a->npos != 1)
+        return usage_error("rebalance takes no arguments");
+    if ((rc = rebalance_options(a, &o)) || move_options(a, &mo, &mp))
+        return rc ? rc : EXIT_USAGE;
+    if ((rc = open_ctx_log(a, &ctx, &map, log_warning)))
+        return rc;
+    if (o.by == SHARD_REBALANCE_BY_WRITES)
+        fprintf(stderr, "rebalance: sampling the write rate for %.1f s\n", o.sample_ms / 1e3);
+    if ((rc = shard_rebalance_plan(ctx, &o, &plan))) {
+        rc = lib_error(rc);
+        goto out;
+    }
+    shard_map_free(map); /* the plan reloaded the map: note from the one it used */
+    map = NULL;
+    if ((rc = shard_ctx_map(ctx, &map))) {
+        rc = lib_error(rc);
+        goto out;
+    }
+    print_rebalance_plan(plan, &o, map);
+    mv = shard_rebalance_moves(plan, &nm);
+    if (!nm || a->val[OPT_DRY_RUN])
+        goto out;
+    if (!a->val[OPT_YES]) {
+        printf("nothing was changed: add --yes to run the plan\n");
+        goto out;
+    }
+    fflush(stdout);
+    memset(&rp, 0, sizeof rp);
+    rp.by = o.by;
+    rp.mp = &mp;
+    o.move = &mo;
+    o.step = on_rebalance_step;
+    o.payload = &rp;
+    if (take_sigint()) {
+        rc = EXIT_FAIL;
+        goto out;
+    }
+    rc = shard_rebalance_run(ctx, plan, &o, &done);
+    if (rc) {
+        /* The failed move's id and how to go on, when it got that far. */
+        rc = rp.last.move_id ? move_stopped(rc, &rp.last) : lib_error(rc);
+        fprintf(stderr, "shardctl: %zu of %zu moves done; once the failed move is resumed or "
+                "aborted, shardctl rebalance plans again from there\n", done, nm);
+    } else if (done < nm) {
+        fprintf(stderr, "shardctl: stopped after %zu of %zu moves; left:\n", done, nm);
+        for (size_t i = done; i < nm; i++) {
+            fputs("  ", stderr);
+            print_rebalance_move(stderr, &mv[i], i, nm, o.by);
+        }
+        fprintf(stderr, "shardctl: run shardctl rebalance again to continue (it plans again "
+                "from the new state)\n");
+        rc = EXIT_FAIL;
+    } else {
+        printf("rebalanced: %zu move%s done\n", done, done == 1 ? "" : "s");
+    }
+out:
+    shard_rebalance_free(plan);
+    shard_map_free(map);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
 static int cmd_map_show(const args *a)
 {
     shard_map *map = NULL;
@@ -2208,6 +2492,9 @@ static const command commands[] = {
          O(OPT_JSON_COLUMN) | O(OPT_NEAR)},
     {"import-mapping", NULL, cmd_import_mapping, IMPORT_OPTS | O(OPT_FROM_COLUMN) |
          O(OPT_TO_COLUMN) | O(OPT_NAME) | O(OPT_SEQ_COLUMN)},
+    {"rebalance", NULL, cmd_rebalance,
+     O(OPT_BY) | O(OPT_THRESHOLD) | O(OPT_MAX_MOVES) | O(OPT_DRAIN) | O(OPT_PAIRS) |
+         O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_THREADS)},
 };
 
 /*

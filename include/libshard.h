@@ -727,6 +727,99 @@ SHARD_EXPORT int shard_shards_open(shard_ctx *ctx, unsigned n, const char *pair,
                                    shard_progress_fn progress, void *payload,
                                    uint64_t *version);
 
+/* ------------------------------------------------------------------ */
+/* Rebalancing: plan moves from the fullest pair to the emptiest, run  */
+/* them one after another (libshard-move(7))                           */
+/* ------------------------------------------------------------------ */
+
+#define SHARD_REBALANCE_BY_BYTES 0  /* balance the shard databases' size */
+#define SHARD_REBALANCE_BY_WRITES 1 /* balance rows changed per second (needs userstat) */
+
+/* A plan: moves, and every pair's load before and after. Opaque. */
+typedef struct shard_rebalance shard_rebalance;
+
+/* One planned move: ID shards first..last, all on pair `from`, to `to`. */
+typedef struct shard_rebalance_move {
+    unsigned first, last;
+    char from[65], to[65];
+    uint64_t bytes;     /* the range's databases on disk */
+    double writes;      /* their rows changed per second (SHARD_REBALANCE_BY_WRITES, else 0) */
+    int drain;          /* 1: moved to empty a drained pair */
+} shard_rebalance_move;
+
+/* One pair the plan considered. */
+typedef struct shard_rebalance_pair {
+    char name[65];
+    int drained;                      /* 1: the plan empties it */
+    unsigned shards_before, shards_after;
+    uint64_t bytes_before, bytes_after;
+    double writes_before, writes_after; /* rows changed per second (BY_WRITES) */
+    double load_before, load_after;   /* bytes or writes, as the plan balances */
+} shard_rebalance_pair;
+
+/*
+ * Called by shard_rebalance_run() before each move (report NULL, rc 0) and
+ * after it (its report and return code). `index` counts from 0 of `count`.
+ * Return non-zero to start no further move: returned before a move, that
+ * move is skipped; after one, it was the last.
+ */
+typedef int (*shard_rebalance_fn)(const shard_rebalance_move *move, size_t index,
+                                  size_t count, int rc, const shard_move_report *report,
+                                  void *payload);
+
+#define SHARD_REBALANCE_OPTIONS_VERSION 1
+
+typedef struct shard_rebalance_options {
+    unsigned version;        /* SHARD_REBALANCE_OPTIONS_VERSION */
+    int by;                  /* SHARD_REBALANCE_BY_BYTES (default) or _BY_WRITES */
+    double threshold;        /* the band around the mean load, and the least gain of a
+                                move, as a fraction of the mean (default 0.10) */
+    unsigned max_moves;      /* at most this many moves in the plan (0: no limit) */
+    const char *pairs;       /* "P1,P2,...": the only pairs to move between (NULL: all) */
+    const char *drain;       /* "P1[,P2...]": pairs to empty (NULL: none) */
+    unsigned sample_ms;      /* SHARD_REBALANCE_BY_WRITES: sampling interval (default 5000) */
+    const shard_move_options *move; /* options of each move (NULL: the defaults) */
+    shard_rebalance_fn step; /* may be NULL */
+    void *payload;
+} shard_rebalance_options;
+
+#define SHARD_REBALANCE_OPTIONS_INIT \
+    { SHARD_REBALANCE_OPTIONS_VERSION, SHARD_REBALANCE_BY_BYTES, 0.10, 0, NULL, NULL, 5000, \
+      NULL, NULL, NULL }
+
+/*
+ * Measure every considered pair (each shard database's size, and with
+ * SHARD_REBALANCE_BY_WRITES its write rate over opts->sample_ms) and plan
+ * the moves that bring every pair within opts->threshold of the mean.
+ * Nothing changes. *out is the caller's (shard_rebalance_free); a
+ * balanced cluster gives a plan of 0 moves. opts may be NULL.
+ */
+SHARD_EXPORT int shard_rebalance_plan(shard_ctx *ctx, const shard_rebalance_options *opts,
+                                      shard_rebalance **out);
+SHARD_EXPORT void shard_rebalance_free(shard_rebalance *plan);
+/* The plan's moves, in the order they run (*count of them; borrowed from
+ * the plan, valid until shard_rebalance_free). */
+SHARD_EXPORT const shard_rebalance_move *shard_rebalance_moves(const shard_rebalance *plan,
+                                                               size_t *count);
+/* The pairs the plan considered, in map order (*count; borrowed). */
+SHARD_EXPORT const shard_rebalance_pair *shard_rebalance_pairs(const shard_rebalance *plan,
+                                                               size_t *count);
+/* (max - min) / mean of the loads of the pairs that keep shards, before and
+ * after the plan; 0 when there is no load. */
+SHARD_EXPORT void shard_rebalance_spread(const shard_rebalance *plan, double *before,
+                                         double *after);
+/* The map version the plan was made on. */
+SHARD_EXPORT uint64_t shard_rebalance_map_version(const shard_rebalance *plan);
+/*
+ * Run the plan's moves one after another with shard_move(), each with
+ * opts->move, calling opts->step around each. Refused (SHARD_ECONFLICT)
+ * when the map is no longer the one the plan was made on. *done (may be
+ * NULL) gets the number of moves that completed. Stopping through
+ * opts->step returns 0; the first failed move stops the run with its code.
+ */
+SHARD_EXPORT int shard_rebalance_run(shard_ctx *ctx, const shard_rebalance *plan,
+                                     const shard_rebalance_options *opts, size_t *done);
+
 #ifdef __cplusplus
 }
 #endif
