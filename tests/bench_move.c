@@ -631,7 +631,8 @@ static void dump_and_load(int src, int dst, dumpres *out)
     snprintf(port, sizeof port, "%d", master_port_of(dst));
     {
         const char *argv[] = {"myloader", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
-                              port, "-u", HARNESS_ADMIN_USER, "-t", t, "-e", "-d", dir, "-v", "1", NULL};
+                              port, "-u", HARNESS_ADMIN_USER, "-t", t, "-e", "-d", dir,
+                              "-v", "1", NULL};
         cpu_servers(c0);
         tw[1] = now();
         out->load_s = run_tool(argv, log, &tool);
@@ -1293,7 +1294,8 @@ static void scale_tools(int src, int dst, unsigned first, unsigned last, scale_t
     snprintf(port, sizeof port, "%d", master_port_of(dst));
     {
         const char *argv[] = {"myloader", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
-                              port, "-u", HARNESS_ADMIN_USER, "-t", t, "-e", "-d", dir, "-v", "1", NULL};
+                              port, "-u", HARNESS_ADMIN_USER, "-t", t, "-e", "-d", dir,
+                              "-v", "1", NULL};
         for (int k = 1; k <= 6; k++)
             c0[k] = cpu_of(Srv_pid[k]);
         out->load_s = run_tool(argv, log, &tool);
