@@ -43,10 +43,17 @@ static const char usage_text[] =
     "  kv get TABLE KEY                      print a value\n"
     "  kv delete TABLE KEY                   delete a key\n"
     "  move --shards A-B --to PAIR [--dry-run [--verbose] [--json]] [--yes] [--keep-source]\n"
-    "       [--threads N]                    move shards A..B to another pair, online\n"
+    "       [--threads N] [--max-lag-ms N] [--fence-timeout S] [--cutover-attempts N]\n"
+    "       [--postpone-cutover FILE] [--reverse-window DURATION]\n"
+    "                                        move shards A..B to another pair, online\n"
+    "                                        (DURATION: 3600s, 30m, 2h, 1d: revertible\n"
+    "                                        that long after the flip)\n"
     "  move status                           the journaled moves, one JSON line each\n"
-    "  move resume [ID]                      finish an interrupted move\n"
+    "  move resume [ID] [--threads N] [cut-over options as for move]\n"
+    "                                        finish an interrupted move\n"
     "  move abort [ID]                       undo an interrupted move (before its flip)\n"
+    "  move revert [ID]                      flip a reversible move back to its source\n"
+    "  move finish [ID]                      end a reverse window now: drop the source\n"
     "  rebalance [--by bytes|writes] [--threshold F] [--max-moves N] [--drain PAIR]\n"
     "            [--pairs P1,P2,...] [--dry-run | --yes] [--threads N]\n"
     "                                        plan moves that even out the pairs; run\n"
@@ -118,11 +125,18 @@ enum {
     OPT_MAX_MOVES,
     OPT_DRAIN,
     OPT_PAIRS,
+    OPT_MAX_LAG_MS,
+    OPT_FENCE_TIMEOUT,
+    OPT_CUTOVER_ATTEMPTS,
+    OPT_POSTPONE_CUTOVER,
+    OPT_REVERSE_WINDOW,
     NOPTS
 };
 
 #define O(x) (UINT64_C(1) << (x))
 #define GLOBAL_OPTS (O(OPT_MAP) | O(OPT_HELP) | O(OPT_USER) | O(OPT_PASSWORD_ENV))
+#define CUTOVER_OPTS (O(OPT_MAX_LAG_MS) | O(OPT_FENCE_TIMEOUT) | O(OPT_CUTOVER_ATTEMPTS) | \
+                      O(OPT_POSTPONE_CUTOVER))
 
 static const struct option_def {
     const char *name;
@@ -149,6 +163,10 @@ static const struct option_def {
     [OPT_BY] = {"--by", 1},         [OPT_THRESHOLD] = {"--threshold", 1},
     [OPT_MAX_MOVES] = {"--max-moves", 1}, [OPT_DRAIN] = {"--drain", 1},
     [OPT_PAIRS] = {"--pairs", 1},
+    [OPT_MAX_LAG_MS] = {"--max-lag-ms", 1}, [OPT_FENCE_TIMEOUT] = {"--fence-timeout", 1},
+    [OPT_CUTOVER_ATTEMPTS] = {"--cutover-attempts", 1},
+    [OPT_POSTPONE_CUTOVER] = {"--postpone-cutover", 1},
+    [OPT_REVERSE_WINDOW] = {"--reverse-window", 1},
 };
 
 /* Options and positional arguments, parsed once for every command. */
@@ -1118,7 +1136,8 @@ static void on_move_progress(int phase, uint64_t done, uint64_t total, void *pay
     if (!total)
         return;
     p->done = done;
-    p->total = total;
+    /* Rows that arrive during a phase grow its total: never 120/100. */
+    p->total = total > done ? total : done;
     if (now_seconds() - p->last >= (p->tty ? 0.1 : 5.0))
         move_draw(p, 0);
 }
@@ -1139,7 +1158,14 @@ static void print_report(const shard_move_report *r)
            r->verify_seconds, r->mismatches, r->mismatches == 1 ? "" : "es");
     printf("  map version %" PRIu64 " published; source %s\n", r->map_version,
            r->source_dropped ? "dropped" : "kept");
-    if (r->phase >= SHARD_MOVE_FLIPPED && r->target[0])
+    if (r->phase == SHARD_MOVE_REVERSIBLE)
+        printf("  reversible: the source is kept in sync from the target until the reverse "
+               "window ends; shardctl move revert %" PRIu64 " flips back, shardctl move "
+               "finish %" PRIu64 " drops the source now\n", r->move_id, r->move_id);
+    if (r->phase == SHARD_MOVE_REVERTED)
+        printf("  reverted: the map is back on %s; the copies on %s %s\n", r->target,
+               r->source, r->source_dropped ? "dropped" : "kept");
+    if (r->phase >= SHARD_MOVE_FLIPPED && r->phase != SHARD_MOVE_REVERSIBLE && r->target[0])
         printf("  target pair %s: %s\n", r->target,
                r->target_pair_healthy ? "healthy (both halves hold the moved rows, both "
                                         "links running)"
@@ -1152,8 +1178,16 @@ static int move_stopped(int rc, const shard_move_report *r)
 {
     const char *msg = shard_errmsg();
 
-    if (!r->move_id || r->phase >= SHARD_MOVE_DONE)
+    if (!r->move_id || r->phase == SHARD_MOVE_DONE || r->phase == SHARD_MOVE_ABORTED ||
+        r->phase == SHARD_MOVE_REVERTED)
         return lib_error(rc);
+    if (r->phase == SHARD_MOVE_REVERSIBLE) {
+        fprintf(stderr, "shardctl: move %" PRIu64 ": %s\n", r->move_id,
+                *msg ? msg : shard_strerror(rc));
+        fprintf(stderr, "shardctl: the move is still reversible: shardctl move resume, "
+                "revert or finish %" PRIu64 "\n", r->move_id);
+        return exit_code(rc);
+    }
     fprintf(stderr, "shardctl: move %" PRIu64 " stopped in phase %s: %s\n", r->move_id,
             shard_move_phase_name(r->phase), *msg ? msg : shard_strerror(rc));
     fprintf(stderr, "shardctl: to continue it: shardctl move resume %" PRIu64 "\n",
@@ -1196,10 +1230,66 @@ static int confirm(unsigned first, unsigned last, const char *to)
     return 0;
 }
 
+/* The cut-over controls (shardctl(1), move): how close the target must be,
+ * how long the fence waits for locks, how often it tries, and a file that
+ * holds the cut-over while it exists. */
+static int cutover_options(const args *a, shard_move_options *o)
+{
+    unsigned long long n;
+
+    if (a->val[OPT_MAX_LAG_MS]) {
+        if (parse_num("--max-lag-ms", a->val[OPT_MAX_LAG_MS], 1, 3600000, &n))
+            return -1;
+        o->max_lag_ms = (unsigned)n;
+    }
+    if (a->val[OPT_FENCE_TIMEOUT]) {
+        if (parse_num("--fence-timeout", a->val[OPT_FENCE_TIMEOUT], 1, 3600, &n))
+            return -1;
+        o->fence_timeout_s = (unsigned)n;
+    }
+    if (a->val[OPT_CUTOVER_ATTEMPTS]) {
+        if (parse_num("--cutover-attempts", a->val[OPT_CUTOVER_ATTEMPTS], 1, 1000000, &n))
+            return -1;
+        o->cutover_attempts = (unsigned)n;
+    }
+    if (a->val[OPT_POSTPONE_CUTOVER]) {
+        if (!a->val[OPT_POSTPONE_CUTOVER][0])
+            return usage_error("--postpone-cutover takes a file name"), -1;
+        o->postpone_cutover_file = a->val[OPT_POSTPONE_CUTOVER];
+    }
+    return 0;
+}
+
+/* 3600, 3600s, 30m, 2h, 1d: seconds. */
+static int parse_duration(const char *what, const char *s, unsigned *out)
+{
+    unsigned long long n = 0, mult = 1;
+    char buf[32];
+    size_t len = strlen(s);
+
+    if (len == 0 || len >= sizeof buf)
+        return usage_error("%s takes a duration such as 3600s, 30m, 2h or 1d", what), -1;
+    memcpy(buf, s, len + 1);
+    switch (buf[len - 1]) {
+    case 's': mult = 1; buf[--len] = '\0'; break;
+    case 'm': mult = 60; buf[--len] = '\0'; break;
+    case 'h': mult = 3600; buf[--len] = '\0'; break;
+    case 'd': mult = 86400; buf[--len] = '\0'; break;
+    default: break;
+    }
+    if (parse_num(what, buf, 1, UINT32_MAX / mult, &n))
+        return -1;
+    *out = (unsigned)(n * mult);
+    return 0;
+}
+
 static int move_options(const args *a, shard_move_options *o, move_progress *p)
 {
     unsigned long long n;
 
+    if (a->val[OPT_REVERSE_WINDOW] &&
+        parse_duration("--reverse-window", a->val[OPT_REVERSE_WINDOW], &o->reverse_window_s))
+        return -1;
     if (a->val[OPT_THREADS]) {
         if (parse_num("--threads", a->val[OPT_THREADS], 1, 64, &n))
             return -1;
@@ -1207,6 +1297,8 @@ static int move_options(const args *a, shard_move_options *o, move_progress *p)
     }
     if (a->val[OPT_KEEP_SOURCE])
         o->flags |= SHARD_MOVE_KEEP_SOURCE;
+    if (cutover_options(a, o))
+        return -1;
     memset(p, 0, sizeof *p);
     p->tty = isatty(STDERR_FILENO);
     p->phase = -1;
@@ -1413,7 +1505,8 @@ static int cmd_move(const args *a)
     int rc;
 
     if (a->npos != 1)
-        return usage_error("move takes --shards A-B --to PAIR (or status, resume, abort)");
+        return usage_error("move takes --shards A-B --to PAIR (or status, resume, abort, "
+                           "revert, finish)");
     if (!a->val[OPT_SHARDS] || !a->val[OPT_TO])
         return usage_error("move needs --shards A-B and --to PAIR");
     if (parse_range(a->val[OPT_SHARDS], &first, &last) || move_options(a, &o, &p))
@@ -1475,6 +1568,41 @@ static int cmd_move_resume(const args *a)
         rc = move_stopped(rc, &r);
     shard_ctx_free(ctx);
     return rc;
+}
+
+/* move revert and move finish: the same shape as resume. */
+static int cmd_move_reversible(const args *a, int revert)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    move_progress p;
+    shard_ctx *ctx;
+    uint64_t id;
+    int rc;
+
+    if (move_id_arg(a, &id) || move_options(a, &o, &p))
+        return EXIT_USAGE;
+    if ((rc = open_ctx_log(a, &ctx, NULL, log_warning)))
+        return rc;
+    rc = revert ? shard_move_revert(ctx, id, &o, &r) : shard_move_finish(ctx, id, &o, &r);
+    if (p.total)
+        move_draw(&p, 1);
+    if (rc == 0 || (r.move_id && r.phase != SHARD_MOVE_REVERSIBLE))
+        print_report(&r);
+    if (rc)
+        rc = move_stopped(rc, &r);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+static int cmd_move_revert(const args *a)
+{
+    return cmd_move_reversible(a, 1);
+}
+
+static int cmd_move_finish(const args *a)
+{
+    return cmd_move_reversible(a, 0);
 }
 
 static int cmd_move_abort(const args *a)
@@ -2475,8 +2603,10 @@ static const command commands[] = {
     {"kv", "get", cmd_kv_get, 0},
     {"kv", "delete", cmd_kv_delete, 0},
     {"move", "status", cmd_move_status, 0},
-    {"move", "resume", cmd_move_resume, O(OPT_THREADS)},
+    {"move", "resume", cmd_move_resume, O(OPT_THREADS) | CUTOVER_OPTS},
     {"move", "abort", cmd_move_abort, 0},
+    {"move", "revert", cmd_move_revert, O(OPT_THREADS)},
+    {"move", "finish", cmd_move_finish, O(OPT_THREADS)},
     {"failover", NULL, cmd_failover, O(OPT_FORCE)},
     {"map", "show", cmd_map_show, 0},
     {"map", "publish", cmd_map_publish, O(OPT_FORCE)},
@@ -2487,7 +2617,7 @@ static const command commands[] = {
     {"help", NULL, cmd_help, 0},
     {"move", NULL, cmd_move,
      O(OPT_SHARDS) | O(OPT_TO) | O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_KEEP_SOURCE) |
-         O(OPT_THREADS) | O(OPT_VERBOSE) | O(OPT_JSON)},
+         O(OPT_THREADS) | O(OPT_VERBOSE) | O(OPT_JSON) | CUTOVER_OPTS | O(OPT_REVERSE_WINDOW)},
     {"import", NULL, cmd_import, IMPORT_OPTS | O(OPT_AS) | O(OPT_ID_COLUMN) |
          O(OPT_JSON_COLUMN) | O(OPT_NEAR)},
     {"import-mapping", NULL, cmd_import_mapping, IMPORT_OPTS | O(OPT_FROM_COLUMN) |

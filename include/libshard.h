@@ -464,6 +464,11 @@ SHARD_EXPORT int shard_object_update(shard_ctx *ctx, uint64_t id, shard_update_f
 #define SHARD_MOVE_CLEANING 6
 #define SHARD_MOVE_DONE 7
 #define SHARD_MOVE_ABORTED 8
+/* Appended: a move run with a reverse window (libshard-move(7), "Revert"). */
+#define SHARD_MOVE_REVERSIBLE 9 /* flipped and verified; the source kept in sync
+                                   from the target until finish or revert */
+#define SHARD_MOVE_REVERTING 10 /* a revert's cut-over: the target is fenced */
+#define SHARD_MOVE_REVERTED 11  /* the map is back on the source (over) */
 
 /*
  * Progress of a move: the phase, and units done of total in it (rows while
@@ -548,6 +553,23 @@ SHARD_EXPORT int shard_move_abort(shard_ctx *ctx, uint64_t move_id);
 SHARD_EXPORT int shard_move_status(shard_ctx *ctx, char **text);
 /* The phase's name ("copying", ...), static. */
 SHARD_EXPORT const char *shard_move_phase_name(int phase);
+/*
+ * Revert move `move_id` (0: the only reversible one), which is in phase
+ * SHARD_MOVE_REVERSIBLE: a cut-over in the other direction (fence the
+ * target, wait for the source to apply everything through the reverse
+ * stream, publish the map back, unfence the source), then verify every row
+ * and drop the target's copies. Refused (SHARD_EBUSY) while the reverse
+ * stream is broken. report (may be NULL) describes the revert; its phase
+ * is SHARD_MOVE_REVERTED on success.
+ */
+SHARD_EXPORT int shard_move_revert(shard_ctx *ctx, uint64_t move_id,
+                                   const shard_move_options *opts,
+                                   shard_move_report *report);
+/* End the reverse window of move `move_id` (0: the only reversible one)
+ * now: stop the reverse stream and drop the source's copies. */
+SHARD_EXPORT int shard_move_finish(shard_ctx *ctx, uint64_t move_id,
+                                   const shard_move_options *opts,
+                                   shard_move_report *report);
 
 /* ------------------------------------------------------------------ */
 /* Failover: promote a pair's standby                                  */
@@ -819,6 +841,13 @@ SHARD_EXPORT uint64_t shard_rebalance_map_version(const shard_rebalance *plan);
  */
 SHARD_EXPORT int shard_rebalance_run(shard_ctx *ctx, const shard_rebalance *plan,
                                      const shard_rebalance_options *opts, size_t *done);
+/*
+ * The context's counters in the Prometheus text exposition format (0.0.4):
+ * calls, errors and durations per function, retries, fence waits, map
+ * reads, the map version and each server's pool. *text (NUL-terminated) is
+ * the caller's: shard_free(). Safe to call from any thread at any time.
+ */
+SHARD_EXPORT int shard_ctx_stats(shard_ctx *ctx, char **text);
 
 #ifdef __cplusplus
 }

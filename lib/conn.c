@@ -315,7 +315,7 @@ int conn_acquire(shard_server *srv, shard_conn **out, bool *connect_failed)
         *connect_failed = false;
     timed_deadline(&deadline, wait_ms);
     pthread_mutex_lock(&srv->lock);
-    for (;;) {
+    for (bool waited = false;;) {
         if ((c = srv->idle) != NULL) {
             srv->idle = c->next;
             pthread_mutex_unlock(&srv->lock);
@@ -345,6 +345,10 @@ int conn_acquire(shard_server *srv, shard_conn **out, bool *connect_failed)
                 pthread_mutex_unlock(&srv->lock);
             }
             return rc;
+        }
+        if (!waited) { /* once per caller, however often it wakes */
+            srv->waits++;
+            waited = true;
         }
         if (pthread_cond_timedwait(&srv->cond, &srv->lock, &deadline) == ETIMEDOUT) {
             pthread_mutex_unlock(&srv->lock);

@@ -74,6 +74,7 @@ struct shard_server {
     pthread_cond_t cond;
     shard_conn *idle;
     unsigned total; /* connections open, idle or in use */
+    uint64_t waits; /* callers that waited for a busy pool (shard_ctx_stats(3)) */
     struct shard_server *next;
 };
 

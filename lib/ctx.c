@@ -226,6 +226,7 @@ int shard_ctx_reload(shard_ctx *ctx)
 
     if (!ctx)
         return shard_fail(SHARD_EINVAL, "shard_ctx_reload: NULL context");
+    stats_add(&ctx->stats.map_reloads);
     if ((rc = shard_store_load(ctx->store, &fresh))) {
         ctx_log(ctx, SHARD_LOG_WARN, "map reload failed, keeping version %llu: %s",
                 (unsigned long long)ctx_map_version(ctx), shard_errmsg());
@@ -317,6 +318,7 @@ int shard_ctx_open(shard_ctx **out, const char *location, const shard_options *o
     pthread_mutex_init(&ctx->servers_lock, NULL);
     pthread_mutex_init(&ctx->stop_lock, NULL);
     pthread_cond_init(&ctx->stop_cond, NULL);
+    stats_add(&ctx->stats.map_reloads); /* the first read of the store */
     if ((rc = shard_store_open(&ctx->store, location)) ||
         (rc = shard_store_load(ctx->store, &map)) || (rc = swap_map(ctx, map))) {
         shard_ctx_free(ctx);

@@ -3,6 +3,7 @@
 #define LIBSHARD_CTX_H
 
 #include "conn.h"
+#include "stats.h"
 
 struct shard_ctx {
     shard_options opts;
@@ -28,6 +29,7 @@ struct shard_ctx {
     double reload_started;    /* monotonic start of the latest error reload */
     uint64_t reloads_done;    /* error reloads finished */
     _Atomic(struct legacy_cache *) legacy; /* legacy.c: resolutions; made on first use */
+    shard_stats stats;        /* stats.c: counters, shard_ctx_stats(3) */
 };
 
 /* legacy.c: free a context's resolution cache (NULL is fine). */

@@ -245,11 +245,12 @@ static int run_write(exec_env *env, exec_fn fn, void *arg, bool idempotent)
     return rc;
 }
 
-int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
+static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg,
+                    double started)
 {
-    double started = now_seconds();
     double deadline = started + ctx->opts.retry_budget_ms / 1000.0;
     unsigned attempt = 0, tries = 0; /* attempts counted against retry_max; all */
+    bool waited = false;
     int rc;
 
     for (;;) {
@@ -308,12 +309,17 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
             return shard_fail_prefix(rc, "gave up after %u attempts (%.0f ms): ", tries,
                                      (now_seconds() - started) * 1000.0);
         ctx_log(ctx, SHARD_LOG_DEBUG, "retrying after: %s", shard_errmsg());
+        stats_add(&ctx->stats.retries);
         if (rc == SHARD_EMOVED) {
             /* Fenced, or moved (a missing table, a read-only master): wait
              * for the map that routes the shard anew, polling the store at a
              * short interval, and run again as soon as it is there (or after
              * one poll: a move that was aborted lifts its fence without a new
              * map). A route that is already newer retries at once. */
+            if (!waited) {
+                waited = true;
+                stats_add(&ctx->stats.fence_waits);
+            }
             exec_wait_map(ctx, version, (now_seconds() - started) * 1000.0, deadline);
             continue;
         }
@@ -322,4 +328,13 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
             exec_reload(ctx, RELOAD_MIN_MS, false);
         exec_backoff(attempt, deadline);
     }
+}
+
+int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg)
+{
+    double started = now_seconds();
+    int rc = exec_run(ctx, shard, flags, fn, arg, started);
+
+    stats_call(&ctx->stats, (stats_op)(flags >> 8), started, rc);
+    return rc;
 }

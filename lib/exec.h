@@ -17,6 +17,10 @@
                       * shared lock, and commit it after fn */
 #define EXEC_IDEMPOTENT 4 /* with EXEC_WRITE: running fn twice does no harm, so even
                            * a COMMIT lost in flight is retried */
+/* The public call to count (a stats_op, shard_ctx_stats(3)) in the bits above
+ * the flags: calls, errors and duration, timed from ctx_exec's own clock
+ * read. Without it nothing is counted (a step of a call counted elsewhere). */
+#define EXEC_OP(op) ((int)(op) << 8)
 
 typedef struct exec_env {
     shard_conn *conn;
@@ -39,7 +43,8 @@ typedef int (*exec_fn)(exec_env *env, void *arg);
  * Run fn on a connection to the master of the pair serving `shard`, with
  * env->db its database. Transient failures are retried within the
  * context's retry budget; a fenced or moved shard waits for the new map
- * (exec_wait_map) and runs again where it routes.
+ * (exec_wait_map) and runs again where it routes. Retries and fence waits
+ * are counted in ctx->stats, and the call itself with EXEC_OP in flags.
  */
 int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg);
 

@@ -85,6 +85,8 @@ static int kv_fn(exec_env *env, void *arg)
 
 static int kv_run(shard_ctx *ctx, kv_args *a)
 {
+    static const stats_op ops[] = {[KV_PUT] = STATS_KV_PUT, [KV_PUT_NEW] = STATS_KV_PUT_NEW,
+                                   [KV_GET] = STATS_KV_GET, [KV_DELETE] = STATS_KV_DELETE};
     shard_map *map;
     uint32_t count, modshard;
     int rc;
@@ -103,7 +105,7 @@ static int kv_run(shard_ctx *ctx, kv_args *a)
         return shard_fail(SHARD_EINVAL, "the shard map has no mod_shards section");
     if ((rc = shard_mod(a->key, a->klen, count, &modshard)))
         return rc;
-    return ctx_exec(ctx, modshard, EXEC_MOD, kv_fn, a);
+    return ctx_exec(ctx, modshard, EXEC_MOD | EXEC_OP(ops[a->op]), kv_fn, a);
 }
 
 int shard_kv_put(shard_ctx *ctx, const char *table, const void *key, size_t klen,

@@ -101,7 +101,7 @@ static int row_fn(exec_env *env, void *arg)
 }
 
 static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t to,
-                      int64_t seq, bool remove)
+                      int64_t seq, bool remove, double *started)
 {
     char reverse[SHARD_DBNAME_MAX] = "";
     const char *rev = NULL;
@@ -129,6 +129,7 @@ static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t 
             return rc;
         rev = reverse[0] ? reverse : NULL;
     }
+    *started = now_seconds(); /* counted from here: routed (shard_ctx_stats(3)) */
     /* Both statements are idempotent: retried even after a lost COMMIT. */
     if ((rc = ctx_exec(ctx, shard_id_shard(from), EXEC_WRITE | EXEC_IDEMPOTENT, row_fn, &a)))
         return rc;
@@ -149,13 +150,21 @@ static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t 
 int shard_mapping_add(shard_ctx *ctx, const char *name, uint64_t from, uint64_t to,
                       int64_t seq)
 {
-    return write_rows(ctx, name, from, to, seq == SHARD_SEQ_NOW ? mapping_now() : seq,
-                      false);
+    double started = 0;
+    int rc = write_rows(ctx, name, from, to, seq == SHARD_SEQ_NOW ? mapping_now() : seq,
+                        false, &started);
+    if (started)
+        stats_call(&ctx->stats, STATS_MAPPING_ADD, started, rc);
+    return rc;
 }
 
 int shard_mapping_remove(shard_ctx *ctx, const char *name, uint64_t from, uint64_t to)
 {
-    return write_rows(ctx, name, from, to, 0, true);
+    double started = 0;
+    int rc = write_rows(ctx, name, from, to, 0, true, &started);
+    if (started)
+        stats_call(&ctx->stats, STATS_MAPPING_REMOVE, started, rc);
+    return rc;
 }
 
 typedef struct list_args {
@@ -265,7 +274,7 @@ int shard_mapping_list(shard_ctx *ctx, const char *name, uint64_t from, int64_t 
         return shard_fail(SHARD_EINVAL, "shard_mapping_list: NULL argument");
     if (!shard_id_valid(from))
         return shard_fail(SHARD_EINVAL, "invalid from ID %llu", (unsigned long long)from);
-    if ((rc = ctx_exec(ctx, shard_id_shard(from), 0, list_fn, &a))) {
+    if ((rc = ctx_exec(ctx, shard_id_shard(from), EXEC_OP(STATS_MAPPING_LIST), list_fn, &a))) {
         free(a.edges);
         return rc;
     }
@@ -312,7 +321,7 @@ int shard_mapping_count(shard_ctx *ctx, const char *name, uint64_t from, uint64_
         return shard_fail(SHARD_EINVAL, "shard_mapping_count: NULL argument");
     if (!shard_id_valid(from))
         return shard_fail(SHARD_EINVAL, "invalid from ID %llu", (unsigned long long)from);
-    if ((rc = ctx_exec(ctx, shard_id_shard(from), 0, count_fn, &a)))
+    if ((rc = ctx_exec(ctx, shard_id_shard(from), EXEC_OP(STATS_MAPPING_COUNT), count_fn, &a)))
         return rc;
     *count = a.count;
     return 0;

@@ -240,6 +240,7 @@ static int group_run(void *arg, size_t i, unsigned worker)
         }
         if (g->rc == SHARD_ECONNECT && map_changed(g))
             break;
+        stats_add(&g->ctx->stats.retries);
         exec_backoff(attempt, deadline);
     }
     if (g->rc) {
@@ -356,14 +357,13 @@ static size_t reask_unreachable(shard_ctx *ctx, shard_item *items, size_t n,
     return k;
 }
 
-int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item **out)
+static int mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item **out,
+                double started)
 {
     shard_item *items;
     size_t pending = 0;
     int rc = 0;
 
-    if (!ctx || !out || (!ids && n))
-        return shard_fail(SHARD_EINVAL, "shard_object_mget: NULL argument");
     items = shard_calloc(n ? n : 1, sizeof *items);
     if (!items)
         return shard_fail(SHARD_ENOMEM, "out of memory for a %zu-ID multi-get", n);
@@ -373,20 +373,25 @@ int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
     /* Items on a moving shard are asked again, after the map flips, within
      * the retry budget; so are those of a pair whose master a failover
      * replaced. */
-    double started = now_seconds();
     double deadline = started + ctx->opts.retry_budget_ms / 1000.0;
+    bool waited = false;
     for (unsigned round = 0;; round++) {
         uint64_t used = 0;
         bool more;
         if ((rc = mget_round(ctx, ids, n, items, &pending, &used)))
             break;
         more = now_seconds() < deadline;
+        if (pending && more && !waited) { /* fenced or moved, not a failover's re-ask */
+            waited = true;
+            stats_add(&ctx->stats.fence_waits);
+        }
         if (!pending && more)
             pending = reask_unreachable(ctx, items, n, used);
         if (!pending || !more)
             break;
         /* Fenced or moved shards: wait for the map that routes them anew
          * (or one poll of the store), as single calls do. */
+        stats_add(&ctx->stats.retries);
         exec_wait_map(ctx, used, (now_seconds() - started) * 1000.0, deadline);
     }
     if (rc) {
@@ -405,6 +410,19 @@ int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
             rc = SHARD_EPARTIAL;
         }
     *out = items;
+    return rc;
+}
+
+int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item **out)
+{
+    double started;
+    int rc;
+
+    if (!ctx || !out || (!ids && n))
+        return shard_fail(SHARD_EINVAL, "shard_object_mget: NULL argument");
+    started = now_seconds();
+    rc = mget(ctx, ids, n, out, started);
+    stats_call(&ctx->stats, STATS_OBJECT_MGET, started, rc);
     return rc;
 }
 

@@ -312,7 +312,7 @@ int shard_object_create(shard_ctx *ctx, unsigned type, unsigned shard, const cha
         shard = (unsigned)(ctx_random() % map->open_shards);
         shard_map_free(map);
     }
-    if ((rc = ctx_exec(ctx, shard, EXEC_WRITE, create_fn, &a)))
+    if ((rc = ctx_exec(ctx, shard, EXEC_WRITE | EXEC_OP(STATS_OBJECT_CREATE), create_fn, &a)))
         return rc;
     *id = a.id;
     return 0;
@@ -349,7 +349,7 @@ int shard_object_get(shard_ctx *ctx, uint64_t id, char **json, size_t *len)
         return shard_fail(SHARD_EINVAL, "shard_object_get: NULL argument");
     if (!shard_id_valid(id))
         return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
-    if ((rc = ctx_exec(ctx, shard_id_shard(id), 0, get_fn, &a)))
+    if ((rc = ctx_exec(ctx, shard_id_shard(id), EXEC_OP(STATS_OBJECT_GET), get_fn, &a)))
         return rc;
     *json = a.json;
     if (len)
@@ -415,15 +415,15 @@ static int rmw_fn(exec_env *env, void *arg)
     return rc ? rc : rmw_body(env, a, table);
 }
 
-static int rmw(shard_ctx *ctx, uint64_t id, transform_fn t, void *arg, char **result,
-               size_t *result_len)
+static int rmw(shard_ctx *ctx, stats_op op, uint64_t id, transform_fn t, void *arg,
+               char **result, size_t *result_len)
 {
     rmw_args a = {id, t, arg, NULL, 0};
     int rc;
 
     if (!shard_id_valid(id))
         return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
-    rc = ctx_exec(ctx, shard_id_shard(id), EXEC_WRITE, rmw_fn, &a);
+    rc = ctx_exec(ctx, shard_id_shard(id), EXEC_WRITE | EXEC_OP(op), rmw_fn, &a);
     if (rc == 0 && result) {
         rc = copy_out(a.result, a.result_len, result, result_len);
     }
@@ -451,7 +451,7 @@ int shard_object_patch(shard_ctx *ctx, uint64_t id, const char *patch, size_t le
         return shard_fail(SHARD_EINVAL, "shard_object_patch: NULL context");
     if ((rc = object_parse_patch(patch, len, &p)))
         return rc;
-    rc = rmw(ctx, id, apply_patch, p, result, result_len);
+    rc = rmw(ctx, STATS_OBJECT_PATCH, id, apply_patch, p, result, result_len);
     json_decref(p);
     return rc;
 }
@@ -482,7 +482,7 @@ int shard_object_update(shard_ctx *ctx, uint64_t id, shard_update_fn fn, void *p
 
     if (!ctx || !fn)
         return shard_fail(SHARD_EINVAL, "shard_object_update: NULL argument");
-    rc = rmw(ctx, id, call_update, &u, NULL, NULL);
+    rc = rmw(ctx, STATS_OBJECT_UPDATE, id, call_update, &u, NULL, NULL);
     if (u.aborted)
         return shard_fail(u.aborted, "the update callback aborted with %d", u.aborted);
     return rc;
@@ -528,9 +528,10 @@ int shard_object_delete(shard_ctx *ctx, uint64_t id, int flags)
     if (!shard_id_valid(id))
         return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
     if (flags & SHARD_DELETE_HARD)
-        return ctx_exec(ctx, shard_id_shard(id), EXEC_WRITE | EXEC_IDEMPOTENT, hard_delete_fn,
-                        &id);
-    return rmw(ctx, id, soft_delete, NULL, NULL, NULL);
+        return ctx_exec(ctx, shard_id_shard(id),
+                        EXEC_WRITE | EXEC_IDEMPOTENT | EXEC_OP(STATS_OBJECT_DELETE),
+                        hard_delete_fn, &id);
+    return rmw(ctx, STATS_OBJECT_DELETE, id, soft_delete, NULL, NULL, NULL);
 }
 
 /* ---- jansson conveniences ------------------------------------------------- */

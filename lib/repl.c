@@ -145,6 +145,98 @@ int repl_gtid_merge(const char *cur, const char *snap, const unsigned long *keep
     return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
 }
 
+/* Append entry e to b, comma-separated. */
+static int add_entry(sqlbuf *b, const gtid_ent *e)
+{
+    char piece[64];
+
+    if (e->len >= sizeof piece)
+        return repl_gtid_check("?"); /* not D-S-N */
+    snprintf(piece, sizeof piece, "%s%.*s", b->len ? "," : "", (int)e->len, e->text);
+    sql_add(b, piece);
+    return 0;
+}
+
+static int finish(sqlbuf *b, int rc, char **out)
+{
+    if (rc == 0)
+        rc = sql_check(b);
+    if (rc) {
+        sql_free(b);
+        return rc;
+    }
+    *out = b->s ? b->s : shard_strdup("");
+    return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
+}
+
+int repl_gtid_start(const char *cur, const char *pos, const unsigned long *from, size_t nfrom,
+                    const unsigned long *keep, size_t nkeep, char **out)
+{
+    sqlbuf b;
+    gtid_ent e;
+    int rc;
+
+    *out = NULL;
+    if ((rc = repl_gtid_check(cur)) || (rc = repl_gtid_check(pos)))
+        return rc;
+    sql_init(&b);
+    sql_add(&b, "");
+    for (const char *p = pos; rc == 0 && (p = gtid_next(p, &e));) {
+        bool have = false;
+        uint64_t c = repl_gtid_seq(cur, e.domain, &have);
+        if (in_list(keep, nkeep, e.domain))
+            continue;
+        if (in_list(from, nfrom, e.domain) || !have || c < e.seq)
+            rc = add_entry(&b, &e);
+    }
+    for (const char *p = cur; rc == 0 && (p = gtid_next(p, &e));) {
+        bool given = false;
+        uint64_t v = repl_gtid_seq(pos, e.domain, &given);
+        if (!given || in_list(keep, nkeep, e.domain) ||
+            (!in_list(from, nfrom, e.domain) && e.seq >= v))
+            rc = add_entry(&b, &e);
+    }
+    return finish(&b, rc, out);
+}
+
+int repl_gtid_only(const char *pos, const unsigned long *only, size_t nonly, char **out)
+{
+    sqlbuf b;
+    gtid_ent e;
+    int rc;
+
+    *out = NULL;
+    if ((rc = repl_gtid_check(pos)))
+        return rc;
+    sql_init(&b);
+    sql_add(&b, "");
+    for (const char *p = pos; rc == 0 && (p = gtid_next(p, &e));)
+        if (in_list(only, nonly, e.domain))
+            rc = add_entry(&b, &e);
+    return finish(&b, rc, out);
+}
+
+int repl_gtid_ahead(const char *cur, const char *from, const unsigned long *only,
+                    size_t nonly, char **out)
+{
+    sqlbuf b;
+    gtid_ent e;
+    int rc;
+
+    *out = NULL;
+    if ((rc = repl_gtid_check(cur)) || (rc = repl_gtid_check(from)))
+        return rc;
+    sql_init(&b);
+    sql_add(&b, "");
+    for (const char *p = cur; rc == 0 && (p = gtid_next(p, &e));) {
+        bool given = false;
+        uint64_t f = repl_gtid_seq(from, e.domain, &given);
+        if (given && in_list(only, nonly, e.domain) && e.seq > f)
+            rc = add_entry(&b, &e);
+    }
+    return finish(&b, rc, out);
+}
+
 /* ---- values ---------------------------------------------------------------------- */
 
 int repl_value(shard_conn *c, const char *sql, char **out)
@@ -236,15 +328,16 @@ static void link_free(repl_link *l)
     free(l->do_db);
     free(l->gtid_io_pos);
     free(l->master_host);
+    free(l->io_state);
 }
 
 int repl_status_read(shard_conn *c, repl_status *st)
 {
-    enum { NAME, IO, SQL, IOERR, SQLERR, DODB, IOPOS, HOST, PORT, BEHIND, NCOLS };
+    enum { NAME, IO, SQL, IOERR, SQLERR, DODB, IOPOS, HOST, PORT, BEHIND, IOSTATE, NCOLS };
     static const char *const cols[NCOLS] = {
         "Connection_name", "Slave_IO_Running", "Slave_SQL_Running", "Last_IO_Error",
         "Last_SQL_Error", "Replicate_Do_DB", "Gtid_IO_Pos", "Master_Host", "Master_Port",
-        "Seconds_Behind_Master"};
+        "Seconds_Behind_Master", "Slave_IO_State"};
     int at[NCOLS];
     MYSQL_RES *res;
     MYSQL_FIELD *f;
@@ -288,10 +381,12 @@ int repl_status_read(shard_conn *c, repl_status *st)
         l->do_db = field_dup(row, len, at[DODB]);
         l->gtid_io_pos = field_dup(row, len, at[IOPOS]);
         l->master_host = field_dup(row, len, at[HOST]);
+        l->io_state = field_dup(row, len, at[IOSTATE]);
         l->master_port = at[PORT] >= 0 && row[at[PORT]] ? (unsigned)atoi(row[at[PORT]]) : 0;
         l->seconds_behind = at[BEHIND] >= 0 && row[at[BEHIND]] ? atol(row[at[BEHIND]]) : -1;
         if (!l->name || !l->io_running || !l->sql_running || !l->last_io_error ||
-            !l->last_sql_error || !l->do_db || !l->gtid_io_pos || !l->master_host) {
+            !l->last_sql_error || !l->do_db || !l->gtid_io_pos || !l->master_host ||
+            !l->io_state) {
             mysql_free_result(res);
             repl_status_free(st);
             return shard_fail(SHARD_ENOMEM, "out of memory");

@@ -33,6 +33,26 @@ int64_t repl_gtid_behind(const char *want, const char *have);
  */
 int repl_gtid_merge(const char *cur, const char *snap, const unsigned long *keep,
                     size_t nkeep, char **out);
+/*
+ * Where a connection from a source starts: pos (a position of the source)
+ * for the nfrom domains in from (the source pair's own: its moved rows'
+ * new writes are in them), cur for the nkeep domains in keep (the
+ * replicating server's own pair), and for any other domain the further of
+ * the two (the source only relays those: going back in them would apply
+ * again what other connections did, going further skips what the
+ * snapshot holds). *out: free().
+ */
+int repl_gtid_start(const char *cur, const char *pos, const unsigned long *from, size_t nfrom,
+                    const unsigned long *keep, size_t nkeep, char **out);
+/* pos's entries in the nonly domains in only. *out: free(). */
+int repl_gtid_only(const char *pos, const unsigned long *only, size_t nonly, char **out);
+/*
+ * The entries of cur in the nonly domains in only that `from` also has,
+ * where cur is further than from: where a connection repositioned to from
+ * has to go again to be back at cur. *out: free(); "" when nowhere.
+ */
+int repl_gtid_ahead(const char *cur, const char *from, const unsigned long *only,
+                    size_t nonly, char **out);
 
 /* ---- on a connection -------------------------------------------------------- */
 
@@ -57,6 +77,7 @@ typedef struct repl_link {
     char *do_db;       /* Replicate_Do_DB */
     char *gtid_io_pos;
     char *master_host;
+    char *io_state;    /* Slave_IO_State: "Waiting for master to send event", ... */
     unsigned master_port;
     long seconds_behind; /* -1: NULL */
 } repl_link;

@@ -135,9 +135,15 @@ static int scan_shard(shard_ctx *ctx, unsigned shard, void *arg)
 int shard_scatter_scan(shard_ctx *ctx, unsigned type, shard_scan_fn fn, void *payload)
 {
     scan_job j = {type, fn, payload};
+    double started;
+    int rc;
+
     if (!ctx || !fn)
         return shard_fail(SHARD_EINVAL, "shard_scatter_scan: NULL argument");
-    return each_shard(ctx, scan_shard, &j);
+    started = now_seconds();
+    rc = each_shard(ctx, scan_shard, &j);
+    stats_call(&ctx->stats, STATS_SCATTER_SCAN, started, rc);
+    return rc;
 }
 
 static int count_fn(exec_env *env, void *arg)
@@ -205,11 +211,15 @@ static int count_shard(shard_ctx *ctx, unsigned shard, void *arg)
 int shard_scatter_count(shard_ctx *ctx, unsigned type, uint64_t *count)
 {
     scan_args a = {type, 0, NULL, 0};
+    double started;
     int rc;
 
     if (!ctx || !count)
         return shard_fail(SHARD_EINVAL, "shard_scatter_count: NULL argument");
-    if ((rc = each_shard(ctx, count_shard, &a)))
+    started = now_seconds();
+    rc = each_shard(ctx, count_shard, &a);
+    stats_call(&ctx->stats, STATS_SCATTER_COUNT, started, rc);
+    if (rc)
         return rc;
     *count = a.count;
     return 0;

@@ -76,12 +76,20 @@ int shard_txn_begin(shard_ctx *ctx, unsigned shard, shard_txn **out)
     t->shard = shard;
     /* Routed like any call: a fenced shard waits for the new map, a lost
      * server is retried, before anything is written. */
-    if ((rc = ctx_exec(ctx, shard, 0, begin_fn, t))) {
+    if ((rc = ctx_exec(ctx, shard, EXEC_OP(STATS_TXN_BEGIN), begin_fn, t))) {
         free(t);
         return rc;
     }
     *out = t;
     return 0;
+}
+
+/* Counts a call on a transaction (shard_ctx_stats(3)); returns rc. */
+static int txn_counted(shard_ctx *ctx, stats_op op, double started, int rc)
+{
+    if (ctx)
+        stats_call(&ctx->stats, op, started, rc);
+    return rc;
 }
 
 static int check_usable(shard_txn *t, const char *what)
@@ -105,8 +113,8 @@ static int check_on_shard(shard_txn *t, uint64_t id, const char *what)
     return 0;
 }
 
-int shard_txn_object_create(shard_txn *t, unsigned type, const char *json, size_t len,
-                            uint64_t *id)
+static int txn_object_create(shard_txn *t, unsigned type, const char *json, size_t len,
+                             uint64_t *id)
 {
     const char *table = NULL;
     json_t *v;
@@ -122,7 +130,7 @@ int shard_txn_object_create(shard_txn *t, unsigned type, const char *json, size_
     return txn_fail(t, object_insert(t->conn, t->db, table, t->shard, type, json, len, id));
 }
 
-int shard_txn_object_get(shard_txn *t, uint64_t id, char **json, size_t *len)
+static int txn_object_get(shard_txn *t, uint64_t id, char **json, size_t *len)
 {
     const char *table = NULL;
     int rc;
@@ -138,7 +146,7 @@ int shard_txn_object_get(shard_txn *t, uint64_t id, char **json, size_t *len)
     return rc == SHARD_ENOTFOUND ? rc : txn_fail(t, rc);
 }
 
-int shard_txn_object_put(shard_txn *t, uint64_t id, const char *json, size_t len)
+static int txn_object_put(shard_txn *t, uint64_t id, const char *json, size_t len)
 {
     const char *table = NULL;
     json_t *v;
@@ -163,8 +171,8 @@ int shard_txn_object_put(shard_txn *t, uint64_t id, const char *json, size_t len
     return 0;
 }
 
-int shard_txn_mapping_add(shard_txn *t, const char *name, uint64_t from, uint64_t to,
-                          int64_t seq)
+static int txn_mapping_add(shard_txn *t, const char *name, uint64_t from, uint64_t to,
+                           int64_t seq)
 {
     const shard_mapdef *def;
     sqlbuf q;
@@ -199,7 +207,37 @@ int shard_txn_mapping_add(shard_txn *t, const char *name, uint64_t from, uint64_
     return txn_fail(t, rc);
 }
 
-int shard_txn_commit(shard_txn *t)
+int shard_txn_object_create(shard_txn *t, unsigned type, const char *json, size_t len,
+                            uint64_t *id)
+{
+    double started = now_seconds();
+    int rc = txn_object_create(t, type, json, len, id);
+    return txn_counted(t ? t->ctx : NULL, STATS_TXN_OBJECT_CREATE, started, rc);
+}
+
+int shard_txn_object_get(shard_txn *t, uint64_t id, char **json, size_t *len)
+{
+    double started = now_seconds();
+    int rc = txn_object_get(t, id, json, len);
+    return txn_counted(t ? t->ctx : NULL, STATS_TXN_OBJECT_GET, started, rc);
+}
+
+int shard_txn_object_put(shard_txn *t, uint64_t id, const char *json, size_t len)
+{
+    double started = now_seconds();
+    int rc = txn_object_put(t, id, json, len);
+    return txn_counted(t ? t->ctx : NULL, STATS_TXN_OBJECT_PUT, started, rc);
+}
+
+int shard_txn_mapping_add(shard_txn *t, const char *name, uint64_t from, uint64_t to,
+                          int64_t seq)
+{
+    double started = now_seconds();
+    int rc = txn_mapping_add(t, name, from, to, seq);
+    return txn_counted(t ? t->ctx : NULL, STATS_TXN_MAPPING_ADD, started, rc);
+}
+
+static int txn_commit(shard_txn *t)
 {
     int rc;
 
@@ -217,6 +255,14 @@ int shard_txn_commit(shard_txn *t)
     txn_fail(t, rc);
     txn_end(t, rc != 0);
     return rc;
+}
+
+int shard_txn_commit(shard_txn *t)
+{
+    shard_ctx *ctx = t ? t->ctx : NULL; /* t is freed by the commit */
+    double started = now_seconds();
+    int rc = txn_commit(t);
+    return txn_counted(ctx, STATS_TXN_COMMIT, started, rc);
 }
 
 void shard_txn_rollback(shard_txn *t)

@@ -88,7 +88,7 @@ static int move_connections(const char *server)
 {
     char *out = sql1(server, "SHOW ALL SLAVES STATUS");
     int n = 0;
-    for (char *p = out; (p = strstr(p, "libshard_move_")); p++)
+    for (char *p = out; (p = strstr(p, "\nlibshard_from_")); p++)
         n++;
     free(out);
     return n;
@@ -532,13 +532,18 @@ START_TEST(target_restart_during_catchup)
 }
 END_TEST
 
+static const char *tamper_server = "s5";
+static int verify_progress_seen, verify_progress_over; /* done > total ever */
+
 static void tamper(int phase, uint64_t done, uint64_t total, void *payload)
 {
-    (void)done;
-    (void)total;
+    if (phase == SHARD_MOVE_VERIFYING && total) {
+        verify_progress_seen = 1;
+        verify_progress_over |= done > total;
+    }
     if (phase == SHARD_MOVE_CATCHUP) {
         char *out = NULL;
-        harness_sql(h, "s5", (const char *)payload, &out);
+        harness_sql(h, tamper_server, (const char *)payload, &out);
         free(out);
     }
 }
@@ -609,7 +614,7 @@ START_TEST(merge_two_pairs_onto_one)
                                " AND (COLUMN_NAME LIKE '%gtid' OR COLUMN_NAME ="
                                " 'fence_statements')");
         ck_assert_str_eq(out, "fence_gtid text,fence_statements int,flip_gtid text,"
-                              "snapshot_gtid text\n");
+                              "reverse_gtid text,snapshot_gtid text\n");
         free(out);
     }
     for (unsigned s = 0; s <= 3; s++) {
@@ -786,6 +791,416 @@ START_TEST(unfinished_moves_fail_closed)
 }
 END_TEST
 
+
+/* ---- verification by chunk checksums, cut-over controls -------------------- */
+
+/* Some pair other than the one serving shard s. */
+static const char *other_pair(unsigned s)
+{
+    static char name[65];
+    const char *p = pair_of(s);
+    snprintf(name, sizeof name, "%s", strcmp(p, "MySQL003") == 0 ? "MySQL001"
+                                      : strcmp(p, "MySQL001") == 0 ? "MySQL002" : "MySQL003");
+    return name;
+}
+
+/* The i-th and j-th remembered objects of shard s (type 1), as indices into w. */
+static void two_on_shard(unsigned s, int *a, int *b)
+{
+    *a = *b = -1;
+    for (int i = 0; i < nw && *b < 0; i++)
+        if (shard_id_shard(w[i].id) == s && shard_id_type(w[i].id) == 1) {
+            if (*a < 0)
+                *a = i;
+            else
+                *b = i;
+        }
+    ck_assert_int_ge(*b, 0);
+}
+
+static void forget(uint64_t id)
+{
+    pthread_mutex_lock(&wlock);
+    for (int k = 0; k < nw; k++)
+        if (w[k].id == id) {
+            w[k] = w[--nw];
+            break;
+        }
+    pthread_mutex_unlock(&wlock);
+}
+
+/* Two rows of one chunk swap their contents on the target: each row's
+ * hash covers its key, so the chunk's sum changes and both are named. */
+START_TEST(verification_finds_swapped_rows)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    char sql[600], target[65], source[65];
+    unsigned s = 9;
+    int a, b, rc;
+
+    fill(s, s, 10);
+    snprintf(source, sizeof source, "%s", pair_of(s));
+    snprintf(target, sizeof target, "%s", other_pair(s));
+    two_on_shard(s, &a, &b);
+    /* Idempotent (the callback runs more than once in catch-up). */
+    snprintf(sql, sizeof sql, "SET sql_log_bin = 0; UPDATE db%05u.pins SET data = CASE"
+             " local_id WHEN %llu THEN '%s' ELSE '%s' END WHERE local_id IN (%llu, %llu)", s,
+             (unsigned long long)shard_id_local(w[a].id), w[b].json, w[a].json,
+             (unsigned long long)shard_id_local(w[a].id),
+             (unsigned long long)shard_id_local(w[b].id));
+    o.progress = tamper;
+    o.payload = sql;
+    tamper_server = master_of(target);
+    rc = shard_move(ctx, s, s, target, &o, &r, NULL);
+    tamper_server = "s5";
+    ck_assert_int_eq(rc, SHARD_EVERIFY);
+    ck_assert_uint_eq(r.mismatches, 2);
+    ck_assert_int_eq(r.source_dropped, 0);
+    ck_assert_uint_ge(r.rows_verified, 10);
+    /* As an operator would: the target's rows put right, the kept source
+     * copy dropped. */
+    snprintf(sql, sizeof sql, "UPDATE db%05u.pins SET data = CASE local_id WHEN %llu THEN"
+             " '%s' ELSE '%s' END WHERE local_id IN (%llu, %llu)", s,
+             (unsigned long long)shard_id_local(w[a].id), w[a].json, w[b].json,
+             (unsigned long long)shard_id_local(w[a].id),
+             (unsigned long long)shard_id_local(w[b].id));
+    free(sql1(master_of(target), sql));
+    snprintf(sql, sizeof sql, "DROP DATABASE db%05u", s);
+    free(sql1(master_of(source), sql));
+    check_all();
+}
+END_TEST
+
+/* Many chunks (the move's chunk is 1000 rows): one changed row deep in a
+ * table is named, and every row is counted once. */
+START_TEST(verification_chunks_a_large_table)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    char sql[600], target[65], source[65], *out;
+    unsigned s = 10;
+    uint64_t rows;
+    int rc;
+
+    snprintf(source, sizeof source, "%s", pair_of(s));
+    snprintf(target, sizeof target, "%s", other_pair(s));
+    /* 2500 rows straight into the source (three chunks and a bit). */
+    snprintf(sql, sizeof sql, "INSERT INTO db%05u.pins (data) SELECT CONCAT('{\"bulk\":', seq,"
+             " '}') FROM db%05u.seq_1_to_2500", s, s);
+    free(sql1(master_of(source), sql));
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05u.pins", s);
+    out = sql1(master_of(source), sql);
+    rows = strtoull(out, NULL, 10);
+    free(out);
+    snprintf(sql, sizeof sql, "SET sql_log_bin = 0; UPDATE db%05u.pins SET data ="
+             " '{\"bulk\":-1}' WHERE data = '{\"bulk\":2100}'", s);
+    o.progress = tamper;
+    o.payload = sql;
+    tamper_server = master_of(target);
+    o.copy_threads = 3;
+    rc = shard_move(ctx, s, s, target, &o, &r, NULL);
+    tamper_server = "s5";
+    ck_assert_int_eq(rc, SHARD_EVERIFY);
+    ck_assert_uint_eq(r.mismatches, 1);
+    /* The progress never read more than its total. */
+    ck_assert_int_eq(verify_progress_seen, 1);
+    ck_assert_int_eq(verify_progress_over, 0);
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05u.pins", s);
+    out = sql1(master_of(source), sql);
+    ck_assert_uint_eq(strtoull(out, NULL, 10), rows);
+    free(out);
+    /* Every row of the shard's tables counted once: pins and the rest. */
+    snprintf(sql, sizeof sql, "SELECT SUM(n) FROM (SELECT COUNT(*) n FROM db%05u.pins UNION"
+             " ALL SELECT COUNT(*) FROM db%05u.user_likes_pins) x", s, s);
+    out = sql1(master_of(source), sql);
+    ck_assert_uint_le(strtoull(out, NULL, 10), r.rows_verified);
+    free(out);
+    /* The bulk rows were never remembered: gone from the target with the
+     * changed one, and the kept copy dropped. */
+    snprintf(sql, sizeof sql, "DELETE FROM db%05u.pins WHERE data LIKE '{\"bulk\":%%'", s);
+    free(sql1(master_of(target), sql));
+    snprintf(sql, sizeof sql, "DROP DATABASE db%05u", s);
+    free(sql1(master_of(source), sql));
+    check_all();
+}
+END_TEST
+
+static atomic_int last_phase;
+
+static void note_phase(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    (void)done;
+    (void)total;
+    (void)payload;
+    atomic_store(&last_phase, phase);
+}
+
+typedef struct mover {
+    unsigned first, last;
+    const char *target;
+    shard_move_options o;
+    shard_move_report r;
+    int rc;
+    char err[512];
+} mover;
+
+static void *run_mover(void *arg)
+{
+    mover *mv = arg;
+    mv->rc = shard_move(ctx, mv->first, mv->last, mv->target, &mv->o, &mv->r, NULL);
+    snprintf(mv->err, sizeof mv->err, "%s", shard_errmsg());
+    return NULL;
+}
+
+static uint64_t count_on(const char *server, unsigned s)
+{
+    char sql[200], *out;
+    uint64_t n;
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05u.pins", s);
+    out = sql1(server, sql);
+    n = strtoull(out, NULL, 10);
+    free(out);
+    return n;
+}
+
+/* --postpone-cutover: caught up, the move waits while the file exists,
+ * replicating the writes the source keeps taking; once it is gone, the
+ * move cuts over with every write on the target. */
+START_TEST(postponed_cutover_waits_for_the_file)
+{
+    static mover mv;
+    char path[600], target[65], source[65], sql[200], *out;
+    unsigned s = 11;
+    pthread_t t;
+    FILE *f;
+
+    fill(s, s, 10);
+    snprintf(source, sizeof source, "%s", pair_of(s));
+    snprintf(target, sizeof target, "%s", other_pair(s));
+    snprintf(path, sizeof path, "%s/postpone-cutover", harness_dir(h));
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fclose(f);
+    memset(&mv, 0, sizeof mv);
+    mv.first = mv.last = s;
+    mv.target = target;
+    mv.o = (shard_move_options)SHARD_MOVE_OPTIONS_INIT;
+    mv.o.postpone_cutover_file = path;
+    mv.o.progress = note_phase;
+    atomic_store(&last_phase, -1);
+    ck_assert_int_eq(pthread_create(&t, NULL, run_mover, &mv), 0);
+    for (int i = 0; i < 1200 && atomic_load(&last_phase) != SHARD_MOVE_CATCHUP; i++)
+        usleep(50000);
+    ck_assert_int_eq(atomic_load(&last_phase), SHARD_MOVE_CATCHUP);
+    /* Writes go on at the source and reach the target by replication,
+     * round after round, while the move stays in catch-up, unfenced. */
+    for (int round = 0; round < 3; round++) {
+        uint64_t want;
+        fill(s, s, 10);
+        ck_assert_str_eq(pair_of(s), source);
+        want = count_on(master_of(source), s);
+        for (int i = 0; i < 200 && count_on(master_of(target), s) != want; i++)
+            usleep(50000);
+        ck_assert_uint_eq(count_on(master_of(target), s), want);
+        ck_assert_int_eq(atomic_load(&last_phase), SHARD_MOVE_CATCHUP);
+        out = sql1(master_of(target), "SELECT phase FROM libshard_control.moves ORDER BY id"
+                                      " DESC LIMIT 1");
+        ck_assert_int_eq(atoi(out), SHARD_MOVE_CATCHUP);
+        free(out);
+        snprintf(sql, sizeof sql, "SELECT fenced FROM libshard_control.fence WHERE db ="
+                 " 'db%05u'", s);
+        out = sql1(master_of(source), sql);
+        ck_assert_str_eq(out, "0\n");
+        free(out);
+    }
+    ck_assert_int_eq(unlink(path), 0);
+    pthread_join(t, NULL);
+    ck_assert_msg(mv.rc == 0, "move: %s", mv.err);
+    ck_assert_int_eq(mv.r.phase, SHARD_MOVE_DONE);
+    ck_assert_uint_eq(mv.r.mismatches, 0);
+    ck_assert_int_eq(mv.r.source_dropped, 1);
+    ck_assert_str_eq(pair_of(s), target);
+    check_all();
+    check_rows_on_master(s);
+}
+END_TEST
+
+/* Resumed after its flip, a move's verification has no snapshot of the
+ * flip point: clients' writes on the target since (creates, updates,
+ * mapping rows) are not mismatches, and a row changed behind the mover's
+ * back before the flip still is. */
+START_TEST(resumed_after_flip_ignores_later_writes)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    char target[65], source[65], sql[600], *res = NULL;
+    unsigned s = 9;
+    int a, b, rc;
+
+    fill(s, s, 20);
+    snprintf(target, sizeof target, "%s", other_pair(s));
+    move_killed_at(s, s, target, SHARD_MOVE_FLIPPED);
+    ck_assert_str_eq(pair_of(s), target);
+    /* After the flip: new objects, a patch, a mapping row, on the target. */
+    fill(s, s, 10);
+    two_on_shard(s, &a, &b);
+    ck_assert_int_eq(shard_object_patch(ctx, w[a].id, "{\"after\":1}", 11, &res, NULL), 0);
+    snprintf(w[a].json, sizeof w[a].json, "%s", res);
+    shard_free(res);
+    ck_assert_int_eq(shard_mapping_add(ctx, "user_likes_pins", w[b].id, w[a].id, 5), 0);
+    rc = shard_move_resume(ctx, 0, &o, &r);
+    ck_assert_msg(rc == 0, "resume: %d %s", rc, shard_errmsg());
+    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    ck_assert_uint_eq(r.mismatches, 0);
+    ck_assert_int_eq(r.source_dropped, 1);
+    check_all();
+    check_rows_on_master(s);
+
+    /* Back the other way, an object deleted after the flip: the source's
+     * row is missing on the target, which a verification without a
+     * snapshot of the flip point cannot tell from a lost row. No
+     * mismatch, and the source is kept (and stays kept on a resume). */
+    snprintf(source, sizeof source, "%s", pair_of(s));
+    snprintf(target, sizeof target, "%s", other_pair(s));
+    two_on_shard(s, &a, &b);
+    move_killed_at(s, s, target, SHARD_MOVE_FLIPPED);
+    ck_assert_int_eq(shard_object_delete(ctx, w[b].id, SHARD_DELETE_HARD), 0);
+    forget(w[b].id);
+    rc = shard_move_resume(ctx, 0, &o, &r);
+    ck_assert_msg(rc == 0, "resume: %d %s", rc, shard_errmsg());
+    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    ck_assert_uint_eq(r.mismatches, 0);
+    ck_assert_int_eq(r.source_dropped, 0);
+    ck_assert_int_eq(db_exists(master_of(source), s), 1);
+    snprintf(sql, sizeof sql, "SELECT flags & %d FROM libshard_control.moves WHERE id = %llu",
+             SHARD_MOVE_KEEP_SOURCE, (unsigned long long)r.move_id);
+    res = sql1(master_of(target), sql);
+    ck_assert_int_eq(atoi(res), SHARD_MOVE_KEEP_SOURCE);
+    free(res);
+    snprintf(sql, sizeof sql, "DROP DATABASE db%05u", s);
+    free(sql1(master_of(source), sql));
+    check_all();
+
+    /* And again, with a row changed behind the mover's back before the
+     * flip (it keeps its old updated_at: not a client's write): found. */
+    snprintf(source, sizeof source, "%s", pair_of(s));
+    snprintf(target, sizeof target, "%s", other_pair(s));
+    two_on_shard(s, &a, &b);
+    move_killed_at(s, s, target, SHARD_MOVE_FLIPPED);
+    snprintf(sql, sizeof sql, "SET sql_log_bin = 0; UPDATE db%05u.pins SET data ="
+             " '{\"evil\":1}', updated_at = updated_at WHERE local_id = %llu", s,
+             (unsigned long long)shard_id_local(w[a].id));
+    free(sql1(master_of(target), sql));
+    fill(s, s, 5); /* and clients' writes after the flip, not counted */
+    rc = shard_move_resume(ctx, 0, &o, &r);
+    ck_assert_int_eq(rc, SHARD_EVERIFY);
+    ck_assert_uint_eq(r.mismatches, 1);
+    ck_assert_int_eq(r.source_dropped, 0);
+    snprintf(sql, sizeof sql, "UPDATE db%05u.pins SET data = '%s' WHERE local_id = %llu", s,
+             w[a].json, (unsigned long long)shard_id_local(w[a].id));
+    free(sql1(master_of(target), sql));
+    snprintf(sql, sizeof sql, "DROP DATABASE db%05u", s);
+    free(sql1(master_of(source), sql));
+    check_all();
+}
+END_TEST
+
+
+typedef struct cli_move {
+    const char **argv;
+    run_result res;
+} cli_move;
+
+static void *run_cli(void *arg)
+{
+    cli_move *c = arg;
+    run_spec sp = {NULL, NULL, 0, 300};
+    c->res = run_cmd(&sp, c->argv);
+    return NULL;
+}
+
+/* The newest move's journaled phase on a target master (-1: none yet). */
+static int newest_phase(const char *server)
+{
+    char *out = sql1(server, "SELECT IFNULL(MAX(id), 0) FROM libshard_control.moves");
+    char sql[200];
+    int phase = -1;
+    if (strtoull(out, NULL, 10) != 0) {
+        snprintf(sql, sizeof sql, "SELECT phase FROM libshard_control.moves WHERE id = %s", out);
+        free(out);
+        out = sql1(server, sql);
+        phase = atoi(out);
+    }
+    free(out);
+    return phase;
+}
+
+/* shardctl move --postpone-cutover FILE, with the other cut-over options:
+ * the move holds in catch-up (said once on standard error) until the file
+ * goes, then finishes. */
+START_TEST(shardctl_postpone_cutover)
+{
+    char path[600], target[65], range[32], tm[16], *out;
+    unsigned s = 11;
+    cli_move c;
+    pthread_t t;
+    FILE *f;
+    int phase = -1;
+
+    fill(s, s, 5);
+    snprintf(target, sizeof target, "%s", other_pair(s));
+    snprintf(tm, sizeof tm, "%s", master_of(target)); /* master_of's buffer is reused */
+    snprintf(range, sizeof range, "%u-%u", s, s);
+    snprintf(path, sizeof path, "%s/postpone-cli", harness_dir(h));
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fclose(f);
+    /* The journal may hold earlier moves: wait for a new one. */
+    out = sql1(tm, "SELECT IFNULL(MAX(id), 0) FROM libshard_control.moves");
+    {
+        const char *argv[] = {"--map", harness_map_path(h), "move", "--shards", range, "--to",
+                              target, "--yes", "--max-lag-ms", "200", "--fence-timeout", "1",
+                              "--cutover-attempts", "3", "--postpone-cutover", path, NULL};
+        uint64_t before = strtoull(out, NULL, 10);
+        free(out);
+        c.argv = argv;
+        ck_assert_int_eq(pthread_create(&t, NULL, run_cli, &c), 0);
+        for (int i = 0; i < 1200 && phase != SHARD_MOVE_CATCHUP; i++) {
+            char sql[200];
+            usleep(50000);
+            snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM libshard_control.moves WHERE id >"
+                     " %llu AND phase = %d", (unsigned long long)before, SHARD_MOVE_CATCHUP);
+            out = sql1(tm, sql);
+            phase = atoi(out) ? SHARD_MOVE_CATCHUP : -1;
+            free(out);
+        }
+        ck_assert_int_eq(phase, SHARD_MOVE_CATCHUP);
+        /* Caught up and holding: writes reach the target, the phase stays. */
+        fill(s, s, 5);
+        {
+            uint64_t want = count_on(master_of(pair_of(s)), s);
+            for (int i = 0; i < 200 && count_on(tm, s) != want; i++)
+                usleep(50000);
+            ck_assert_uint_eq(count_on(tm, s), want);
+        }
+        phase = newest_phase(tm);
+        ck_assert_int_eq(unlink(path), 0);
+        pthread_join(t, NULL);
+    }
+    ck_assert_msg(phase == SHARD_MOVE_CATCHUP, "phase %d while postponed: %s", phase,
+                  c.res.err);
+    ck_assert_msg(c.res.status == 0, "exit %d: %s", c.res.status, c.res.err);
+    ck_assert_msg(strstr(c.res.out, ": done\n"), "%s", c.res.out);
+    {
+        const char *p = strstr(c.res.err, "the cut-over is postponed while");
+        ck_assert_msg(p && !strstr(p + 1, "the cut-over is postponed while"), "%s", c.res.err);
+    }
+    run_free(&c.res);
+    ck_assert_str_eq(pair_of(s), target);
+    check_all();
+    check_rows_on_master(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_move");
@@ -826,6 +1241,11 @@ int main(void)
     tcase_add_test(tc, fence_is_one_statement);
     tcase_add_test(tc, transient_failure_retried_in_phase);
     tcase_add_test(tc, unfinished_moves_fail_closed);
+    tcase_add_test(tc, verification_finds_swapped_rows);
+    tcase_add_test(tc, verification_chunks_a_large_table);
+    tcase_add_test(tc, postponed_cutover_waits_for_the_file);
+    tcase_add_test(tc, resumed_after_flip_ignores_later_writes);
+    tcase_add_test(tc, shardctl_postpone_cutover);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -79,6 +79,39 @@ START_TEST(gtid_merge_keeps_own_domains)
 }
 END_TEST
 
+/* A connection's start: the source pair's domains (1, 2) from the source's
+ * position, the replicating pair's (3, 4) kept, relayed domains (5, 6) the
+ * further of the two; where a rewound connection must go again; one
+ * position's entries in some domains. */
+START_TEST(gtid_start_ahead_only)
+{
+    unsigned long from[] = {1, 2}, keep[] = {3, 4};
+    char *out = NULL;
+
+    ck_assert_int_eq(repl_gtid_start("1-1-70,3-3-100,5-5-40,6-6-9",
+                                     "1-1-50,2-2-9,3-3-90,5-5-30,6-6-12", from, 2, keep, 2,
+                                     &out), 0);
+    ck_assert_str_eq(out, "1-1-50,2-2-9,6-6-12,3-3-100,5-5-40");
+    free(out);
+    ck_assert_int_eq(repl_gtid_start("", "1-1-50,3-3-1", from, 2, keep, 2, &out), 0);
+    ck_assert_str_eq(out, "1-1-50");
+    free(out);
+    ck_assert_int_eq(repl_gtid_ahead("1-1-70,2-2-9,3-3-100,5-5-40", "1-1-50,2-2-9,5-5-30",
+                                     from, 2, &out), 0);
+    ck_assert_str_eq(out, "1-1-70");
+    free(out);
+    ck_assert_int_eq(repl_gtid_ahead("1-1-50", "1-1-50", from, 2, &out), 0);
+    ck_assert_str_eq(out, "");
+    free(out);
+    ck_assert_int_eq(repl_gtid_only("1-1-50,3-3-1,2-2-4", from, 2, &out), 0);
+    ck_assert_str_eq(out, "1-1-50,2-2-4");
+    free(out);
+    out = (char *)1;
+    ck_assert_int_eq(repl_gtid_only("1-1-5'", from, 2, &out), SHARD_ESERVER);
+    ck_assert_ptr_null(out);
+}
+END_TEST
+
 /* A position of 200 domains, each "D-S-N" about 25 characters long. */
 static void long_pos(char *buf, size_t size, unsigned first, unsigned n, unsigned long long seq)
 {
@@ -210,6 +243,7 @@ int main(void)
     tcase_add_test(tc, gtid_valid_and_check);
     tcase_add_test(tc, gtid_seq_and_covers);
     tcase_add_test(tc, gtid_merge_keeps_own_domains);
+    tcase_add_test(tc, gtid_start_ahead_only);
     tcase_add_test(tc, gtid_long_positions);
     tcase_add_test(tc, publish_compare_and_swap);
     suite_add_tcase(s, tc);

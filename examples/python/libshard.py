@@ -402,6 +402,7 @@ _PROTOTYPES = {
     "shard_ctx_free": (None, [_P]),
     "shard_ctx_reload": (c_int, [_P]),
     "shard_ctx_map": (c_int, [_P, _PP]),
+    "shard_ctx_stats": (c_int, [_P, _PP]),
     "shard_schema_apply": (c_int, [_P, _PROGRESS_FN, c_void_p]),
     "shard_object_create": (c_int, [_P, c_uint, c_uint, c_char_p, c_size_t,
                                     POINTER(c_uint64)]),
@@ -922,6 +923,15 @@ class Context(_Handle):
         out = c_void_p()
         _check(_lib.shard_ctx_map(self._handle(), byref(out)))
         return Map(out.value)
+
+    def stats(self):
+        """The context's counters (calls, errors and durations per call,
+        retries, fence waits, map reads, pool gauges) as Prometheus text,
+        exposition format 0.0.4 (str): serve it as it is, with Content-Type
+        "text/plain; version=0.0.4". See shard_ctx_stats(3)."""
+        out = c_void_p()
+        _check(_lib.shard_ctx_stats(self._handle(), byref(out)))
+        return _text(_take(out.value))
 
     def _type(self, type):
         if isinstance(type, (str, bytes)):

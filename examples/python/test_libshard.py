@@ -746,6 +746,77 @@ class OnePairTests(ServerCase):
         self.assertEqual(len(c.mget(ids)), 80)
         self.assertNotIn(None, c.mget(ids))
 
+    def test_stats(self):
+        """Context.stats(): Prometheus text, exact under threads, served
+        from an HTTP endpoint of the application's own."""
+        import http.server
+        import urllib.request
+        sample = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
+        with ls.Context(self.map_path, refresh_interval_ms=0) as c:
+            ids = [c.create("pins", {"s": i}, shard=i % 8) for i in range(8)]
+            missing = ls.make_id(2, 1, ls.MAX_LOCAL)
+            self.assertRaisesShard(ls.NotFound, -5, c.get, missing)
+            errors = []
+
+            def work(n):
+                try:
+                    for i in range(5):
+                        c.get(ids[(n + i) % 8])
+                except BaseException as e:
+                    errors.append(e)
+            threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(errors, [])
+
+            class Handler(http.server.BaseHTTPRequestHandler):
+                def do_GET(self):
+                    body = c.stats().encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+
+                def log_message(self, *args):
+                    pass
+            srv = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+            th = threading.Thread(target=srv.handle_request)
+            th.start()
+            url = "http://127.0.0.1:%d/metrics" % srv.server_address[1]
+            with urllib.request.urlopen(url, timeout=30) as r:
+                ctype = r.headers["Content-Type"]
+                text = r.read().decode()
+            th.join()
+            srv.server_close()
+        self.assertEqual(ctype, "text/plain; version=0.0.4")
+        values, helps, types = {}, [], []
+        for line in text.splitlines():
+            if line.startswith("# HELP "):
+                helps.append(line.split()[2])
+            elif line.startswith("# TYPE "):
+                types.append(line.split()[2])
+            else:
+                m = sample.match(line)
+                self.assertTrue(m, line)
+                values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+        self.assertEqual(sorted(helps), sorted(set(helps)))
+        self.assertEqual(helps, types)
+        self.assertEqual(values['libshard_calls_total{op="object_create"}'], 8)
+        self.assertEqual(values['libshard_calls_total{op="object_get"}'], 41)
+        self.assertEqual(values['libshard_errors_total{op="object_get",'
+                                'code="SHARD_ENOTFOUND"}'], 1)
+        self.assertEqual(values['libshard_call_duration_seconds_count'
+                                '{op="object_get"}'], 41)
+        self.assertEqual(values['libshard_call_duration_seconds_bucket'
+                                '{op="object_get",le="+Inf"}'], 41)
+        self.assertEqual(values["libshard_map_reloads_total"], 1)
+        pools = [k for k in values if k.startswith("libshard_pool_connections{")]
+        self.assertEqual(len(pools), 2)  # the one master: idle and busy
+        self.assertRaisesShard(ls.Invalid, -1, c.stats)  # closed
+
     def test_example(self):
         example = os.path.join(HERE, "example.py")
         admin = ["--apply-schema", "--user", "shardadmin",

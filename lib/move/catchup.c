@@ -1,13 +1,270 @@
 /*
- * Catch-up (libshard-move(7), phase catchup): a named replication
- * connection on the target master, from the source master, starting at
- * the snapshot's position and filtered to the moved databases.
+ * Catch-up (libshard-move(7), phase catchup, and "Many moves at once"): a
+ * named replication connection on the target master, from the source
+ * master, filtered to the moved databases. Moves from one source pair to
+ * one target pair share it (MariaDB allows one connection per master), and
+ * the reverse stream of reversible moves (libshard-move(7), "Revert") is the
+ * same kind of connection the other way round.
  */
 #include "move.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+/* ---- sets of database names ------------------------------------------------------- */
+
+typedef struct dbset {
+    char (*v)[SHARD_DBNAME_MAX];
+    size_t n, cap;
+} dbset;
+
+static int dbset_add(dbset *s, const char *db, size_t len)
+{
+    char name[SHARD_DBNAME_MAX];
+
+    if (len == 0 || len >= sizeof name)
+        return 0;
+    memcpy(name, db, len);
+    name[len] = '\0';
+    if (!move_name_ok(name)) /* not one of ours: never put into a statement */
+        return 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->v[i], name) == 0)
+            return 0;
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 16;
+        void *nv = shard_realloc(s->v, nc * sizeof *s->v);
+        if (!nv)
+            return shard_fail(SHARD_ENOMEM, "out of memory");
+        s->v = nv;
+        s->cap = nc;
+    }
+    memcpy(s->v[s->n++], name, len + 1);
+    return 0;
+}
+
+static int dbset_add_csv(dbset *s, const char *csv)
+{
+    int rc = 0;
+
+    while (rc == 0 && csv && *csv) {
+        const char *comma = strchr(csv, ',');
+        size_t len = comma ? (size_t)(comma - csv) : strlen(csv);
+        rc = dbset_add(s, csv, len);
+        csv = comma ? comma + 1 : NULL;
+    }
+    return rc;
+}
+
+static int dbset_add_range(dbset *s, const mv *m, unsigned first, unsigned last)
+{
+    int rc = 0;
+
+    for (unsigned sh = first; rc == 0 && sh <= last; sh++) {
+        char db[SHARD_DBNAME_MAX];
+        move_db(m, sh, db);
+        rc = dbset_add(s, db, strlen(db));
+    }
+    return rc;
+}
+
+static void dbset_del_range(dbset *s, const mv *m)
+{
+    for (unsigned sh = m->first; sh <= m->last; sh++) {
+        char db[SHARD_DBNAME_MAX];
+        move_db(m, sh, db);
+        for (size_t i = 0; i < s->n; i++)
+            if (strcmp(s->v[i], db) == 0) {
+                memmove(s->v[i], s->v[s->n - 1], sizeof s->v[i]);
+                s->n--;
+                break;
+            }
+    }
+}
+
+static bool dbset_has(const dbset *s, const char *db)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->v[i], db) == 0)
+            return true;
+    return false;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+/* "a,b,c", sorted (the server gives a filter back as it was set). */
+static int dbset_text(dbset *s, sqlbuf *out)
+{
+    sql_init(out);
+    sql_add(out, "");
+    if (s->n)
+        qsort(s->v, s->n, sizeof *s->v, name_cmp);
+    for (size_t i = 0; i < s->n; i++) {
+        sql_add(out, i ? "," : "");
+        sql_add(out, s->v[i]);
+    }
+    return sql_check(out);
+}
+
+static void dbset_free(dbset *s)
+{
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- the connections ------------------------------------------------------------- */
+
+void move_link_forward(mv *m, move_link *l)
+{
+    l->c = m->t;
+    l->pair = move_dp(m);
+    l->from = move_sp(m);
+    l->name = m->name;
+    l->reverse = false;
+}
+
+void move_link_reverse(mv *m, move_link *l)
+{
+    l->c = m->src;
+    l->pair = move_sp(m);
+    l->from = move_dp(m);
+    l->name = m->rname;
+    l->reverse = true;
+}
+
+int move_pair_domains(mv *m, const shard_pairdef *p, unsigned long *d, size_t *n)
+{
+    shard_conn *c = NULL;
+    uint64_t v = 0;
+    int rc;
+
+    *n = 0;
+    if ((rc = move_conn(m, &p->master, &c)) == 0 &&
+        (rc = repl_value_u64(c, "SELECT @@gtid_domain_id", &v)) == 0)
+        d[(*n)++] = (unsigned long)v;
+    move_close(&c);
+    if (rc == 0 && p->has_standby) {
+        if ((rc = move_conn(m, &p->standby, &c)) == 0 &&
+            (rc = repl_value_u64(c, "SELECT @@gtid_domain_id", &v)) == 0)
+            d[(*n)++] = (unsigned long)v;
+        move_close(&c);
+    }
+    return rc;
+}
+
+/* Changing a shared connection is one mover at a time per server: STOP ALL
+ * SLAVES by one and the restart of "what ran" by another must not mix. */
+static int link_lock(shard_conn *c)
+{
+    uint64_t got = 0;
+    int rc = repl_value_u64(c, "SELECT GET_LOCK('libshard replication', 120)", &got);
+
+    if (rc == 0 && got != 1)
+        rc = shard_fail(SHARD_EBUSY, "another mover held the replication setup of %s for "
+                        "120 s", c->srv->label);
+    return rc;
+}
+
+static void link_unlock(shard_conn *c)
+{
+    char *v = NULL;
+    shard_errsave saved;
+
+    shard_error_save(&saved, 0);
+    repl_value(c, "SELECT RELEASE_LOCK('libshard replication')", &v);
+    free(v);
+    shard_error_restore(&saved);
+}
+
+/* Who else uses the connection, as the journal says. */
+static int registry(mv *m, const move_link *l, dbset *s)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "SELECT first_shard, last_shard FROM " MOVE_CONTROL_DB ".moves WHERE"
+                " source_pair = ");
+    sql_hex(&q, move_sp(m)->name, strlen(move_sp(m)->name));
+    sql_add(&q, " AND target_pair = ");
+    sql_hex(&q, move_dp(m)->name, strlen(move_dp(m)->name));
+    sql_addf(&q, " AND id <> %llu AND ", (unsigned long long)m->id);
+    if (l->reverse)
+        sql_addf(&q, "phase IN (%d, %d) AND reverse_state = 1", MOVE_REVERSIBLE,
+                 MOVE_REVERTING);
+    else
+        sql_addf(&q, "phase IN (%d, %d)", MOVE_CATCHUP, MOVE_FENCED);
+    if ((rc = sql_check(&q)) == 0)
+        rc = conn_query(m->ctl, &q);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    if (!(res = mysql_store_result(m->ctl->my)))
+        return shard_fail(SHARD_ESERVER, "move journal: %s", mysql_error(m->ctl->my));
+    while (rc == 0 && (row = mysql_fetch_row(res)))
+        rc = dbset_add_range(s, m, (unsigned)strtoul(row[0], NULL, 10),
+                             (unsigned)strtoul(row[1], NULL, 10));
+    mysql_free_result(res);
+    return rc;
+}
+
+/* What the connection carries now (live) and for the other moves of the
+ * journal: a restarted server forgot the live filter, the journal not. */
+static int others(mv *m, const move_link *l, bool exists, dbset *s)
+{
+    char sql[160], *live = NULL;
+    int rc = 0;
+
+    if (exists) {
+        snprintf(sql, sizeof sql, "SELECT @@%s.replicate_do_db", l->name);
+        if ((rc = repl_value(l->c, sql, &live)) == 0)
+            rc = dbset_add_csv(s, live);
+        free(live);
+    }
+    if (rc == 0)
+        rc = registry(m, l, s);
+    dbset_del_range(s, m);
+    return rc;
+}
+
+/* The filter (the connection stopped), checked: an unfiltered start would
+ * apply the master's other databases. Never empty. */
+static int set_filter(shard_conn *c, const char *name, dbset *s)
+{
+    char sql[160], *have = NULL;
+    sqlbuf want, q;
+    int rc;
+
+    if (!s->n)
+        return shard_fail(SHARD_EINTERNAL, "replication connection %s: empty filter", name);
+    if ((rc = dbset_text(s, &want))) {
+        sql_free(&want);
+        return rc;
+    }
+    sql_init(&q);
+    sql_addf(&q, "SET GLOBAL %s.replicate_do_db = '", name);
+    sql_add(&q, want.s);
+    sql_add(&q, "'");
+    if ((rc = sql_check(&q)) == 0)
+        rc = conn_query(c, &q);
+    snprintf(sql, sizeof sql, "SELECT @@%s.replicate_do_db", name);
+    if (rc == 0)
+        rc = repl_value(c, sql, &have);
+    if (rc == 0 && strcmp(have, want.s) != 0)
+        rc = shard_fail(SHARD_EINTERNAL, "replication filter of %s is \"%.200s\", expected "
+                        "\"%.200s\"", name, have, want.s);
+    free(have);
+    sql_free(&q);
+    sql_free(&want);
+    return rc;
+}
 
 /* Start again what ran of a connection: both threads, or only the one. */
 static int start_connection(shard_conn *t, const repl_link *l)
@@ -20,40 +277,6 @@ static int start_connection(shard_conn *t, const repl_link *l)
     if (!move_name_ok(l->name))
         return shard_fail(SHARD_ESERVER, "unexpected replication connection name");
     return move_runf(t, "START SLAVE '%s'%s", l->name, which);
-}
-
-/* Set the filter (it is not kept across restarts), then start. The filter
- * is checked before the connection runs: an unfiltered start would apply
- * the source's other databases. */
-int move_repl_start(mv *m)
-{
-    char sql[160], *have = NULL;
-    sqlbuf q, want;
-    int rc;
-
-    move_runf(m->t, "STOP SLAVE '%s'", m->name);
-    sql_init(&q);
-    sql_init(&want);
-    sql_addf(&q, "SET GLOBAL %s.replicate_do_db = '", m->name);
-    move_db_list(m, &q, false);
-    sql_add(&q, "'");
-    move_db_list(m, &want, false);
-    if ((rc = sql_check(&q)) == 0 && (rc = sql_check(&want)) == 0)
-        rc = conn_query(m->t, &q);
-    snprintf(sql, sizeof sql, "SELECT @@%s.replicate_do_db", m->name);
-    if (rc == 0)
-        rc = repl_value(m->t, sql, &have);
-    if (rc == 0 && strcmp(have, want.s) != 0)
-        rc = shard_fail(SHARD_EINTERNAL, "replication filter is \"%.200s\", expected "
-                        "\"%.200s\"", have, want.s);
-    free(have);
-    sql_free(&q);
-    sql_free(&want);
-    if (rc == 0)
-        rc = move_runf(m->t, "START SLAVE '%s'", m->name);
-    if (rc == 0)
-        m->repl_checked = true;
-    return rc;
 }
 
 /* MASTER_SSL options of CHANGE MASTER from the map's credentials.tls. */
@@ -80,9 +303,9 @@ static int add_tls(shard_conn *t, sqlbuf *q, const shard_tlsdef *tls)
     return 0;
 }
 
-/* CHANGE MASTER for the move's connection; the statement holds the
- * password and is wiped after use. */
-static int change_master(mv *m)
+/* CHANGE MASTER for a connection; the statement holds the password and is
+ * wiped after use. */
+static int change_master(mv *m, const move_link *l)
 {
     const char *user = ctx_user(m->ctx, m->map);
     char *esc = NULL, *pesc = NULL, *pw = NULL;
@@ -99,13 +322,12 @@ static int change_master(mv *m)
         shard_wipe_free(pw);
         return shard_fail(SHARD_ENOMEM, "out of memory");
     }
-    mysql_real_escape_string(m->t->my, esc, user, (unsigned long)strlen(user));
-    mysql_real_escape_string(m->t->my, pesc, pw ? pw : "", pw ? (unsigned long)strlen(pw) : 0);
+    mysql_real_escape_string(l->c->my, esc, user, (unsigned long)strlen(user));
+    mysql_real_escape_string(l->c->my, pesc, pw ? pw : "", pw ? (unsigned long)strlen(pw) : 0);
     shard_wipe_free(pw);
     sql_init(&q);
     sql_addf(&q, "CHANGE MASTER '%s' TO master_host = '%s', master_port = %u,"
-                 " master_user = '", m->name, move_sp(m)->master.host,
-             move_sp(m)->master.port);
+                 " master_user = '", l->name, l->from->master.host, l->from->master.port);
     sql_add(&q, esc);
     sql_add(&q, "', master_password = '");
     sql_add(&q, pesc);
@@ -113,107 +335,327 @@ static int change_master(mv *m)
     shard_wipe_free(pesc);
     free(esc);
     /* The map's TLS settings apply to the moved rows' trip too (the paths
-     * must be valid on the target server). */
+     * must be valid on the replicating server). */
     if (m->map->tls.enabled)
-        rc = add_tls(m->t, &q, &m->map->tls);
+        rc = add_tls(l->c, &q, &m->map->tls);
     if (rc == 0 && (rc = sql_check(&q)) == 0)
-        rc = conn_query(m->t, &q);
+        rc = conn_query(l->c, &q);
     if (q.s)
         memset(q.s, 0, q.len); /* it held the password */
     sql_free(&q);
     return rc;
 }
 
-int move_repl_setup(mv *m)
+static int set_slave_pos(shard_conn *c, const char *pos)
 {
-    unsigned long keep[2];
-    size_t nkeep = 0;
-    repl_status st;
-    char *cur = NULL, *merged = NULL;
-    uint64_t d = 0;
-    bool ours;
+    sqlbuf q;
     int rc;
 
-    if ((rc = repl_status_read(m->t, &st)))
-        goto out;
-    ours = repl_status_find(&st, m->name) != NULL;
-    if ((rc = repl_value_u64(m->t, "SELECT @@gtid_domain_id", &d)))
-        goto out;
-    keep[nkeep++] = (unsigned long)d;
-    if (move_dp(m)->has_standby) {
-        shard_conn *sb = NULL;
-        if ((rc = move_conn(m, &move_dp(m)->standby, &sb)) == 0)
-            rc = repl_value_u64(sb, "SELECT @@gtid_domain_id", &d);
-        move_close(&sb);
-        if (rc)
-            goto out;
-        keep[nkeep++] = (unsigned long)d;
+    sql_init(&q);
+    sql_add(&q, "SET GLOBAL gtid_slave_pos = '");
+    sql_add(&q, pos); /* checked by the merge */
+    sql_add(&q, "'");
+    if ((rc = sql_check(&q)) == 0)
+        rc = conn_query(c, &q);
+    sql_free(&q);
+    return rc;
+}
+
+/* Another connection of the server reading the same master: MariaDB
+ * allows one, and a second with other filters would skip what the first
+ * applied (one gtid_slave_pos per domain). */
+static int same_master_elsewhere(const repl_status *st, const move_link *l)
+{
+    for (size_t i = 0; i < st->n; i++) {
+        const repl_link *k = &st->links[i];
+        if (strcasecmp(k->name, l->name) != 0 && k->master_port == l->from->master.port &&
+            strcmp(k->master_host, l->from->master.host) == 0)
+            return shard_fail(SHARD_EBUSY, "%s's master already replicates from %s through "
+                              "connection \"%s\": finish (or revert) the move that uses it "
+                              "first", l->pair->name, l->from->name, k->name);
     }
+    return 0;
+}
+
+/* Until a connection's master has accepted its start and streams events
+ * (bounded: a standby that is down only reconnects later, its own
+ * business). */
+static void wait_streaming(shard_conn *c, const char *name)
+{
+    for (int i = 0; i < 100; i++) {
+        repl_status st;
+        const repl_link *k;
+        bool done;
+
+        if (repl_status_read(c, &st))
+            return;
+        k = repl_status_find(&st, name);
+        done = !k || strcmp(k->io_running, "No") == 0 ||
+               strstr(k->io_state, "Waiting for master to send event") != NULL;
+        repl_status_free(&st);
+        if (done)
+            return;
+        sleep_ms(20);
+    }
+}
+
+int move_link_join(mv *m, const move_link *l, const char *pos)
+{
+    unsigned long keep[2], orig[2];
+    size_t nkeep = 0, norig = 0;
+    dbset other = {0}, mine = {0};
+    repl_status st = {0};
+    char *cur = NULL, *merged = NULL;
+    bool exists;
+    int rc;
+
+    if ((rc = link_lock(l->c)))
+        return rc;
+    if ((rc = move_pair_domains(m, l->pair, keep, &nkeep)) ||
+        (rc = move_pair_domains(m, l->from, orig, &norig)) || (rc = repl_status_read(l->c, &st)))
+        goto out;
+    exists = repl_status_find(&st, l->name) != NULL;
+    if ((rc = others(m, l, exists, &other)) || (rc = dbset_add_range(&mine, m, m->first, m->last)))
+        goto out;
+    /*
+     * Joining a connection that carries other moves would need it at this
+     * move's start: it is further, and going back would log the moved rows
+     * under GTIDs the pair's standby already has (and skips). The mover
+     * takes turns instead (libshard-move(7), "Many moves at once").
+     */
+    if (exists && other.n) {
+        rc = shard_fail(SHARD_EBUSY, "replication connection %s carries other moves' "
+                        "databases (%s...)", l->name, other.v[0]);
+        goto out;
+    }
+    if ((rc = same_master_elsewhere(&st, l)))
+        goto out;
     /* gtid_slave_pos can only change with every connection stopped,
      * including the pair's own link: stopped for as short as possible. */
-    if ((rc = move_runf(m->t, "STOP ALL SLAVES")) ||
-        (rc = repl_value(m->t, "SELECT @@gtid_slave_pos", &cur)) ||
-        (rc = repl_gtid_merge(cur, m->snap, keep, nkeep, &merged)))
+    if ((rc = move_runf(l->c, "STOP ALL SLAVES")) ||
+        (rc = repl_value(l->c, "SELECT @@gtid_slave_pos", &cur)))
         goto restart;
-    {
-        sqlbuf q;
-        sql_init(&q);
-        sql_add(&q, "SET GLOBAL gtid_slave_pos = '");
-        sql_add(&q, merged); /* checked by the merge */
-        sql_add(&q, "'");
-        if ((rc = sql_check(&q)) == 0)
-            rc = conn_query(m->t, &q);
-        sql_free(&q);
-        if (rc)
-            goto restart;
-    }
-    if (ours)
-        move_runf(m->t, "RESET SLAVE '%s' ALL", m->name);
-    if ((rc = change_master(m)) == 0)
-        rc = move_repl_start(m);
+    if ((rc = repl_gtid_start(cur, pos, orig, norig, keep, nkeep, &merged)) ||
+        (rc = set_slave_pos(l->c, merged)))
+        goto restart;
+    if (exists)
+        move_runf(l->c, "RESET SLAVE '%s' ALL", l->name);
+    if ((rc = change_master(m, l)) == 0)
+        rc = set_filter(l->c, l->name, &mine);
 restart:
-    /* Exactly the connections that ran before, however many. */
+    /*
+     * Exactly the connections that ran before, however many, the pair's
+     * own link first: it asks the standby for gtid_slave_pos, whose entry
+     * for the source's domain (the snapshot's) the standby may not have;
+     * that is fine until the standby logs later ones of that domain, which
+     * it does as soon as this move's rows arrive. So the link connects
+     * before the new connection runs.
+     */
+    {
+        const repl_link *own = repl_status_find(&st, "");
+        int src = own ? start_connection(l->c, own) : 0;
+        if (own && src == 0 && strcmp(own->io_running, "No") != 0)
+            wait_streaming(l->c, "");
+        if (!rc)
+            rc = src;
+    }
+    if (rc == 0)
+        rc = move_runf(l->c, "START SLAVE '%s'", l->name);
     for (size_t i = 0; i < st.n; i++) {
         int src;
-        if (strcmp(st.links[i].name, m->name) == 0)
+        if (strcmp(st.links[i].name, l->name) == 0 || !st.links[i].name[0])
             continue;
-        src = start_connection(m->t, &st.links[i]);
+        src = start_connection(l->c, &st.links[i]);
         if (!rc)
             rc = src;
     }
 out:
+    link_unlock(l->c);
     repl_status_free(&st);
+    dbset_free(&other);
+    dbset_free(&mine);
     free(cur);
     free(merged);
+    return rc ? shard_fail_prefix(rc, "replication connection %s on %s: ", l->name,
+                                  l->pair->name) : 0;
+}
+
+int move_link_leave(mv *m, const move_link *l)
+{
+    dbset other = {0};
+    repl_status st;
+    int rc;
+
+    if ((rc = link_lock(l->c)))
+        return rc;
+    if ((rc = repl_status_read(l->c, &st)))
+        goto out;
+    if (!repl_status_find(&st, l->name))
+        goto out;
+    if ((rc = others(m, l, true, &other)) || (rc = move_runf(l->c, "STOP SLAVE '%s'", l->name)))
+        goto out;
+    if (!other.n)
+        rc = move_runf(l->c, "RESET SLAVE '%s' ALL", l->name);
+    else if ((rc = set_filter(l->c, l->name, &other)) == 0)
+        rc = move_runf(l->c, "START SLAVE '%s'", l->name);
+out:
+    link_unlock(l->c);
+    repl_status_free(&st);
+    dbset_free(&other);
+    return rc ? shard_fail_prefix(rc, "replication connection %s on %s: ", l->name,
+                                  l->pair->name) : 0;
+}
+
+int move_link_ensure(mv *m, const move_link *l)
+{
+    dbset all = {0};
+    repl_status st;
+    int rc;
+
+    if ((rc = link_lock(l->c)))
+        return rc;
+    if ((rc = repl_status_read(l->c, &st)))
+        goto out;
+    if (!repl_status_find(&st, l->name)) {
+        rc = shard_fail(SHARD_EINTERNAL, "replication connection %s is gone from %s",
+                        l->name, l->pair->name);
+        goto out;
+    }
+    if ((rc = others(m, l, true, &all)) || (rc = dbset_add_range(&all, m, m->first, m->last)))
+        goto out;
+    move_runf(l->c, "STOP SLAVE '%s'", l->name);
+    if ((rc = set_filter(l->c, l->name, &all)) == 0)
+        rc = move_runf(l->c, "START SLAVE '%s'", l->name);
+out:
+    link_unlock(l->c);
+    repl_status_free(&st);
+    dbset_free(&all);
+    return rc;
+}
+
+/* An error that reconnecting does not cure (a restarted master is normal;
+ * refused credentials are not). */
+static bool lasting_error(const char *e)
+{
+    return e[0] && ((!strstr(e, "error reconnecting") && !strstr(e, "error connecting")) ||
+                    strstr(e, "Access denied"));
+}
+
+int move_link_health(mv *m, const move_link *l, char *why, size_t size)
+{
+    repl_status st;
+    const repl_link *k;
+    dbset have = {0};
+    char desc[400];
+    int rc, bad = 0;
+
+    if ((rc = repl_status_read(l->c, &st)))
+        return rc;
+    if (!(k = repl_status_find(&st, l->name))) {
+        snprintf(why, size, "replication connection %s is gone from %s's master", l->name,
+                 l->pair->name);
+        bad = 1;
+        goto out;
+    }
+    repl_link_describe(k, desc, sizeof desc);
+    if ((rc = dbset_add_csv(&have, k->do_db)))
+        goto out;
+    for (unsigned s = m->first; s <= m->last && !bad; s++) {
+        char db[SHARD_DBNAME_MAX];
+        move_db(m, s, db);
+        if (!dbset_has(&have, db)) {
+            snprintf(why, size, "replication connection %s on %s does not carry %s (its "
+                     "filter is \"%.200s\"; %s)", l->name, l->pair->name, db, k->do_db, desc);
+            bad = 1;
+        }
+    }
+    if (!bad && (repl_link_stopped(k) || lasting_error(k->last_sql_error) ||
+                 lasting_error(k->last_io_error))) {
+        snprintf(why, size, "replication connection %s on %s is broken: %s", l->name,
+                 l->pair->name, desc);
+        bad = 1;
+    }
+out:
+    repl_status_free(&st);
+    dbset_free(&have);
+    return rc ? rc : bad;
+}
+
+/* ---- the catch-up connection and the reverse stream ------------------------------ */
+
+int move_repl_setup(mv *m)
+{
+    move_link l;
+    int rc;
+
+    move_link_forward(m, &l);
+    if ((rc = move_link_join(m, &l, m->snap)) == 0)
+        m->repl_checked = true;
     return rc ? shard_fail_prefix(rc, "replication to target %s: ", move_dp(m)->name) : 0;
+}
+
+int move_repl_start(mv *m)
+{
+    move_link l;
+    int rc;
+
+    move_link_forward(m, &l);
+    if ((rc = move_link_ensure(m, &l)) == 0)
+        m->repl_checked = true;
+    return rc;
 }
 
 int move_repl_remove(mv *m)
 {
-    repl_status st;
-    int rc;
+    move_link l;
 
-    if ((rc = repl_status_read(m->t, &st)))
-        return rc;
-    if (repl_status_find(&st, m->name) && (rc = move_runf(m->t, "STOP SLAVE '%s'", m->name)) == 0)
-        rc = move_runf(m->t, "RESET SLAVE '%s' ALL", m->name);
-    repl_status_free(&st);
+    move_link_forward(m, &l);
     m->repl_checked = false;
-    return rc;
+    return move_link_leave(m, &l);
 }
 
-void move_pair_link_start(mv *m)
+int move_reverse_setup(mv *m)
+{
+    move_link l;
+
+    move_link_reverse(m, &l);
+    return move_link_join(m, &l, m->rev);
+}
+
+int move_reverse_start(mv *m)
+{
+    move_link l;
+
+    move_link_reverse(m, &l);
+    return move_link_ensure(m, &l);
+}
+
+int move_reverse_remove(mv *m)
+{
+    move_link l;
+
+    move_link_reverse(m, &l);
+    return move_link_leave(m, &l);
+}
+
+static void pair_link_start(shard_conn *c)
 {
     repl_status st;
     const repl_link *l;
 
-    if (repl_status_read(m->t, &st))
+    if (!c || repl_status_read(c, &st))
         return;
     /* Killed between STOP ALL SLAVES and the restart, the pair's link stays
      * stopped: start it (a server without one is fine). */
     if ((l = repl_status_find(&st, "")) && !repl_link_running(l))
-        move_runf(m->t, "START SLAVE");
+        move_runf(c, "START SLAVE");
     repl_status_free(&st);
+}
+
+void move_pair_link_start(mv *m)
+{
+    pair_link_start(m->t);
+    pair_link_start(m->src); /* the reverse stream's server */
 }
 
 /* Replication healthy? A stopped SQL thread with an error ends the move. */
@@ -233,13 +675,9 @@ static int repl_health(mv *m)
                         "filter (was the target restarted without skip-slave-start?): "
                         "stop it and abort the move", m->name);
     else {
-        /* Reconnecting is normal (a restarted source); refused credentials
-         * are not, and would otherwise only show as a catch-up timeout. */
         const char *errs[] = {l->last_sql_error, l->last_io_error};
         for (int i = 0; i < 2 && rc == 0; i++)
-            if (errs[i][0] &&
-                ((!strstr(errs[i], "error reconnecting") && !strstr(errs[i], "error connecting")) ||
-                 strstr(errs[i], "Access denied")))
+            if (lasting_error(errs[i]))
                 rc = shard_fail(SHARD_ESERVER, "replication connection %s: %s", m->name,
                                 errs[i]);
     }
@@ -247,18 +685,42 @@ static int repl_health(mv *m)
     return rc;
 }
 
+int move_wait_applied(mv *m, const char *pos, double seconds, bool *reached)
+{
+    unsigned long own[2];
+    size_t nown = 0;
+    char *want = NULL;
+    int rc;
+
+    /* The moved rows' writes are in the source pair's own domains. */
+    *reached = false;
+    if ((rc = move_pair_domains(m, move_sp(m), own, &nown)) ||
+        (rc = repl_gtid_only(pos, own, nown, &want)))
+        return rc;
+    rc = repl_wait_pos(m->t, want, seconds, reached);
+    free(want);
+    return rc;
+}
+
 /* Until the target is within max_lag_ms of the source. */
 int move_catch_up(mv *m)
 {
     double t0 = now_seconds(), lag = m->o.max_lag_ms / 1000.0;
+    unsigned long own[2];
+    size_t nown = 0;
     int rc;
 
+    if ((rc = move_pair_domains(m, move_sp(m), own, &nown)))
+        return rc;
     for (;;) {
-        char *pos = NULL;
+        char *pos = NULL, *want = NULL;
         bool reached = false;
-        if ((rc = repl_value(m->src, "SELECT @@gtid_binlog_pos", &pos)) == 0)
-            rc = repl_wait_pos(m->t, pos, lag, &reached);
+        /* The moved rows' writes are in the source pair's own domains. */
+        if ((rc = repl_value(m->src, "SELECT @@gtid_binlog_pos", &pos)) == 0 &&
+            (rc = repl_gtid_only(pos, own, nown, &want)) == 0)
+            rc = repl_wait_pos(m->t, want, lag, &reached);
         free(pos);
+        free(want);
         if (rc)
             return rc;
         if (reached)
@@ -268,7 +730,7 @@ int move_catch_up(mv *m)
         if (now_seconds() - t0 > m->o.catchup_timeout_s && (m->final = true))
             return shard_fail(SHARD_ETIMEOUT, "the target did not catch up within %u s",
                               m->o.catchup_timeout_s);
-        move_progress(m, SHARD_MOVE_CATCHUP, 0, 0);
+        move_progress(m, m->swapped ? SHARD_MOVE_REVERSIBLE : SHARD_MOVE_CATCHUP, 0, 0);
     }
     m->r->catchup_seconds += now_seconds() - t0;
     return 0;

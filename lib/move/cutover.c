@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /*
  * The fence (libshard-move(7), "The fence"): one unlogged UPDATE of the
@@ -127,10 +128,13 @@ int move_read_flip(mv *m)
     return rc;
 }
 
-/* One snapshot per verifying worker, all of the target as it is now. */
-int move_open_vsnaps(mv *m)
+/* One snapshot per verifying worker, of the target as it is now; with
+ * one_point, all opened while the target's commits wait, so that every
+ * worker sees the same point even while clients write. */
+int move_vsnaps_open(mv *m, bool one_point)
 {
-    unsigned n = fanout_workers(m->ntables, move_threads(m));
+    unsigned n = move_threads(m);
+    shard_errsave saved;
     int rc = 0;
 
     move_close_vsnaps(m);
@@ -138,9 +142,44 @@ int move_open_vsnaps(mv *m)
         if ((rc = move_conn(m, &move_dp(m)->master, &m->vsnap[w])))
             break;
         m->nvsnap = w + 1;
-        if ((rc = move_runf(m->vsnap[w], "SET SESSION time_zone = '+00:00'")) == 0)
-            rc = move_runf(m->vsnap[w], "START TRANSACTION WITH CONSISTENT SNAPSHOT");
+        rc = move_runf(m->vsnap[w], "SET SESSION time_zone = '+00:00'");
     }
+    if (rc == 0 && one_point &&
+        (rc = move_runf(m->t, "BACKUP STAGE START")) == 0 &&
+        (rc = move_runf(m->t, "BACKUP STAGE BLOCK_COMMIT")))
+        move_runf(m->t, "BACKUP STAGE END");
+    for (unsigned w = 0; rc == 0 && w < n; w++)
+        rc = move_runf(m->vsnap[w], "START TRANSACTION WITH CONSISTENT SNAPSHOT");
+    if (one_point) {
+        shard_error_save(&saved, rc);
+        move_runf(m->t, "BACKUP STAGE END");
+        shard_error_restore(&saved);
+    }
+    if (rc)
+        move_close_vsnaps(m);
+    return rc;
+}
+
+/*
+ * At the fence, before the flip: the target holds exactly the source's
+ * final state and no client writes there yet. The snapshots verification
+ * compares against, and the target's clock, journaled: every client write
+ * on the target after the flip carries a later updated_at, which is how a
+ * verification resumed after the flip tells them from copied rows
+ * (libshard-move(7), "Verification"). A resumed run whose map already
+ * flipped (its publish answered too late) has clients on the target: no
+ * snapshot then, and the earlier run's clock stays.
+ */
+int move_open_vsnaps(mv *m)
+{
+    int rc;
+
+    if (m->resumed && (rc = move_flipped_in_store(m)) != 0)
+        return rc < 0 ? rc : 0;
+    if ((rc = move_vsnaps_open(m, false)) == 0 && m->id &&
+        (rc = move_runf(m->ctl, "UPDATE " MOVE_CONTROL_DB ".moves SET flip_at = NOW(6) WHERE"
+                        " id = %llu", (unsigned long long)m->id)))
+        move_close_vsnaps(m);
     return rc;
 }
 
@@ -149,4 +188,275 @@ void move_close_vsnaps(mv *m)
     for (unsigned w = 0; w < m->nvsnap; w++)
         move_close(&m->vsnap[w]);
     m->nvsnap = 0;
+}
+
+/*
+ * --postpone-cutover FILE (libshard-move(7), "Cut-over controls"): caught
+ * up, the move keeps replicating (its lag stays within max_lag_ms, and a
+ * broken connection still ends it) and looks for the file every
+ * MOVE_POSTPONE_POLL_MS; once it is gone, the cut-over goes on.
+ */
+int move_postpone(mv *m)
+{
+    const char *file = m->o.postpone_cutover_file;
+    bool logged = false;
+    int rc;
+
+    if (!file || !file[0])
+        return 0;
+    while (access(file, F_OK) == 0) {
+        if (!logged) {
+            ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: caught up; the cut-over is postponed "
+                    "while %s exists", (unsigned long long)m->id, file);
+            logged = true;
+        }
+        move_progress(m, SHARD_MOVE_CATCHUP, 0, 0);
+        sleep_ms(MOVE_POSTPONE_POLL_MS);
+        if ((rc = move_catch_up(m)))
+            return rc;
+    }
+    if (logged)
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: %s is gone: cutting over",
+                (unsigned long long)m->id, file);
+    return 0;
+}
+/* ---- the revert: the same cut-over in the other direction -------------------------- */
+
+int move_read_reverse_start(mv *m)
+{
+    char *pos = NULL;
+    int rc = repl_value(m->t, "SELECT @@gtid_binlog_pos", &pos);
+
+    if (rc == 0 && (rc = repl_gtid_check(pos)) == 0) {
+        free(m->rev);
+        m->rev = pos;
+        return 0;
+    }
+    free(pos);
+    return rc;
+}
+
+/*
+ * The move seen from the other side: the target is the source now, the
+ * reverse stream its catch-up connection. It shares m's journal, its
+ * connections (exchanged) and map; everything else is its own. The
+ * fence, the wait, the publish, the verification and the cleanup then
+ * run as they do forward.
+ */
+static void swap_view(mv *m, mv *rv)
+{
+    *rv = *m;
+    rv->spi = m->dpi;
+    rv->dpi = m->spi;
+    rv->src = m->t;
+    rv->t = m->src;
+    rv->swapped = true;
+    snprintf(rv->name, sizeof rv->name, "%s", m->rname);
+    rv->snap = rv->fence = rv->flip = NULL;
+    rv->rev = m->rev ? shard_strdup(m->rev) : NULL;
+    rv->tables = NULL;
+    rv->ntables = 0;
+    rv->listed = false;
+    rv->nworkers = 0;
+    memset(rv->wsrc, 0, sizeof rv->wsrc);
+    memset(rv->wdst, 0, sizeof rv->wdst);
+    memset(rv->vsnap, 0, sizeof rv->vsnap);
+    rv->nvsnap = 0;
+    rv->done = rv->total = 0;
+    rv->fence_t0 = 0;
+    if (m->phase == MOVE_REVERTING) { /* an interrupted revert's positions */
+        rv->fence = m->fence ? shard_strdup(m->fence) : NULL;
+        rv->flip = m->flip ? shard_strdup(m->flip) : NULL;
+    }
+    snprintf(rv->r->source, sizeof rv->r->source, "%s", move_sp(rv)->name);
+    snprintf(rv->r->target, sizeof rv->r->target, "%s", move_dp(rv)->name);
+}
+
+static void swap_done(mv *m, mv *rv)
+{
+    move_close_vsnaps(rv);
+    move_close_workers(rv);
+    m->phase = rv->phase;
+    m->reverse_state = rv->reverse_state;
+    free(rv->tables);
+    free(rv->snap);
+    free(rv->fence);
+    free(rv->flip);
+    free(rv->rev);
+}
+
+/* Not flipped back: the target takes its traffic again. */
+static int revert_lift(mv *rv, int rc)
+{
+    shard_errsave why;
+    char msg[1100];
+    int urc;
+
+    shard_error_save(&why, rc);
+    move_close_vsnaps(rv);
+    if ((urc = move_fence_set(rv, false))) {
+        snprintf(msg, sizeof msg, "revert failed (%.500s) and the fence on the target could "
+                 "not be lifted: %.500s; resume the move", why.msg, shard_errmsg());
+        move_note(rv, msg);
+        return shard_fail(urc, "%s", msg);
+    }
+    move_set_str(&rv->fence, "");
+    snprintf(msg, sizeof msg, "revert failed: the target's fence lifted (%.1000s)", why.msg);
+    if ((urc = move_enter(rv, MOVE_REVERSIBLE, msg)))
+        return urc;
+    return shard_fail(rc, "%s (the target's fence lifted; the move stays reversible)",
+                      why.msg);
+}
+
+/* Fence the target, wait for the source, publish the map back, unfence the
+ * source. On success the map points at the source again. */
+static int revert_cutover(mv *m, mv *rv)
+{
+    char *pos = NULL;
+    bool reached = false;
+    double t0;
+    int rc, flipped;
+
+    if ((rc = move_list_tables(rv)) || (rc = move_fence_rows_source(rv)) ||
+        (rc = move_catch_up(rv)))
+        return rc;
+    for (;;) {
+        rv->r->fence_attempts++;
+        t0 = now_seconds();
+        rc = move_fence_set(rv, true);
+        if (rc != SHARD_EBUSY || rv->r->fence_attempts >= rv->o.cutover_attempts)
+            break;
+        ctx_log(rv->ctx, SHARD_LOG_WARN, "move %llu: revert: %s; retrying",
+                (unsigned long long)rv->id, shard_errmsg());
+        sleep_ms(200.0 * rv->r->fence_attempts);
+        if ((rc = move_catch_up(rv)))
+            return rc;
+    }
+    if (rc == SHARD_EBUSY)
+        return shard_fail(rc, "revert: a transaction held a moved shard on the target longer "
+                          "than %u s, %u times", rv->o.fence_timeout_s, rv->r->fence_attempts);
+    if (rc)
+        return rc;
+    if ((rc = repl_value(rv->src, "SELECT @@gtid_binlog_pos", &pos)) ||
+        (rc = repl_gtid_check(pos))) {
+        free(pos);
+        return revert_lift(rv, rc);
+    }
+    free(rv->fence);
+    rv->fence = pos;
+    if ((rc = move_enter(rv, MOVE_REVERTING, "the target is fenced")))
+        return revert_lift(rv, rc);
+    rc = move_wait_applied(rv, rv->fence, MOVE_FENCE_WAIT_S, &reached);
+    if (rc == 0 && !reached)
+        rc = shard_fail(SHARD_EBUSY, "the source did not apply up to the target's fence "
+                        "within %d s", MOVE_FENCE_WAIT_S);
+    if (rc == 0)
+        rc = move_open_vsnaps(rv); /* the source as the target left it */
+    if (rc == 0)
+        rc = move_publish(rv);
+    if (rc) {
+        shard_errsave why;
+        shard_error_save(&why, rc);
+        flipped = move_flipped_in_store(rv);
+        if (flipped == 0) {
+            shard_error_restore(&why);
+            return revert_lift(rv, rc);
+        }
+        if (flipped < 0) {
+            move_close_vsnaps(rv);
+            return shard_fail(rc, "%.400s; and whether the map flipped back is unknown "
+                              "(%.400s): the target's fence stays on; resume the move",
+                              why.msg, shard_errmsg());
+        }
+    }
+    /* Back on the source: its fence comes off, the reverse stream has
+     * nothing more to bring (the target is fenced). */
+    rc = move_fence_set(m, false);
+    rv->r->pause_ms = (now_seconds() - t0) * 1000.0;
+    rv->r->cutover_seconds = now_seconds() - t0;
+    if (rc)
+        return shard_fail_prefix(rc, "the map is back on %s but its fence could not be "
+                                 "lifted (resume the move): ", move_dp(rv)->name);
+    if ((rc = move_read_flip(rv)) || (rc = move_enter(rv, MOVE_REVERTING, "flipped back")))
+        return rc;
+    shard_ctx_reload(rv->ctx);
+    return 0;
+}
+
+/* An interrupted revert: did its flip back land? */
+static int revert_resumed(mv *m, mv *rv)
+{
+    bool on = false;
+    int rc, flipped = move_flipped_in_store(rv);
+
+    if (flipped < 0)
+        return flipped;
+    if (flipped == 0) {
+        /* Not flipped back: the target serves; its fence comes off, and
+         * the revert starts over. */
+        if ((rc = move_fence_state(rv, &on)) || (on && (rc = move_fence_set(rv, false))))
+            return rc;
+        move_set_str(&rv->fence, "");
+        if ((rc = move_enter(rv, MOVE_REVERSIBLE, "interrupted revert: the target's fence "
+                             "lifted")))
+            return rc;
+        return revert_cutover(m, rv);
+    }
+    /* Flipped back: make sure the source is unfenced. */
+    if ((rc = move_list_tables(rv)) || (rc = move_fence_set(m, false)))
+        return rc;
+    if (!rv->flip || !rv->flip[0])
+        rc = move_read_flip(rv);
+    return rc;
+}
+
+int move_revert(mv *m)
+{
+    mv rv;
+    char why[600];
+    int rc, bad;
+
+    if (m->phase == MOVE_REVERSIBLE) {
+        move_link l;
+        move_link_reverse(m, &l);
+        bad = move_link_health(m, &l, why, sizeof why);
+        if (bad < 0)
+            return bad;
+        if (bad) {
+            m->final = true;
+            return shard_fail(SHARD_EBUSY, "move %llu cannot be reverted: %s; a revert now "
+                              "would lose the writes made on %s since the flip. Repair the "
+                              "stream (or resume the move to start it again), or finish "
+                              "the move", (unsigned long long)m->id, why, move_dp(m)->name);
+        }
+    }
+    swap_view(m, &rv);
+    rc = m->phase == MOVE_REVERSIBLE ? revert_cutover(m, &rv) : revert_resumed(m, &rv);
+    /* The reverse stream carries nothing of this move any more. */
+    if (rc == 0 && (rc = move_reverse_remove(m)) == 0)
+        rv.reverse_state = 0;
+    if (rc == 0 && rv.nvsnap) {
+        rc = move_verify(&rv);
+    } else if (rc == 0) {
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: revert resumed after its flip back: not "
+                "verified again", (unsigned long long)m->id);
+    }
+    if (rc == 0 && rv.r->mismatches) {
+        snprintf(why, sizeof why, "revert: verification found %llu mismatched rows: the "
+                 "target's copy is kept (fenced) for inspection",
+                 (unsigned long long)rv.r->mismatches);
+        if ((rc = move_enter(&rv, MOVE_REVERTED, why)) == 0)
+            rc = shard_fail(SHARD_EVERIFY, "move %llu: %s", (unsigned long long)m->id, why);
+    } else if (rc == 0) {
+        /* The target's copies go once both halves of the source hold
+         * everything (the same rule as forward). */
+        if (rv.o.flags & SHARD_MOVE_KEEP_SOURCE)
+            move_check_target_pair(&rv);
+        else if ((rc = move_target_pair_ready(&rv)) == 0)
+            rc = move_drop_source(&rv);
+        if (rc == 0)
+            rc = move_enter(&rv, MOVE_REVERTED, "reverted");
+    }
+    swap_done(m, &rv);
+    return rc;
 }

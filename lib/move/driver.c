@@ -138,6 +138,28 @@ bool move_name_ok(const char *s)
     return true;
 }
 
+bool move_over(int phase)
+{
+    return phase == MOVE_DONE || phase == MOVE_ABORTED || phase == MOVE_REVERTED;
+}
+
+static void link_name(char *out, size_t size, const char *prefix, const char *pair)
+{
+    size_t n = (size_t)snprintf(out, size, "%s", prefix);
+
+    for (; *pair && n + 1 < size; pair++) {
+        char c = *pair >= 'A' && *pair <= 'Z' ? (char)(*pair - 'A' + 'a') : *pair;
+        out[n++] = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ? c : '_';
+    }
+    out[n] = '\0';
+}
+
+void move_link_names(mv *m)
+{
+    link_name(m->name, sizeof m->name, "libshard_from_", move_sp(m)->name);
+    link_name(m->rname, sizeof m->rname, "libshard_revert_", move_dp(m)->name);
+}
+
 int move_set_str(char **slot, const char *s)
 {
     char *c = shard_strdup(s ? s : "");
@@ -210,6 +232,51 @@ static int state_planned(mv *m)
     return rc ? rc : move_enter(m, MOVE_COPYING, NULL);
 }
 
+/*
+ * Moves between the same two pairs share the target's one connection from
+ * the source, and a connection cannot take a new move's databases from an
+ * earlier point than it has reached (the pair's standby would skip the
+ * rows logged again under old GTIDs): the later move copies once the
+ * earlier ones have flipped and left it. Moves between other pairs do not
+ * wait (libshard-move(7), "Many moves at once").
+ */
+static int wait_turn(mv *m)
+{
+    double t0 = now_seconds();
+    uint64_t before = 0, last = 0;
+    sqlbuf q;
+    int rc;
+
+    for (;;) {
+        sql_init(&q);
+        sql_addf(&q, "SELECT COALESCE(MIN(id), 0) FROM " MOVE_CONTROL_DB ".moves WHERE id < %llu"
+                     " AND phase <= %d AND source_pair = ", (unsigned long long)m->id,
+                 MOVE_FLIPPED);
+        sql_hex(&q, move_sp(m)->name, strlen(move_sp(m)->name));
+        sql_add(&q, " AND target_pair = ");
+        sql_hex(&q, move_dp(m)->name, strlen(move_dp(m)->name));
+        if ((rc = sql_check(&q)) == 0)
+            rc = repl_value_u64(m->ctl, q.s, &before);
+        sql_free(&q);
+        if (rc || !before)
+            return rc;
+        if (before != last) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "waiting for move %llu (the same pairs) to flip",
+                     (unsigned long long)before);
+            move_note(m, msg);
+            ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: %s", (unsigned long long)m->id, msg);
+            last = before;
+        }
+        if (now_seconds() - t0 > m->o.catchup_timeout_s && (m->final = true))
+            return shard_fail(SHARD_ETIMEOUT, "move %llu between the same pairs did not flip "
+                              "within %u s: resume or abort it", (unsigned long long)before,
+                              m->o.catchup_timeout_s);
+        move_progress(m, SHARD_MOVE_COPYING, 0, 0);
+        sleep_ms(250);
+    }
+}
+
 /* copying: the snapshot copy, then the catch-up connection from its position. */
 static int state_copying(mv *m)
 {
@@ -217,7 +284,7 @@ static int state_copying(mv *m)
 
     if (!m->target_made) /* resumed: the target's copies are incomplete */
         return move_enter(m, MOVE_PLANNED, "copying again from a new snapshot");
-    if ((rc = move_copy(m)) || (rc = move_repl_setup(m)))
+    if ((rc = wait_turn(m)) || (rc = move_copy(m)) || (rc = move_repl_setup(m)))
         return rc;
     return move_enter(m, MOVE_CATCHUP, NULL);
 }
@@ -238,7 +305,7 @@ static int state_catchup(mv *m)
             (rc = move_fence_rows_source(m)) || (rc = move_repl_start(m)))
             return rc;
     }
-    if ((rc = move_catch_up(m)))
+    if ((rc = move_catch_up(m)) || (rc = move_postpone(m)))
         return rc;
     m->r->fence_attempts++;
     m->fence_t0 = now_seconds(); /* from here until the new map is out: the pause */
@@ -279,7 +346,7 @@ static int state_fenced(mv *m)
         if ((rc = move_repl_start(m)))
             return rc;
     }
-    rc = repl_wait_pos(m->t, m->fence, MOVE_FENCE_WAIT_S, &reached);
+    rc = move_wait_applied(m, m->fence, MOVE_FENCE_WAIT_S, &reached);
     if (rc == 0 && !reached)
         rc = shard_fail(SHARD_EBUSY, "the target did not apply up to the fence within %d s",
                         MOVE_FENCE_WAIT_S);
@@ -287,6 +354,10 @@ static int state_fenced(mv *m)
      * for verification before any client can write there. */
     if (rc == 0)
         rc = move_open_vsnaps(m);
+    /* The reverse stream's start: the target's position while the fence
+     * holds, before the flip, so no write made there after it is missed. */
+    if (rc == 0 && m->window_s)
+        rc = move_read_reverse_start(m);
     if (rc == 0)
         rc = move_publish(m);
     if (rc) {
@@ -334,6 +405,14 @@ static int state_verifying(mv *m)
         return rc;
     if ((rc = move_verify(m)))
         return rc;
+    if (!m->r->mismatches && m->window_s && m->rev && m->rev[0]) {
+        uint64_t now = 0;
+        if ((rc = repl_value_u64(m->ctl, "SELECT UNIX_TIMESTAMP()", &now)))
+            return rc;
+        m->reverse_until = now + m->window_s;
+        m->reverse_state = 0;
+        return move_enter(m, MOVE_REVERSIBLE, NULL);
+    }
     if (!m->r->mismatches)
         return move_enter(m, MOVE_CLEANING, NULL);
     /* A move recorded as cleaning drops the source when it is resumed, so
@@ -357,6 +436,49 @@ static int state_cleaning(mv *m)
     else if ((rc = move_target_pair_ready(m)) || (rc = move_drop_source(m)))
         return rc;
     return move_enter(m, MOVE_DONE, NULL);
+}
+
+/*
+ * reversible: the source kept in sync from the target by the reverse
+ * stream, until the window ends, a finish, or a revert. A run that is
+ * neither parks here (the call returns with the move in this phase).
+ */
+static int state_reversible(mv *m)
+{
+    uint64_t now = 0;
+    int rc;
+
+    if (m->reverse_state == 0) {
+        /* Joined from the position read under the fence: whenever it
+         * starts, it misses nothing. */
+        if ((rc = move_reverse_setup(m)))
+            return rc;
+        m->reverse_state = 1;
+        if ((rc = move_enter(m, MOVE_REVERSIBLE, "reverse stream started")))
+            return rc;
+    } else if (!m->revert && !m->finish && !m->repl_checked) {
+        /* Resumed: its filter again (a restarted source forgot it). */
+        if ((rc = move_reverse_start(m)))
+            return rc;
+        m->repl_checked = true;
+    }
+    if (m->revert)
+        return move_revert(m);
+    if (!m->finish) {
+        if ((rc = repl_value_u64(m->ctl, "SELECT UNIX_TIMESTAMP()", &now)))
+            return rc;
+        if (now < m->reverse_until) {
+            m->parked = true;
+            return 0;
+        }
+    }
+    /* The window is over: the source stops following and goes. */
+    if ((rc = move_reverse_remove(m)))
+        return rc;
+    m->reverse_state = 0;
+    return move_enter(m, MOVE_CLEANING, m->finish ? "finished: reverse stream stopped"
+                                                  : "reverse window over: reverse stream "
+                                                    "stopped");
 }
 
 /*
@@ -411,7 +533,7 @@ static int run_phases(mv *m)
 {
     int rc = 0;
 
-    while (rc == 0 && m->phase != MOVE_DONE && m->phase != MOVE_ABORTED) {
+    while (rc == 0 && !move_over((int)m->phase) && !m->parked) {
         switch (m->phase) {
         case MOVE_PLANNED:
             rc = state_planned(m);
@@ -433,6 +555,12 @@ static int run_phases(mv *m)
             break;
         case MOVE_CLEANING:
             rc = state_cleaning(m);
+            break;
+        case MOVE_REVERSIBLE:
+            rc = state_reversible(m);
+            break;
+        case MOVE_REVERTING:
+            rc = move_revert(m);
             break;
         default:
             rc = shard_fail(SHARD_EINTERNAL, "move %llu: unknown phase %d",
@@ -496,6 +624,7 @@ static int options(mv *m, const shard_move_options *opts)
         m->o.cutover_attempts = 1;
     if (!m->o.catchup_timeout_s)
         m->o.catchup_timeout_s = defaults.catchup_timeout_s;
+    m->window_s = m->o.reverse_window_s;
     return 0;
 }
 
@@ -521,31 +650,51 @@ static void mv_free(mv *m)
     free(m->snap);
     free(m->fence);
     free(m->flip);
+    free(m->rev);
     shard_map_free(m->map);
     pthread_mutex_destroy(&m->lock);
 }
 
-/* One move at a time per pair of pairs: they would share the source's one
- * replication connection on the target. */
-static int no_other_move(mv *m)
+/* Moves of other ranges run concurrently (libshard-move(7), "Many moves at
+ * once"); one that shares a shard with an unfinished move is refused, and
+ * so is a reverse window while another move between the same pairs keeps
+ * one (the source's one connection from the target is its stream). */
+static int no_overlap(mv *m)
 {
-    uint64_t busy = 0;
-    sqlbuf q;
+    move_row *rows = NULL;
+    size_t n = 0;
     int rc;
 
-    sql_init(&q);
-    sql_addf(&q, "SELECT COUNT(*) FROM " MOVE_CONTROL_DB ".moves WHERE phase < %d AND"
-                 " source_pair = ", SHARD_MOVE_DONE);
-    sql_hex(&q, move_sp(m)->name, strlen(move_sp(m)->name));
-    sql_add(&q, " AND target_pair = ");
-    sql_hex(&q, move_dp(m)->name, strlen(move_dp(m)->name));
-    if ((rc = sql_check(&q)) == 0)
-        rc = repl_value_u64(m->ctl, q.s, &busy);
-    sql_free(&q);
-    if (rc == 0 && busy)
-        rc = shard_fail(SHARD_EBUSY, "an unfinished move from %s to %s exists: resume or "
-                        "abort it first (shardctl move status)", move_sp(m)->name,
-                        move_dp(m)->name);
+    if ((rc = move_find(m->ctx, m->map, 0, &rows, &n)))
+        return rc;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (m->window_s && (rows[i].phase == MOVE_REVERSIBLE || rows[i].phase == MOVE_REVERTING ||
+                            (rows[i].window_s && rows[i].phase < MOVE_CLEANING)) &&
+            strcmp(rows[i].source, move_sp(m)->name) == 0 &&
+            strcmp(rows[i].target, move_dp(m)->name) == 0)
+            rc = shard_fail(SHARD_EBUSY, "move %llu from %s to %s keeps a reverse window: "
+                            "finish or revert it before another move between the same pairs "
+                            "takes one (or move without --reverse-window)",
+                            (unsigned long long)rows[i].id, rows[i].source, rows[i].target);
+        else if (strcmp(rows[i].source, move_dp(m)->name) == 0 &&
+                 strcmp(rows[i].target, move_sp(m)->name) == 0 &&
+                 (rows[i].phase == MOVE_REVERSIBLE || rows[i].phase == MOVE_REVERTING ||
+                  (m->window_s && rows[i].phase <= MOVE_FLIPPED)))
+            /* Its reverse stream, or its catch-up, would be this move's
+             * connection from the same master. */
+            rc = shard_fail(SHARD_EBUSY, "move %llu from %s to %s (phase %s) replicates "
+                            "between the same two masters: %s it first",
+                            (unsigned long long)rows[i].id, rows[i].source, rows[i].target,
+                            shard_move_phase_name(rows[i].phase),
+                            rows[i].phase >= MOVE_REVERSIBLE ? "finish or revert" : "let it flip");
+        else if (rows[i].first <= m->last && m->first <= rows[i].last)
+            rc = shard_fail(SHARD_EBUSY, "shards %u-%u overlap unfinished move %llu (shards "
+                            "%u-%u, %s to %s, phase %s): resume, finish or abort it first "
+                            "(shardctl move status)", m->first, m->last,
+                            (unsigned long long)rows[i].id, rows[i].first, rows[i].last,
+                            rows[i].source, rows[i].target,
+                            shard_move_phase_name(rows[i].phase));
+    free(rows);
     return rc;
 }
 
@@ -569,7 +718,7 @@ int shard_move(shard_ctx *ctx, unsigned first, unsigned last, const char *target
         goto out;
     }
     if ((rc = move_preflight(&m, NULL)) || (rc = move_journal_open(&m)) ||
-        (rc = no_other_move(&m)) || (rc = move_journal_insert(&m)) ||
+        (rc = no_overlap(&m)) || (rc = move_journal_insert(&m)) ||
         (rc = move_enter(&m, MOVE_PLANNED, NULL)))
         goto out;
     rc = drive(&m);
@@ -613,7 +762,8 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
         goto out; /* cannot tell: never give the source back after a flip */
     if (m.phase >= MOVE_FLIPPED || rc == 1) {
         rc = shard_fail(SHARD_EBUSY, "move %llu already switched the map to %s: it can only "
-                        "be resumed", (unsigned long long)m.id, move_dp(&m)->name);
+                        "be resumed%s", (unsigned long long)m.id, move_dp(&m)->name,
+                        m.phase == MOVE_REVERSIBLE ? ", reverted or finished" : "");
         goto out;
     }
     if ((rc = move_conn(&m, &move_sp(&m)->master, &m.src)) ||
@@ -631,4 +781,52 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
 out:
     mv_free(&m);
     return rc;
+}
+
+/* A reversible move's revert or finish: the one named, in its phase. */
+static int reversible_call(shard_ctx *ctx, uint64_t move_id, const shard_move_options *opts,
+                           shard_move_report *report, bool revert)
+{
+    const char *what = revert ? "shard_move_revert" : "shard_move_finish";
+    shard_move_report scratch;
+    mv m;
+    int rc;
+
+    if (!ctx)
+        return shard_fail(SHARD_EINVAL, "%s: NULL context", what);
+    mv_init(&m, ctx, report ? report : &scratch);
+    if ((rc = options(&m, opts)) || (rc = move_load(ctx, move_id, &m)))
+        goto out;
+    if (!revert && m.phase == MOVE_CLEANING) {
+        rc = drive(&m); /* finished already: only the cleanup was left */
+        goto out;
+    }
+    if (m.phase != MOVE_REVERSIBLE && !(revert && m.phase == MOVE_REVERTING)) {
+        rc = shard_fail(m.phase == MOVE_REVERTING ? SHARD_EBUSY : SHARD_EINVAL,
+                        "move %llu is in phase %s: only a reversible move (run with a "
+                        "reverse window, flipped and verified) can be %s",
+                        (unsigned long long)m.id, shard_move_phase_name((int)m.phase),
+                        revert ? "reverted" : "finished (an interrupted revert is resumed)");
+        goto out;
+    }
+    m.revert = revert;
+    m.finish = !revert;
+    ctx_log(ctx, SHARD_LOG_INFO, "move %llu: %s", (unsigned long long)m.id,
+            revert ? "reverting" : "finishing");
+    rc = drive(&m);
+out:
+    mv_free(&m);
+    return rc;
+}
+
+int shard_move_revert(shard_ctx *ctx, uint64_t move_id, const shard_move_options *opts,
+                      shard_move_report *report)
+{
+    return reversible_call(ctx, move_id, opts, report, true);
+}
+
+int shard_move_finish(shard_ctx *ctx, uint64_t move_id, const shard_move_options *opts,
+                      shard_move_report *report)
+{
+    return reversible_call(ctx, move_id, opts, report, false);
 }

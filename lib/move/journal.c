@@ -14,6 +14,11 @@ static const char *const journal_columns[][2] = {
     /* added after the first release: created when missing */
     {"flip_gtid", "TEXT NOT NULL DEFAULT '' AFTER fence_gtid"},
     {"fence_statements", "INT UNSIGNED NOT NULL DEFAULT 0 AFTER fence_attempts"},
+    {"flip_at", "TIMESTAMP(6) NULL DEFAULT NULL AFTER flip_gtid"}, /* verify.c */
+    {"reverse_gtid", "TEXT NOT NULL DEFAULT '' AFTER flip_gtid"},
+    {"reverse_window_s", "INT UNSIGNED NOT NULL DEFAULT 0 AFTER reverse_gtid"},
+    {"reverse_until", "BIGINT UNSIGNED NOT NULL DEFAULT 0 AFTER reverse_window_s"},
+    {"reverse_state", "TINYINT NOT NULL DEFAULT 0 AFTER reverse_until"},
 };
 
 int move_journal_open(mv *m)
@@ -34,6 +39,10 @@ int move_journal_open(mv *m)
                    " snapshot_gtid TEXT NOT NULL DEFAULT '',"
                    " fence_gtid TEXT NOT NULL DEFAULT '',"
                    " flip_gtid TEXT NOT NULL DEFAULT '',"
+                   " reverse_gtid TEXT NOT NULL DEFAULT '',"
+                   " reverse_window_s INT UNSIGNED NOT NULL DEFAULT 0,"
+                   " reverse_until BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+                   " reverse_state TINYINT NOT NULL DEFAULT 0,"
                    " map_version_from BIGINT UNSIGNED NOT NULL,"
                    " map_version_to BIGINT UNSIGNED NOT NULL DEFAULT 0,"
                    " rows_copied BIGINT UNSIGNED NOT NULL DEFAULT 0,"
@@ -61,7 +70,7 @@ int move_journal_open(mv *m)
                  " COLUMN_NAME = '%s'", journal_columns[i][0]);
         if ((rc = repl_value_u64(m->ctl, sql, &has)) ||
             (!has && (rc = move_runf(m->ctl, "ALTER TABLE " MOVE_CONTROL_DB ".moves ADD"
-                                     " COLUMN %s %s", journal_columns[i][0],
+                                     " COLUMN IF NOT EXISTS %s %s", journal_columns[i][0],
                                      journal_columns[i][1]))))
             return shard_fail_prefix(rc, "move journal on %s: ", label);
     }
@@ -130,6 +139,10 @@ static int journal_write(mv *m, const char *message)
     add_gtid(&q, m->fence);
     sql_add(&q, ", flip_gtid = ");
     add_gtid(&q, m->flip);
+    sql_add(&q, ", reverse_gtid = ");
+    add_gtid(&q, m->rev);
+    sql_addf(&q, ", reverse_window_s = %u, reverse_until = %llu, reverse_state = %d", m->window_s,
+             (unsigned long long)m->reverse_until, m->reverse_state);
     sql_addf(&q, ", map_version_to = %llu, rows_copied = %llu, bytes_copied = %llu,"
                  " rows_verified = %llu, mismatches = %llu, fence_attempts = %u,"
                  " fence_statements = %u, source_dropped = %d,",
@@ -189,7 +202,7 @@ int move_journal_insert(mv *m)
     sql_add(&q, ", ");
     sql_hex(&q, move_dp(m)->name, strlen(move_dp(m)->name));
     sql_addf(&q, ", %u, %u, %d, %d, %llu)", m->first, m->last, SHARD_MOVE_PLANNED,
-             m->o.flags, (unsigned long long)m->version_from);
+             m->o.flags & ~SHARD_MOVE_DRY_RUN, (unsigned long long)m->version_from);
     if ((rc = sql_check(&q)) == 0)
         rc = conn_query(m->ctl, &q);
     sql_free(&q);
@@ -197,7 +210,7 @@ int move_journal_insert(mv *m)
         return rc;
     m->id = mysql_insert_id(m->ctl->my);
     m->r->move_id = m->id;
-    snprintf(m->name, sizeof m->name, "libshard_move_%llu", (unsigned long long)m->id);
+    move_link_names(m);
     return move_journal_lock(m);
 }
 
@@ -225,6 +238,9 @@ static int rows_add(move_row **rows, size_t *n, size_t *cap, MYSQL_ROW row)
     j->phase = atoi(row[5]);
     j->flags = atoi(row[6]);
     j->version_from = strtoull(row[7], NULL, 10);
+    j->reverse_until = strtoull(row[8], NULL, 10);
+    j->window_s = (unsigned)strtoul(row[9], NULL, 10);
+    j->reverse_state = atoi(row[10]);
     return 0;
 }
 
@@ -241,7 +257,7 @@ int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows
         shard_conn *c = NULL;
         MYSQL_RES *res;
         MYSQL_ROW row;
-        char sql[400];
+        char sql[500];
 
         if (!s) {
             rc = shard_fail(SHARD_ENOMEM, "out of memory");
@@ -254,10 +270,20 @@ int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows
             break;
         }
         snprintf(sql, sizeof sql, "SELECT id, source_pair, target_pair, first_shard,"
-                 " last_shard, phase, flags, map_version_from FROM " MOVE_CONTROL_DB ".moves"
-                 " WHERE phase < %d AND (%llu = 0 OR id = %llu) ORDER BY id", SHARD_MOVE_DONE,
+                 " last_shard, phase, flags, map_version_from, reverse_until,"
+                 " reverse_window_s, reverse_state FROM " MOVE_CONTROL_DB ".moves"
+                 " WHERE phase NOT IN " MOVE_OVER_SQL " AND (%llu = 0 OR id = %llu) ORDER BY id",
                  (unsigned long long)id, (unsigned long long)id);
         rc = conn_query_str(c, sql);
+        if (rc && c->last_errno == ER_BAD_FIELD_ERROR) {
+            /* A journal from before reverse windows: nothing of it is reversible. */
+            snprintf(sql, sizeof sql, "SELECT id, source_pair, target_pair, first_shard,"
+                     " last_shard, phase, flags, map_version_from, 0, 0, 0 FROM "
+                     MOVE_CONTROL_DB ".moves WHERE phase NOT IN " MOVE_OVER_SQL " AND"
+                     " (%llu = 0 OR id = %llu) ORDER BY id", (unsigned long long)id,
+                     (unsigned long long)id);
+            rc = conn_query_str(c, sql);
+        }
         if (rc && (c->last_errno == ER_NO_SUCH_TABLE || c->last_errno == ER_BAD_DB_ERROR)) {
             conn_put(c, true); /* no journal here: no move has had this target */
             rc = 0;
@@ -309,11 +335,12 @@ int move_unfinished_on(shard_ctx *ctx, const shard_map *map, const char *pair, u
 /* The positions a run left in the journal. */
 static int load_positions(mv *m)
 {
-    static const char *const cols[] = {"snapshot_gtid", "fence_gtid", "flip_gtid"};
-    char **slots[] = {&m->snap, &m->fence, &m->flip};
+    static const char *const cols[] = {"snapshot_gtid", "fence_gtid", "flip_gtid",
+                                       "reverse_gtid"};
+    char **slots[] = {&m->snap, &m->fence, &m->flip, &m->rev};
     int rc;
 
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < 4; i++) {
         char sql[200];
         snprintf(sql, sizeof sql, "SELECT %s FROM " MOVE_CONTROL_DB ".moves WHERE id = %llu",
                  cols[i], (unsigned long long)m->id);
@@ -340,9 +367,15 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m)
                   : shard_fail(SHARD_ENOTFOUND, "no unfinished move");
     }
     if (n > 1) {
+        sqlbuf ids;
+        sql_init(&ids);
+        for (size_t i = 0; i < n && i < 20; i++)
+            sql_addf(&ids, "%s%llu", i ? ", " : "", (unsigned long long)rows[i].id);
+        rc = shard_fail(SHARD_EINVAL, "%zu unfinished moves (%s%s): name one (shardctl move "
+                        "status)", n, ids.s ? ids.s : "", n > 20 ? ", ..." : "");
+        sql_free(&ids);
         free(rows);
-        return shard_fail(SHARD_EINVAL, "%zu unfinished moves: name one (shardctl move "
-                          "status)", n);
+        return rc;
     }
     j = &rows[0];
     m->id = j->id;
@@ -352,7 +385,9 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m)
     m->phase = (move_phase)j->phase;
     m->version_from = j->version_from;
     m->o.flags |= j->flags & SHARD_MOVE_KEEP_SOURCE;
-    snprintf(m->name, sizeof m->name, "libshard_move_%llu", (unsigned long long)m->id);
+    m->window_s = j->window_s;
+    m->reverse_until = j->reverse_until;
+    m->reverse_state = j->reverse_state;
     m->spi = shard_map_find_pair(m->map, j->source);
     m->dpi = shard_map_find_pair(m->map, j->target);
     if (m->spi < 0 || m->dpi < 0) {
@@ -361,6 +396,7 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m)
         free(rows);
         return rc;
     }
+    move_link_names(m);
     snprintf(m->r->source, sizeof m->r->source, "%s", j->source);
     snprintf(m->r->target, sizeof m->r->target, "%s", j->target);
     free(rows);

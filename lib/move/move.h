@@ -5,11 +5,12 @@
  *   journal.c  the durable move record, entering a phase, finding moves
  *   plan.c     pairs, preflight checks, tables, the target's schema, fence rows
  *   copy.c     the snapshot copy
- *   catchup.c  the filtered replication connection and catching up
+ *   catchup.c  the filtered replication connections (shared per source
+ *              master, forward and reverse) and catching up
  *   cutover.c  the fence, the flip (publish), lifting the fence
  *   verify.c   comparing every row
  *   cleanup.c  waiting for both halves of the target, dropping the source
- *   driver.c   the phase switch; shard_move, _resume, _abort
+ *   driver.c   the phase switch; shard_move, _resume, _abort, _revert, _finish
  *   status.c   shard_move_status, phase names
  */
 #ifndef LIBSHARD_MOVE_MOVE_H
@@ -26,6 +27,10 @@
 #define MOVE_PAIR_WAIT_S 30  /* both halves of the target applying up to the flip */
 #define MOVE_MAX_WORKERS 64
 #define MOVE_RETRIES 5       /* transient failures retried per run */
+#define MOVE_VERIFY_CHUNK_ROWS 1000 /* rows per checksummed chunk */
+#define MOVE_VERIFY_MAX_KEY 8       /* primary key columns a chunk boundary can have */
+#define MOVE_VERIFY_GROUP 32        /* small tables or chunks per statement */
+#define MOVE_POSTPONE_POLL_MS 500   /* how often a postponed cut-over looks at its file */
 
 /* The phases, in the journal's numbers (the public SHARD_MOVE_*). */
 typedef enum move_phase {
@@ -37,8 +42,15 @@ typedef enum move_phase {
     MOVE_VERIFYING = SHARD_MOVE_VERIFYING,
     MOVE_CLEANING = SHARD_MOVE_CLEANING,
     MOVE_DONE = SHARD_MOVE_DONE,
-    MOVE_ABORTED = SHARD_MOVE_ABORTED
+    MOVE_ABORTED = SHARD_MOVE_ABORTED,
+    MOVE_REVERSIBLE = SHARD_MOVE_REVERSIBLE,
+    MOVE_REVERTING = SHARD_MOVE_REVERTING,
+    MOVE_REVERTED = SHARD_MOVE_REVERTED
 } move_phase;
+
+/* The phases in which a move is over (nothing of it runs any more). */
+#define MOVE_OVER_SQL "(7, 8, 11)"
+#define MOVE_LINK_WAIT_S 120 /* a shared connection reaching a joining move's start */
 
 typedef struct mtable {
     char db[SHARD_DBNAME_MAX];
@@ -57,8 +69,17 @@ typedef struct mv {
     move_phase phase;
     uint64_t version_from;
     bool resumed;  /* run from a journal: earlier runs' work is this move's own */
-    char name[64]; /* the replication connection */
+    char name[64]; /* the catch-up connection on the target: one per source pair */
+    char rname[64]; /* the reverse stream on the source: one per target pair */
     char *snap, *fence, *flip; /* GTID positions (never NULL once set up) */
+    char *rev;     /* the target's position under the fence: the reverse stream's start */
+    unsigned window_s;      /* the reverse window asked for (journaled) */
+    uint64_t reverse_until; /* end of the window, the journal server's unix time */
+    int reverse_state;      /* 1: the reverse stream carries this move's databases */
+    bool finish;   /* end the reverse window now (shard_move_finish) */
+    bool parked;   /* reversible and not finishing: this run ends here */
+    bool swapped;  /* a revert's view: source and target exchanged */
+    bool revert;   /* revert now (shard_move_revert) */
     mtable *tables;
     size_t ntables;
     bool listed;       /* tables listed in this run */
@@ -78,6 +99,11 @@ typedef struct mv {
     unsigned nvsnap;
     pthread_mutex_t lock; /* counters and the progress callback */
     uint64_t done, total;
+    /* Verification (verify.c). */
+    bool verify_live;  /* no snapshot of the flip point: the target as it is now */
+    char flip_at[64];  /* the target's clock at the fence, UTC text ("": unknown) */
+    uint64_t verify_unchecked; /* rows a live verification could not compare */
+    uint64_t verify_missing;   /* of those, source rows absent on the target */
 } mv;
 
 /* ---- helpers (driver.c) ------------------------------------------------------ */
@@ -102,6 +128,11 @@ bool move_name_ok(const char *s);
 /* Replace *slot with a copy of s. */
 int move_set_str(char **slot, const char *s);
 
+bool move_over(int phase);
+/* The connections' names: libshard_from_<pair> on a target,
+ * libshard_revert_<pair> on a source (the pair names lowered). */
+void move_link_names(mv *m);
+
 /* ---- journal.c ---------------------------------------------------------------- */
 
 int move_journal_open(mv *m);
@@ -123,6 +154,9 @@ typedef struct move_row {
     unsigned first, last;
     int phase, flags;
     uint64_t version_from;
+    uint64_t reverse_until;
+    unsigned window_s;
+    int reverse_state;
 } move_row;
 
 /* Unfinished moves (id 0: all) on every master of map. Fails when a
@@ -161,11 +195,44 @@ int move_count_rows(mv *m, shard_conn *src);
 
 /* ---- catchup.c ------------------------------------------------------------------------ */
 
+/*
+ * A replication connection that moves share: one per (replicating server,
+ * master it reads), filtered to the union of its moves' databases. The
+ * registry of who uses it is the journal: the catch-up connection carries
+ * the moves from its source pair in catchup and fenced, the reverse stream
+ * the reversible moves to its target pair that joined it.
+ */
+typedef struct move_link {
+    shard_conn *c;              /* the replicating server's master */
+    const shard_pairdef *pair;  /* its pair: its own GTID domains are never repositioned */
+    const shard_pairdef *from;  /* the pair whose master it reads */
+    const char *name;
+    bool reverse;
+} move_link;
+void move_link_forward(mv *m, move_link *l);
+void move_link_reverse(mv *m, move_link *l);
+/* Add the move's databases, starting them at pos (the others keep theirs). */
+int move_link_join(mv *m, const move_link *l, const char *pos);
+/* Take the move's databases out; the connection goes with the last. */
+int move_link_leave(mv *m, const move_link *l);
+/* The filter again (not kept across a restart), the connection started. */
+int move_link_ensure(mv *m, const move_link *l);
+/* 0 healthy, 1 broken (why says how), or a negative code. */
+int move_link_health(mv *m, const move_link *l, char *why, size_t size);
+
 int move_repl_setup(mv *m);
 /* Set the filter again and start the connection (a resumed move). */
 int move_repl_start(mv *m);
 int move_repl_remove(mv *m);
+/* The reverse stream: joined from m->rev, checked, left. */
+int move_reverse_setup(mv *m);
+int move_reverse_start(mv *m);
+int move_reverse_remove(mv *m);
+/* m->t's pair's GTID domains (master, standby): never waited for there. */
+int move_pair_domains(mv *m, const shard_pairdef *p, unsigned long *d, size_t *n);
 int move_catch_up(mv *m);
+/* m->t has applied pos in the source pair's domains, within seconds. */
+int move_wait_applied(mv *m, const char *pos, double seconds, bool *reached);
 /* Start the target pair's own link if it is stopped. */
 void move_pair_link_start(mv *m);
 
@@ -179,8 +246,20 @@ int move_fence_state(mv *m, bool *on);
 int move_flipped_in_store(mv *m);
 int move_publish(mv *m);
 int move_read_flip(mv *m);
-/* Open the target snapshots verification compares against. */
+/* The target's position under the fence (m->rev): the reverse stream's start. */
+int move_read_reverse_start(mv *m);
+/* A revert (libshard-move(7), "Revert"): the cut-over in the other
+ * direction, verification, the target's copies dropped; m in phase
+ * reversible or reverting. */
+int move_revert(mv *m);
+/* At the fence: the target snapshots verification compares against, and
+ * the target's clock journaled (flip_at). */
 int move_open_vsnaps(mv *m);
+/* One snapshot per worker of the target as it is now; one_point: all of
+ * one commit point (commits wait while they open). */
+int move_vsnaps_open(mv *m, bool one_point);
+/* Caught up: wait while the postpone_cutover_file exists, replicating. */
+int move_postpone(mv *m);
 void move_close_vsnaps(mv *m);
 
 /* ---- verify.c ------------------------------------------------------------------------------ */

@@ -109,10 +109,18 @@ int move_preflight(mv *m, sqlbuf *plan)
         return rc;
     if (!s[0].log_bin || !s[0].row)
         return shard_fail(SHARD_EINVAL, "%s: needs log_bin=ON and binlog_format=ROW", label);
+    /* A reverse window replicates into the source: the same rule as for a
+     * target (the reverse-applied rows come back through its standby). */
+    if (m->window_s && sp->has_standby && !s[0].ignore_dups)
+        return shard_fail(SHARD_EINVAL, "%s: a reverse window needs gtid_ignore_duplicates=ON "
+                          "on both halves of the source", label);
     if (sp->has_standby) {
         snprintf(label, sizeof label, "source %s standby %s", sp->name, sp->standby.text);
         if ((rc = probe(m, &sp->standby, label, &s[n++])))
             return rc;
+        if (m->window_s && !s[n - 1].ignore_dups)
+            return shard_fail(SHARD_EINVAL, "%s: a reverse window needs "
+                              "gtid_ignore_duplicates=ON", label);
     }
     snprintf(label, sizeof label, "target %s master %s", dp->name, dp->master.text);
     tm = n;
@@ -510,11 +518,15 @@ int move_plan_text(mv *m, char **plan)
                  (unsigned long long)bytes);
     }
     sql_addf(&p, "total: %zu tables, %llu rows\n", m->ntables, (unsigned long long)m->total);
-    sql_add(&p, "phases: create tables on the target from the source's definitions; copy a "
+    sql_addf(&p, "phases: create tables on the target from the source's definitions; copy a "
                 "consistent snapshot in primary-key order; replicate the moved databases "
                 "from the snapshot's GTID position; fence the source (one statement, not "
-                "logged); wait for the target; publish the map; verify every row; wait for "
-                "both halves of the target; drop the source copy\n");
+                "logged); wait for the target; publish the map; verify every row; %s\n",
+             m->window_s ? "keep the source in sync from the target by a reverse stream "
+                           "until the reverse window ends (or move finish; move revert "
+                           "flips back); then wait for both halves of the target; drop the "
+                           "source copy"
+                         : "wait for both halves of the target; drop the source copy");
     if ((rc = sql_check(&p)) == 0)
         rc = copy_out(p.s, p.len, plan, NULL);
 out:

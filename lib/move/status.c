@@ -5,15 +5,18 @@
 #include "move.h"
 
 #include <mysqld_error.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const char *const phase_names[] = {"planned", "copying", "catchup", "fenced",
                                           "flipped", "verifying", "cleaning", "done",
-                                          "aborted"};
+                                          "aborted", "reversible", "reverting",
+                                          "reverted"};
 
 const char *shard_move_phase_name(int phase)
 {
-    if (phase < 0 || phase > SHARD_MOVE_ABORTED)
+    if (phase < 0 || phase > SHARD_MOVE_REVERTED)
         return "unknown";
     return phase_names[phase];
 }
@@ -34,6 +37,56 @@ static void add_json_line(sqlbuf *out, json_t *o)
         jf(line);
     }
     json_decref(o);
+}
+
+/* A reversible move's reverse stream, as its source master shows it:
+ * "running", or what is wrong with it. */
+static json_t *reverse_stream(shard_ctx *ctx, shard_map *map, MYSQL_ROW row)
+{
+    shard_server *s;
+    shard_conn *c = NULL;
+    shard_errsave saved;
+    move_link l;
+    char why[600];
+    mv m;
+    int bad;
+
+    memset(&m, 0, sizeof m);
+    m.ctx = ctx;
+    m.map = map;
+    m.first = (unsigned)strtoul(row[3], NULL, 10);
+    m.last = (unsigned)strtoul(row[4], NULL, 10);
+    m.spi = shard_map_find_pair(map, row[1]);
+    m.dpi = shard_map_find_pair(map, row[2]);
+    if (m.spi < 0 || m.dpi < 0)
+        return json_string("unknown: the map lacks one of its pairs");
+    if (strcmp(row[13], "1") != 0)
+        return json_string("not started (resume the move to start it)");
+    move_link_names(&m);
+    shard_error_save(&saved, 0);
+    if (!(s = ctx_server_at(ctx, &move_sp(&m)->master)) || conn_get(ctx, s, &c)) {
+        snprintf(why, sizeof why, "unknown: %s", shard_errmsg());
+        shard_error_restore(&saved);
+        return json_string(why);
+    }
+    move_link_reverse(&m, &l);
+    l.c = c;
+    bad = move_link_health(&m, &l, why, sizeof why);
+    conn_put(c, bad >= 0);
+    if (bad < 0) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "unknown: %s", shard_errmsg());
+        shard_error_restore(&saved);
+        return json_string(msg);
+    }
+    shard_error_restore(&saved);
+    if (!bad)
+        return json_string("running");
+    {
+        char msg[700];
+        snprintf(msg, sizeof msg, "broken: %s", why);
+        return json_string(msg);
+    }
 }
 
 int shard_move_status(shard_ctx *ctx, char **text)
@@ -62,8 +115,14 @@ int shard_move_status(shard_ctx *ctx, char **text)
         }
         qrc = conn_query_str(c, "SELECT id, source_pair, target_pair, first_shard,"
                                 " last_shard, phase, rows_copied, rows_verified, mismatches,"
-                                " pause_ms, message, updated_at FROM " MOVE_CONTROL_DB ".moves"
-                                " ORDER BY id");
+                                " pause_ms, message, updated_at, reverse_until,"
+                                " reverse_state, reverse_window_s FROM " MOVE_CONTROL_DB
+                                ".moves ORDER BY id");
+        if (qrc && c->last_errno == ER_BAD_FIELD_ERROR) /* from before reverse windows */
+            qrc = conn_query_str(c, "SELECT id, source_pair, target_pair, first_shard,"
+                                    " last_shard, phase, rows_copied, rows_verified,"
+                                    " mismatches, pause_ms, message, updated_at, 0, 0, 0"
+                                    " FROM " MOVE_CONTROL_DB ".moves ORDER BY id");
         if (qrc && c->last_errno != ER_NO_SUCH_TABLE && c->last_errno != ER_BAD_DB_ERROR) {
             /* Not "no journal here": e.g. no right to read it. Say so. */
             add_json_line(&out, json_pack("{s:s,s:s}", "pair", map->pairs[p].name, "error",
@@ -72,16 +131,26 @@ int shard_move_status(shard_ctx *ctx, char **text)
         }
         if (qrc == 0 && (res = mysql_store_result(c->my))) {
             while ((row = mysql_fetch_row(res))) {
-                add_json_line(&out, json_pack(
-                    "{s:I,s:s,s:s,s:i,s:i,s:s,s:I,s:I,s:I,s:f,s:s,s:s}",
+                int phase = atoi(row[5]);
+                json_t *o = json_pack(
+                    "{s:I,s:s,s:s,s:i,s:i,s:s,s:b,s:I,s:I,s:I,s:f,s:s,s:s}",
                     "id", (json_int_t)strtoll(row[0], NULL, 10), "source", row[1],
                     "target", row[2], "first", atoi(row[3]), "last", atoi(row[4]),
-                    "phase", shard_move_phase_name(atoi(row[5])),
+                    "phase", shard_move_phase_name(phase), "in_flight", !move_over(phase),
                     "rows_copied", (json_int_t)strtoll(row[6], NULL, 10),
                     "rows_verified", (json_int_t)strtoll(row[7], NULL, 10),
                     "mismatches", (json_int_t)strtoll(row[8], NULL, 10),
                     "pause_ms", strtod(row[9], NULL), "message", row[10],
-                    "updated_at", row[11]));
+                    "updated_at", row[11]);
+                if (o && strtoul(row[14], NULL, 10))
+                    json_object_set_new(o, "reverse_window_s",
+                                        json_integer(strtoll(row[14], NULL, 10)));
+                if (o && (phase == MOVE_REVERSIBLE || phase == MOVE_REVERTING)) {
+                    json_object_set_new(o, "reverse_until",
+                                        json_integer(strtoll(row[12], NULL, 10)));
+                    json_object_set_new(o, "reverse_stream", reverse_stream(ctx, map, row));
+                }
+                add_json_line(&out, o);
             }
             mysql_free_result(res);
         }
