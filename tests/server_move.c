@@ -852,7 +852,7 @@ START_TEST(verification_finds_swapped_rows)
     o.progress = tamper;
     o.payload = sql;
     tamper_server = master_of(target);
-    rc = shard_move(ctx, s, s, target, &o, &r, NULL);
+    rc = shard_move(admin, s, s, target, &o, &r, NULL);
     tamper_server = "s5";
     ck_assert_int_eq(rc, SHARD_EVERIFY);
     ck_assert_uint_eq(r.mismatches, 2);
@@ -899,7 +899,7 @@ START_TEST(verification_chunks_a_large_table)
     o.payload = sql;
     tamper_server = master_of(target);
     o.copy_threads = 3;
-    rc = shard_move(ctx, s, s, target, &o, &r, NULL);
+    rc = shard_move(admin, s, s, target, &o, &r, NULL);
     tamper_server = "s5";
     ck_assert_int_eq(rc, SHARD_EVERIFY);
     ck_assert_uint_eq(r.mismatches, 1);
@@ -948,7 +948,7 @@ typedef struct mover {
 static void *run_mover(void *arg)
 {
     mover *mv = arg;
-    mv->rc = shard_move(ctx, mv->first, mv->last, mv->target, &mv->o, &mv->r, NULL);
+    mv->rc = shard_move(admin, mv->first, mv->last, mv->target, &mv->o, &mv->r, NULL);
     snprintf(mv->err, sizeof mv->err, "%s", shard_errmsg());
     return NULL;
 }
@@ -1048,7 +1048,7 @@ START_TEST(resumed_after_flip_ignores_later_writes)
     snprintf(w[a].json, sizeof w[a].json, "%s", res);
     shard_free(res);
     ck_assert_int_eq(shard_mapping_add(ctx, "user_likes_pins", w[b].id, w[a].id, 5), 0);
-    rc = shard_move_resume(ctx, 0, &o, &r);
+    rc = shard_move_resume(admin, 0, &o, &r);
     ck_assert_msg(rc == 0, "resume: %d %s", rc, shard_errmsg());
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r.mismatches, 0);
@@ -1066,7 +1066,7 @@ START_TEST(resumed_after_flip_ignores_later_writes)
     move_killed_at(s, s, target, SHARD_MOVE_FLIPPED);
     ck_assert_int_eq(shard_object_delete(ctx, w[b].id, SHARD_DELETE_HARD), 0);
     forget(w[b].id);
-    rc = shard_move_resume(ctx, 0, &o, &r);
+    rc = shard_move_resume(admin, 0, &o, &r);
     ck_assert_msg(rc == 0, "resume: %d %s", rc, shard_errmsg());
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r.mismatches, 0);
@@ -1092,7 +1092,7 @@ START_TEST(resumed_after_flip_ignores_later_writes)
              (unsigned long long)shard_id_local(w[a].id));
     free(sql1(master_of(target), sql));
     fill(s, s, 5); /* and clients' writes after the flip, not counted */
-    rc = shard_move_resume(ctx, 0, &o, &r);
+    rc = shard_move_resume(admin, 0, &o, &r);
     ck_assert_int_eq(rc, SHARD_EVERIFY);
     ck_assert_uint_eq(r.mismatches, 1);
     ck_assert_int_eq(r.source_dropped, 0);
@@ -1157,8 +1157,9 @@ START_TEST(shardctl_postpone_cutover)
     /* The journal may hold earlier moves: wait for a new one. */
     out = sql1(tm, "SELECT IFNULL(MAX(id), 0) FROM libshard_control.moves");
     {
-        const char *argv[] = {"--map", harness_map_path(h), "move", "--shards", range, "--to",
-                              target, "--yes", "--max-lag-ms", "200", "--fence-timeout", "1",
+        const char *argv[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move",
+                              "--shards", range, "--to", target, "--yes", "--max-lag-ms", "200",
+                              "--fence-timeout", "1",
                               "--cutover-attempts", "3", "--postpone-cutover", path, NULL};
         uint64_t before = strtoull(out, NULL, 10);
         free(out);
