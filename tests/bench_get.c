@@ -250,7 +250,8 @@ static void sysbench_options(int port, char *path, size_t size)
     fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
     if (fd < 0 || !(f = fdopen(fd, "w")))
         die("%s: %s", path, strerror(errno));
-    fprintf(f, "mysql-host=127.0.0.1\nmysql-port=%d\nmysql-user=shard\n"
+    /* sysbench's own database is not the application's: the operators' account. */
+    fprintf(f, "mysql-host=127.0.0.1\nmysql-port=%d\nmysql-user=" HARNESS_ADMIN_USER "\n"
                "mysql-password=%s\nmysql-db=sbtest\n", port, pw ? pw : "");
     if (fclose(f) != 0)
         die("%s: %s", path, strerror(errno));
@@ -494,7 +495,7 @@ static void bench_get_vs_sysbench(phase *lib, const char *cnf, unsigned rows)
 static size_t load(const shard_map *map, int port, const char *cnf, uint64_t *ids,
                    char (*dbs)[32])
 {
-    MYSQL *my = raw_connect(port, CONNECT_TIMEOUT, false);
+    MYSQL *my = raw_connect_admin(port, CONNECT_TIMEOUT, false); /* sbtest is not a shard */
     size_t nids = 0;
 
     for (unsigned s = 0; s < SHARDS; s++) {
@@ -536,8 +537,8 @@ int main(void)
     port = harness_port(H, "s1");
     snprintf(path, sizeof path, "%s/s1/mariadbd.pid", harness_dir(H));
     Server_pid = read_pid(path);
-    if (shard_ctx_open(&ctx, harness_map_path(H), NULL) || shard_ctx_map(ctx, &map) ||
-        shard_schema_apply(ctx, NULL, NULL))
+    if (harness_schema_apply(H) || shard_ctx_open(&ctx, harness_map_path(H), NULL) ||
+        shard_ctx_map(ctx, &map))
         die("setting up libshard: %s", shard_errmsg());
     sysbench_options(port, cnf, sizeof cnf);
     nids = load(map, port, cnf, ids, dbs);

@@ -193,8 +193,8 @@ static long long value_ll(MYSQL *my, const char *sql)
  * and is not waited for). */
 static void sync_standby(int master_port, int standby_port)
 {
-    MYSQL *m = raw_connect(master_port, CONNECT_TIMEOUT, false);
-    MYSQL *s = raw_connect(standby_port, CONNECT_TIMEOUT, false);
+    MYSQL *m = raw_connect_admin(master_port, CONNECT_TIMEOUT, false);
+    MYSQL *s = raw_connect_admin(standby_port, CONNECT_TIMEOUT, false);
     char *dom = value(m, "SELECT @@gtid_domain_id");
     char *pos = value(m, "SELECT @@gtid_binlog_pos");
     char want[256] = "", sql[400];
@@ -227,7 +227,7 @@ static int standby_port_of(int pair) { return Port[2 * pair]; }
 
 static void drop_dbs(int pair, const char *prefix, unsigned first, unsigned last)
 {
-    MYSQL *my = raw_connect(master_port_of(pair), CONNECT_TIMEOUT, false);
+    MYSQL *my = raw_connect_admin(master_port_of(pair), CONNECT_TIMEOUT, false);
     for (unsigned s = first; s <= last; s++)
         execf(my, "DROP DATABASE IF EXISTS `%s%05u`", prefix, s);
     mysql_close(my);
@@ -236,7 +236,7 @@ static void drop_dbs(int pair, const char *prefix, unsigned first, unsigned last
 
 static long long count_rows(int pair, const char *prefix, unsigned first, unsigned last)
 {
-    MYSQL *my = raw_connect(master_port_of(pair), CONNECT_TIMEOUT, false);
+    MYSQL *my = raw_connect_admin(master_port_of(pair), CONNECT_TIMEOUT, false);
     long long n = 0;
     for (unsigned s = first; s <= last; s++)
         for (int t = 0; t < NDATA; t++) {
@@ -280,7 +280,7 @@ typedef struct loadjob {
 static void *load_main(void *arg)
 {
     loadjob *j = arg;
-    MYSQL *my = raw_connect(j->port, CONNECT_TIMEOUT, false);
+    MYSQL *my = raw_connect_admin(j->port, CONNECT_TIMEOUT, false);
     size_t cap = (size_t)INSERT_BATCH * 300 + 256;
     char *sql = malloc(cap);
     uint64_t rng = 0x9E3779B97F4A7C15ull ^ ((uint64_t)j->shard << 32) ^ (uintptr_t)j->table;
@@ -406,6 +406,7 @@ static int mover_main(char **argv)
     if (sb && sscanf(sb, "%d %d", &Child_standby[0], &Child_standby[1]) != 2)
         Child_standby[0] = 0;
     o.refresh_interval_ms = 0;
+    harness_admin_options(&o); /* moves are the operators' */
     if ((Child.rc = shard_ctx_open(&ctx, argv[5], &o)) == 0) {
         Child.rss_start_kb = status_kb("VmRSS");
         mo.copy_threads = THREADS;
@@ -616,7 +617,7 @@ static void dump_and_load(int src, int dst, dumpres *out)
     snprintf(port, sizeof port, "%d", master_port_of(src));
     {
         const char *argv[] = {"mydumper", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
-                              port, "-u", "shard", "-t", t, "--trx-consistency-only",
+                              port, "-u", HARNESS_ADMIN_USER, "-t", t, "--trx-consistency-only",
                               "-x", "^db0000[01][.]", "-o", dir, "-v", "1", NULL};
         cpu_servers(c0);
         tw[0] = now();
@@ -630,7 +631,8 @@ static void dump_and_load(int src, int dst, dumpres *out)
     snprintf(port, sizeof port, "%d", master_port_of(dst));
     {
         const char *argv[] = {"myloader", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
-                              port, "-u", "shard", "-t", t, "-e", "-d", dir, "-v", "1", NULL};
+                              port, "-u", HARNESS_ADMIN_USER, "-t", t, "-e", "-d", dir,
+                              "-v", "1", NULL};
         cpu_servers(c0);
         tw[1] = now();
         out->load_s = run_tool(argv, log, &tool);
@@ -659,7 +661,7 @@ static void dump_and_load(int src, int dst, dumpres *out)
 /* One TSV file per data table of shards 0-1 (LOAD DATA's default format). */
 static long long export_tsv(int pair)
 {
-    MYSQL *my = raw_connect(master_port_of(pair), CONNECT_TIMEOUT, false);
+    MYSQL *my = raw_connect_admin(master_port_of(pair), CONNECT_TIMEOUT, false);
     long long rows = 0;
 
     execf(my, "SET SESSION time_zone = '+00:00'");
@@ -736,8 +738,8 @@ typedef struct ldres {
  * table (THREADS of them), binary log on. */
 static void load_data(int src, int dst, ldres *out)
 {
-    MYSQL *s = raw_connect(master_port_of(src), CONNECT_TIMEOUT, false);
-    MYSQL *d = raw_connect(master_port_of(dst), CONNECT_TIMEOUT, false);
+    MYSQL *s = raw_connect_admin(master_port_of(src), CONNECT_TIMEOUT, false);
+    MYSQL *d = raw_connect_admin(master_port_of(dst), CONNECT_TIMEOUT, false);
     ldjob jobs[THREADS];
     pthread_barrier_t go;
     int n = 0;
@@ -765,7 +767,7 @@ static void load_data(int src, int dst, ldres *out)
     pthread_barrier_init(&go, NULL, THREADS + 1);
     for (unsigned sh = 0; sh <= 1; sh++)
         for (int t = 0; t < NDATA; t++, n++) {
-            jobs[n].my = raw_connect(master_port_of(dst), CONNECT_TIMEOUT, true);
+            jobs[n].my = raw_connect_admin(master_port_of(dst), CONNECT_TIMEOUT, true);
             jobs[n].go = &go;
             execf(jobs[n].my, "SET SESSION time_zone = '+00:00'");
             snprintf(jobs[n].sql, sizeof jobs[n].sql,
@@ -904,7 +906,7 @@ static void copy_benches(bool have_mydumper)
     note("servers in %s", harness_dir(H));
     servers_of(2);
     so.refresh_interval_ms = 0; /* moves are followed through the fence alone */
-    if (shard_ctx_open(&ctx, harness_map_path(H), &so))
+    if (harness_open_admin(H, &ctx, &so))
         die("open: %s", shard_errmsg());
     if (shard_schema_apply(ctx, NULL, NULL))
         die("schema: %s", shard_errmsg());
@@ -1218,7 +1220,7 @@ typedef struct scale_load_job {
 static void *scale_load_main(void *arg)
 {
     scale_load_job *j = arg;
-    MYSQL *my = raw_connect(j->port, CONNECT_TIMEOUT, false);
+    MYSQL *my = raw_connect_admin(j->port, CONNECT_TIMEOUT, false);
 
     for (unsigned s = j->first; s <= j->last; s++) {
         char db[16];
@@ -1277,7 +1279,7 @@ static void scale_tools(int src, int dst, unsigned first, unsigned last, scale_t
     snprintf(port, sizeof port, "%d", master_port_of(src));
     {
         const char *argv[] = {"mydumper", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
-                              port, "-u", "shard", "-t", t, "--trx-consistency-only",
+                              port, "-u", HARNESS_ADMIN_USER, "-t", t, "--trx-consistency-only",
                               "-x", regex, "-o", dir, "-v", "1", NULL};
         for (int k = 1; k <= 6; k++)
             c0[k] = cpu_of(Srv_pid[k]);
@@ -1292,7 +1294,8 @@ static void scale_tools(int src, int dst, unsigned first, unsigned last, scale_t
     snprintf(port, sizeof port, "%d", master_port_of(dst));
     {
         const char *argv[] = {"myloader", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
-                              port, "-u", "shard", "-t", t, "-e", "-d", dir, "-v", "1", NULL};
+                              port, "-u", HARNESS_ADMIN_USER, "-t", t, "-e", "-d", dir,
+                              "-v", "1", NULL};
         for (int k = 1; k <= 6; k++)
             c0[k] = cpu_of(Srv_pid[k]);
         out->load_s = run_tool(argv, log, &tool);
@@ -1366,9 +1369,9 @@ static void scale_bench(bool have_mydumper)
     servers_of(3);
     so.refresh_interval_ms = 0; /* the writers follow the move through the fence alone */
     if (shard_ctx_open(&app, harness_map_path(H), &so) ||
-        shard_ctx_open(&mover, harness_map_path(H), &so))
+        harness_open_admin(H, &mover, &so))
         die("open: %s", shard_errmsg());
-    if (shard_schema_apply(app, NULL, NULL))
+    if (shard_schema_apply(mover, NULL, NULL))
         die("schema: %s", shard_errmsg());
     note("scale: servers and schema of %u shards x 6 tables on 2 pairs in %.1f s", open,
          now() - t0);

@@ -427,8 +427,8 @@ int main(int argc, char **argv)
         return 0;
     if (!(H = harness_start_ex(PAIRS, SHARDS, 4)))
         die("cannot start the servers");
-    if (shard_ctx_open(&ctx, harness_map_path(H), NULL) || shard_ctx_map(ctx, &map) ||
-        shard_schema_apply(ctx, NULL, NULL))
+    if (harness_schema_apply(H) || shard_ctx_open(&ctx, harness_map_path(H), NULL) ||
+        shard_ctx_map(ctx, &map))
         die("setting up libshard: %s", shard_errmsg());
     nall = load(map, all, pair_of);
 

@@ -15,6 +15,8 @@
 #ifndef LIBSHARD_TESTS_BENCH_UTIL_H
 #define LIBSHARD_TESTS_BENCH_UTIL_H
 
+#include "harness.h"
+
 #include <mysql.h>
 
 #include <errno.h>
@@ -179,9 +181,10 @@ BENCH_UTIL uint64_t xorshift(uint64_t *x)
 
 /* ------------------------------------------------------------ raw libmariadb */
 
-/* The application account over TCP, as libshard connects; timeout seconds
- * for connect, read and write; LOAD DATA LOCAL INFILE allowed if asked. */
-BENCH_UTIL MYSQL *raw_connect(int port, unsigned timeout, bool local_infile)
+/* user over TCP (the password in $LIBSHARD_PASSWORD); timeout seconds for
+ * connect, read and write; LOAD DATA LOCAL INFILE allowed if asked. */
+BENCH_UTIL MYSQL *raw_connect_as(const char *user, int port, unsigned timeout,
+                                 bool local_infile)
 {
     unsigned one = 1;
     MYSQL *my = mysql_init(NULL);
@@ -194,10 +197,23 @@ BENCH_UTIL MYSQL *raw_connect(int port, unsigned timeout, bool local_infile)
     mysql_optionsv(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     if (local_infile)
         mysql_optionsv(my, MYSQL_OPT_LOCAL_INFILE, &one);
-    if (!mysql_real_connect(my, "127.0.0.1", "shard", getenv("LIBSHARD_PASSWORD"), NULL,
+    if (!mysql_real_connect(my, "127.0.0.1", user, getenv("LIBSHARD_PASSWORD"), NULL,
                             (unsigned)port, NULL, 0))
-        die("connect to 127.0.0.1:%d: %s", port, mysql_error(my));
+        die("connect to 127.0.0.1:%d as %s: %s", port, user, mysql_error(my));
     return my;
+}
+
+/* The application's account, as libshard connects: rows in the shards. */
+BENCH_UTIL MYSQL *raw_connect(int port, unsigned timeout, bool local_infile)
+{
+    return raw_connect_as("shard", port, timeout, local_infile);
+}
+
+/* The operators' account: databases of a benchmark's own, the copying
+ * tools compared with a move. */
+BENCH_UTIL MYSQL *raw_connect_admin(int port, unsigned timeout, bool local_infile)
+{
+    return raw_connect_as(HARNESS_ADMIN_USER, port, timeout, local_infile);
 }
 
 BENCH_UTIL void raw_exec(MYSQL *my, const char *sql, size_t len)

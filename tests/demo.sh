@@ -5,9 +5,11 @@
 #   SHARDCTL=build/shardctl B=build sh tests/demo.sh
 #
 # Starts two local MariaDB master-master pairs (tests/servers.sh), creates
-# every shard database and table, shows the map and a few IDs, runs the pin
-# board example (examples/pinboard.c), and stops the servers it started,
-# whatever happens (even on ^C).
+# every shard database and table (as the operators' account shardadmin),
+# shows the map and a few IDs, runs the pin board example
+# (examples/pinboard.c) as the application's account (the map's
+# credentials), and stops the servers it started, whatever happens (even
+# on ^C).
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +22,8 @@ for p in "$SHARDCTL" "$B/pinboard"; do
     [ -x "$p" ] || { echo "demo: $p is missing: run make first" >&2; exit 1; }
 done
 
-# The application account's password: random unless the caller chose one.
+# The password of the application's account `shard` (the map's credentials)
+# and of the operators' `shardadmin`: random unless the caller chose one.
 # Passed through the environment only; never printed.
 if [ -z "${LIBSHARD_PASSWORD:-}" ]; then
     LIBSHARD_PASSWORD=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
@@ -67,7 +70,8 @@ ctl() { say "shardctl $*"; "$SHARDCTL" "$@"; }
 echo "demo: starting 2 MariaDB pairs (4 servers) in $DIR"
 "$SERVERS" start "$DIR" 2 --shards 16 --mod-shards 8 >/dev/null
 
-ctl --map "$MAP" schema apply
+# Creating databases is the operators' work, not the application's.
+ctl --map "$MAP" --user shardadmin --password-env LIBSHARD_PASSWORD schema apply
 ctl --map "$MAP" check
 ctl id encode 3429 1 7
 ctl id decode 241294492504686599 422418623496193

@@ -685,3 +685,34 @@ void harness_stop(harness *h)
                 st);
     free(h);
 }
+
+/* ------------------------------------------------------------ accounts */
+
+void harness_admin_options(shard_options *opts)
+{
+    opts->user = HARNESS_ADMIN_USER;
+    opts->password_env = HARNESS_ADMIN_PASSWORD_ENV;
+}
+
+int harness_open_admin(const harness *h, shard_ctx **out, const shard_options *opts)
+{
+    shard_options o = SHARD_OPTIONS_INIT;
+
+    if (opts)
+        o = *opts;
+    harness_admin_options(&o);
+    return shard_ctx_open(out, harness_map_path(h), &o);
+}
+
+int harness_schema_apply(const harness *h)
+{
+    shard_options o = SHARD_OPTIONS_INIT;
+    shard_ctx *ctx = NULL;
+    int rc;
+
+    o.refresh_interval_ms = 0;
+    if ((rc = harness_open_admin(h, &ctx, &o)) == 0)
+        rc = shard_schema_apply(ctx, NULL, NULL);
+    shard_ctx_free(ctx);
+    return rc;
+}

@@ -8,8 +8,14 @@
  *
  * Pair P (1-based) is servers "s<2P-1>" (master) and "s<2P>" (standby), named
  * MySQL001, MySQL002, ... in the shard map at harness_map_path(). The
- * application account is `shard` with the password in $LIBSHARD_PASSWORD
- * (harness_start sets a random one if it is unset).
+ * map's credentials are the application's account `shard`, which holds the
+ * application's privileges only (rows; no schema apply, move, failover,
+ * import, topology change, status or map store publish: see servers.sh);
+ * the operators' account `shardadmin` holds ALL PRIVILEGES. Both have the
+ * password in $LIBSHARD_PASSWORD (harness_start sets a random one if it is
+ * unset). Operator work goes through harness_admin_options(),
+ * harness_open_admin() or, for shardctl, HARNESS_ADMIN_ARGS; application
+ * work stays on the map's account.
  *
  * Servers started by a harness are stopped by harness_stop(), and otherwise
  * at exit of the process that started them (atexit) or when that process dies
@@ -24,11 +30,40 @@
 #ifndef LIBSHARD_TESTS_HARNESS_H
 #define LIBSHARD_TESTS_HARNESS_H
 
+#include <libshard.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct harness harness;
+
+/* The operators' account of the test servers. */
+#define HARNESS_ADMIN_USER "shardadmin"
+#define HARNESS_ADMIN_PASSWORD_ENV "LIBSHARD_PASSWORD"
+/* shardctl's options for it, for a list of arguments:
+ * ARGV(HARNESS_ADMIN_ARGS, "move", ...). */
+#define HARNESS_ADMIN_ARGS "--user", HARNESS_ADMIN_USER, "--password-env", \
+                           HARNESS_ADMIN_PASSWORD_ENV
+/* The same as one string, for a shell command line. */
+#define HARNESS_ADMIN_OPTS "--user " HARNESS_ADMIN_USER " --password-env " \
+                           HARNESS_ADMIN_PASSWORD_ENV
+
+/* Sets opts->user and opts->password_env to the operators' account (opts
+ * keeps its other fields): for shard_ctx_open of a context that applies the
+ * schema, moves, fails over, imports, changes the topology or reads the
+ * fleet's status. */
+void harness_admin_options(shard_options *opts);
+
+/* shard_ctx_open(out, harness_map_path(h), ...) as the operators' account,
+ * with opts (NULL: the defaults; user and password_env are replaced).
+ * Returns what shard_ctx_open returns. */
+int harness_open_admin(const harness *h, shard_ctx **out, const shard_options *opts);
+
+/* shard_schema_apply on the harness's map, as the operators' account (the
+ * application's may not create databases). 0 or the SHARD_E* code, the
+ * detail in shard_errmsg(). */
+int harness_schema_apply(const harness *h);
 
 /* Start npairs pairs (64 id shards, 16 mod shards in the map). Sets
  * LIBSHARD_PASSWORD to a random value if unset, creates a mkdtemp dir under

@@ -191,8 +191,7 @@ int main(int argc, char **argv)
     h = harness_start_ex(2, 16, 8);
     if (!h)
         return 1;
-    if (shard_ctx_open(&ctx, harness_map_path(h), NULL) ||
-        shard_schema_apply(ctx, NULL, NULL)) {
+    if (harness_schema_apply(h) || shard_ctx_open(&ctx, harness_map_path(h), NULL)) {
         fprintf(stderr, "loadtest: setup: %s\n", shard_errmsg());
         harness_stop(h);
         return 1;

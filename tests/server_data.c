@@ -1231,7 +1231,7 @@ START_TEST(test_txn)
     ck_assert_msg(rc != 0, "commit after a failed statement succeeded");
     ck_assert_int_eq(rows_of(fp), 0);
     FAILS(SHARD_ENOTFOUND, get_rc(fp));
-    OK(shard_schema_apply(C, NULL, NULL)); /* brings the table back */
+    OK(harness_schema_apply(H)); /* brings the table back */
     ck_assert_int_eq(sql_num("s1", "SELECT COUNT(*) FROM db00006.user_likes_pins"), 0);
 
     /* begin: bad shards */
@@ -2468,7 +2468,10 @@ START_TEST(test_fence)
     ck_assert_ptr_nonnull(f);
     fputs(moved, f);
     fclose(f);
-    shard_ctx *target = open_ctx_budget(path, 2000);
+    shard_options ao = SHARD_OPTIONS_INIT;
+    shard_ctx *target = NULL;
+    harness_admin_options(&ao);
+    OK(shard_ctx_open(&target, path, &ao));
     OK(shard_schema_apply(target, NULL, NULL));
     shard_ctx_free(target);
     shard_ctx *c3 = open_ctx_budget(harness_map_path(H), 60000);
@@ -2519,9 +2522,7 @@ START_TEST(test_fence_table_missing)
     uint64_t nid = 0;
     int wrc = shard_object_create(C, PINS, 12, LIT("{}"), &nid);
     char *wmsg = strdup(shard_errmsg());
-    shard_ctx *ctx = open_ctx();
-    OK(shard_schema_apply(ctx, NULL, NULL));
-    shard_ctx_free(ctx);
+    OK(harness_schema_apply(H));
     /* schema apply makes it again, on the standby too. */
     for (int k = 3; k <= 4; k++)
         ck_assert_int_eq(sql_num(server_name(k), "SELECT COUNT(*) FROM information_schema."
@@ -2582,11 +2583,7 @@ int main(void)
         fprintf(stderr, "server_data: could not start the test servers\n");
         return EXIT_FAILURE;
     }
-    shard_ctx *ctx = NULL;
-    int rc = shard_ctx_open(&ctx, harness_map_path(H), NULL);
-    if (rc == 0)
-        rc = shard_schema_apply(ctx, NULL, NULL);
-    shard_ctx_free(ctx);
+    int rc = harness_schema_apply(H);
     if (rc) {
         fprintf(stderr, "server_data: schema apply: %s\n", shard_errmsg());
         harness_stop(H);

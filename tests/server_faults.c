@@ -67,6 +67,20 @@ static long sql_long(const char *server, const char *sql)
     return v;
 }
 
+/* The operator's context (schema apply, moves, failover: the application's
+ * account may do none of them); retry_budget_ms 0: the default. */
+static shard_ctx *open_admin(unsigned retry_budget_ms)
+{
+    shard_options o = SHARD_OPTIONS_INIT;
+    shard_ctx *a = NULL;
+    o.refresh_interval_ms = 0;
+    o.connect_timeout_ms = 1000;
+    if (retry_budget_ms)
+        o.retry_budget_ms = retry_budget_ms;
+    ck_assert_msg(harness_open_admin(h, &a, &o) == 0, "%s", shard_errmsg());
+    return a;
+}
+
 static const char *pair_of(unsigned shard)
 {
     static char name[65];
@@ -824,13 +838,14 @@ static long tables_in(const char *server, const char *like)
 START_TEST(schema_apply_with_dead_master)
 {
     schema_kill k = {0, 0, 0};
+    shard_ctx *admin = open_admin(1000); /* the application's budget */
     long before;
     int rc;
 
     /* Something left to do on pair 2: one shard database is gone. */
     free(sql_on("s3", "DROP DATABASE db00007"));
     before = tables_in("s3", "db0000%");
-    rc = shard_schema_apply(ctx, kill_s3_in_apply, &k);
+    rc = shard_schema_apply(admin, kill_s3_in_apply, &k);
     printf("schema apply, s3 killed after %llu statements: %d %s\n",
            (unsigned long long)k.at, rc, shard_errmsg());
     ck_assert_int_eq(k.killed, 1);
@@ -842,9 +857,10 @@ START_TEST(schema_apply_with_dead_master)
     ck_assert_int_eq(tables_in("s1", "db0000%"), 4 * 6);
     ck_assert_int_eq(harness_restart(h, "s3"), 0);
     ck_assert_int_eq(tables_in("s3", "db00007"), 0);
-    ck_assert_msg(shard_schema_apply(ctx, NULL, NULL) == 0, "%s", shard_errmsg());
+    ck_assert_msg(shard_schema_apply(admin, NULL, NULL) == 0, "%s", shard_errmsg());
     ck_assert_int_eq(tables_in("s3", "db0000%"), before + 6);
-    ck_assert_msg(shard_schema_apply(ctx, NULL, NULL) == 0, "%s", shard_errmsg());
+    ck_assert_msg(shard_schema_apply(admin, NULL, NULL) == 0, "%s", shard_errmsg());
+    shard_ctx_free(admin);
     ck_assert_int_eq(tables_in("s3", "db0000%"), 4 * 6);
     ck_assert_int_eq(tables_in("s3", "modshard%"), 2 * 2);
     /* The standby got it too, through replication. */
@@ -885,6 +901,7 @@ START_TEST(move_source_killed_mid_copy)
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_move_report r;
     move_kill k = {0, 0, 0, 0};
+    shard_ctx *mover;
     char sql[200];
     double t0;
     int rc;
@@ -906,8 +923,9 @@ START_TEST(move_source_killed_mid_copy)
     o.copy_threads = 2;
     o.progress = kill_source_mid_copy;
     o.payload = &k;
+    mover = open_admin(1000);
     t0 = now();
-    rc = shard_move(ctx, 2, 3, "MySQL002", &o, &r, NULL);
+    rc = shard_move(mover, 2, 3, "MySQL002", &o, &r, NULL);
     printf("move 2-3, source killed after %llu of %llu rows: %d after %.2f s: %s\n",
            (unsigned long long)k.done, (unsigned long long)k.total, rc, now() - t0,
            shard_errmsg());
@@ -924,8 +942,9 @@ START_TEST(move_source_killed_mid_copy)
     o.progress = NULL;
     o.payload = NULL;
     t0 = now();
-    rc = shard_move_resume(ctx, 0, &o, &r);
+    rc = shard_move_resume(mover, 0, &o, &r);
     ck_assert_msg(rc == 0, "resume: %d %s", rc, shard_errmsg());
+    shard_ctx_free(mover);
     printf("  resumed in %.2f s: %llu rows copied, %llu verified, pause %.1f ms\n",
            now() - t0, (unsigned long long)r.rows_copied, (unsigned long long)r.rows_verified,
            r.pause_ms);
@@ -958,17 +977,9 @@ START_TEST(move_source_killed_mid_copy)
 }
 END_TEST
 
-/* The operator's context: an account that may set read_only. */
 static shard_ctx *admin_ctx(void)
 {
-    shard_options o = SHARD_OPTIONS_INIT;
-    shard_ctx *a = NULL;
-    o.refresh_interval_ms = 0;
-    o.connect_timeout_ms = 1000;
-    o.user = "shardadmin";
-    o.password_env = "LIBSHARD_PASSWORD";
-    ck_assert_msg(shard_ctx_open(&a, harness_map_path(h), &o) == 0, "%s", shard_errmsg());
-    return a;
+    return open_admin(0);
 }
 
 static const char *const names_p1[] = {"MySQL001", addr[1], addr[2], NULL};
@@ -1712,7 +1723,7 @@ int main(void)
     /* Shorter than the outages below, so that calls do fail during them
      * (the default budget rides out a quick restart). */
     o.retry_budget_ms = 1000;
-    if (shard_ctx_open(&ctx, harness_map_path(h), &o) || shard_schema_apply(ctx, NULL, NULL)) {
+    if (harness_schema_apply(h) || shard_ctx_open(&ctx, harness_map_path(h), &o)) {
         fprintf(stderr, "setup: %s\n", shard_errmsg());
         harness_stop(h);
         return 1;

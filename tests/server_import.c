@@ -59,7 +59,20 @@ static uint64_t sql_count(const char *server, const char *sql)
     return n;
 }
 
+/* A context of the importing operator (imports run as shardadmin; the
+ * application's account `shard` only reads what they made). */
 static shard_ctx *open_ctx(void)
+{
+    shard_options o = SHARD_OPTIONS_INIT;
+    shard_ctx *ctx = NULL;
+    o.refresh_interval_ms = 0;
+    harness_admin_options(&o);
+    ck_assert_msg(shard_ctx_open(&ctx, map_path, &o) == 0, "%s", shard_errmsg());
+    return ctx;
+}
+
+/* The application's context: the map's credentials. */
+static shard_ctx *open_app(void)
 {
     shard_options o = SHARD_OPTIONS_INIT;
     shard_ctx *ctx = NULL;
@@ -326,7 +339,7 @@ END_TEST
 
 START_TEST(resolve_one_and_many)
 {
-    shard_ctx *ctx = open_ctx(), *fresh;
+    shard_ctx *ctx = open_app(), *fresh;
     unsigned pins = type_of(ctx, "pins"), boards = type_of(ctx, "boards");
     uint64_t id, id2, board;
     uint64_t in[6], out[6];
@@ -366,7 +379,7 @@ START_TEST(resolve_one_and_many)
     ck_assert_int_eq(shard_kv_delete(ctx, "legacy_pins", "42", 2), 0);
     ck_assert_int_eq(shard_legacy_resolve(ctx, pins, 42, &id2), 0);
     ck_assert_uint_eq(id2, id);
-    fresh = open_ctx();
+    fresh = open_app();
     ck_assert_int_eq(shard_legacy_resolve(fresh, pins, 42, &id2), SHARD_ENOTFOUND);
     ck_assert_int_eq(shard_kv_put(ctx, "legacy_pins", "42", 2, saved, savedlen), 0);
     ck_assert_int_eq(shard_legacy_resolve(fresh, pins, 42, &id2), 0);
@@ -613,14 +626,15 @@ START_TEST(shardctl_import)
     char bad[300];
     run_result r;
 
-    r = run_cmd(&s, ARGV("import", "--from", url, "--table", "boards", "--as", "boards"));
+    r = run_cmd(&s, ARGV(HARNESS_ADMIN_ARGS, "import", "--from", url, "--table", "boards",
+                         "--as", "boards"));
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
     ck_assert_str_eq(r.out, "import boards: 0 new, 0 changed, 0 deleted, 200 unchanged\n");
     run_free(&r);
 
     sql_do("s1", "UPDATE legacy.boards SET name = 'renamed' WHERE id = 9");
-    r = run_cmd(&s, ARGV("import", "--from", url, "--table", "boards", "--as", "boards",
-                         "--until-clean", "--threads", "2"));
+    r = run_cmd(&s, ARGV(HARNESS_ADMIN_ARGS, "import", "--from", url, "--table", "boards",
+                         "--as", "boards", "--until-clean", "--threads", "2"));
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
     ck_assert_str_eq(r.out, "import boards: 0 new, 1 changed, 0 deleted, 199 unchanged\n"
                             "import boards: 0 new, 0 changed, 0 deleted, 200 unchanged\n");
@@ -637,14 +651,15 @@ START_TEST(shardctl_import)
 
     /* A password in the URL is refused, and never echoed. */
     snprintf(bad, sizeof bad, "mysql://shard:s3cretpw@%s", strchr(url, '@') + 1);
-    r = run_cmd(&s, ARGV("import", "--from", bad, "--table", "boards", "--as", "boards"));
+    r = run_cmd(&s, ARGV(HARNESS_ADMIN_ARGS, "import", "--from", bad, "--table", "boards",
+                         "--as", "boards"));
     ck_assert_int_eq(r.status, 2);
     ck_assert_msg(count_lines(r.err) == 1 && !strstr(r.err, "s3cretpw"), "%s", r.err);
     ck_assert_str_eq(r.out, "");
     run_free(&r);
 
-    r = run_cmd(&s, ARGV("import", "--from", url, "--table", "boards", "--as", "boards",
-                         "--dry-run"));
+    r = run_cmd(&s, ARGV(HARNESS_ADMIN_ARGS, "import", "--from", url, "--table", "boards",
+                         "--as", "boards", "--dry-run"));
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
     ck_assert_str_eq(r.out, "import boards: 0 new, 0 changed, 0 deleted, 200 unchanged\n");
     run_free(&r);
@@ -722,18 +737,22 @@ static Suite *import_suite(void)
 
 int main(void)
 {
+    shard_options o = SHARD_OPTIONS_INIT;
     shard_ctx *ctx = NULL;
     SRunner *sr;
     int failed;
 
+    harness_admin_options(&o);
     H = harness_start_ex(NPAIRS, ID_SHARDS, MOD_SHARDS);
     if (!H) {
         fprintf(stderr, "server_import: could not start the test servers\n");
         return EXIT_FAILURE;
     }
-    snprintf(url, sizeof url, "mysql://shard@127.0.0.1:%d/legacy", harness_port(H, "s1"));
+    /* The legacy database is read as the operator too (with the map's
+     * password variable, which shardadmin shares). */
+    snprintf(url, sizeof url, "mysql://shardadmin@127.0.0.1:%d/legacy", harness_port(H, "s1"));
     if (write_map() != 0 || harness_sql(H, "s1", legacy_schema, NULL) != 0 ||
-        shard_ctx_open(&ctx, map_path, NULL) != 0 || shard_schema_apply(ctx, NULL, NULL) != 0) {
+        shard_ctx_open(&ctx, map_path, &o) != 0 || shard_schema_apply(ctx, NULL, NULL) != 0) {
         fprintf(stderr, "server_import: set-up failed: %s\n", shard_errmsg());
         shard_ctx_free(ctx);
         harness_stop(H);

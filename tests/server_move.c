@@ -23,7 +23,8 @@
 #include <unistd.h>
 
 static harness *h;
-static shard_ctx *ctx; /* the application's context, in this process */
+static shard_ctx *ctx;   /* the application's context, in this process */
+static shard_ctx *admin; /* the operator's (shardadmin): schema apply and moves */
 
 static double now(void)
 {
@@ -211,7 +212,7 @@ static int move_killed_at(unsigned first, unsigned last, const char *target, int
         stop_fd = fds[1];
         stop_phase = phase;
         o.progress = stop_here;
-        if (shard_ctx_open(&mc, harness_map_path(h), NULL))
+        if (harness_open_admin(h, &mc, NULL))
             _exit(2);
         _exit(shard_move(mc, first, last, target, &o, NULL, NULL) == 0 ? 1 : 2);
     }
@@ -232,7 +233,7 @@ static int move_killed_at(unsigned first, unsigned last, const char *target, int
 static void resume_ok(shard_move_report *r)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    int rc = shard_move_resume(ctx, 0, &o, r);
+    int rc = shard_move_resume(admin, 0, &o, r);
     ck_assert_msg(rc == 0, "resume: %d %s", rc, shard_errmsg());
     ck_assert_int_eq(r->phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r->mismatches, 0);
@@ -312,7 +313,7 @@ START_TEST(move_under_concurrent_writes)
     for (int i = 0; i < 4; i++)
         pthread_create(&t[i], NULL, write_loop, &wr[i]);
     usleep(300000);
-    rc = shard_move(ctx, 0, 1, "MySQL002", &o, &r, NULL);
+    rc = shard_move(admin, 0, 1, "MySQL002", &o, &r, NULL);
     usleep(300000);
     atomic_store(&stop, 1);
     for (int i = 0; i < 4; i++) /* all of them before any assertion ends the test */
@@ -360,20 +361,20 @@ START_TEST(dry_run_changes_nothing)
     char *plan = NULL;
 
     o.flags = SHARD_MOVE_DRY_RUN;
-    ck_assert_int_eq(shard_move(ctx, 2, 3, "MySQL003", &o, NULL, &plan), 0);
+    ck_assert_int_eq(shard_move(admin, 2, 3, "MySQL003", &o, NULL, &plan), 0);
     ck_assert_ptr_nonnull(strstr(plan, "db00002.pins"));
     ck_assert_ptr_nonnull(strstr(plan, "gtid_ignore_duplicates 1: ok"));
     shard_free(plan);
     ck_assert_str_eq(pair_of(2), "MySQL001");
     ck_assert_int_eq(db_exists("s5", 2), 0);
     /* Bad requests are refused before anything happens. */
-    ck_assert_int_eq(shard_move(ctx, 2, 3, "MySQL001", &o, NULL, &plan), SHARD_EINVAL);
-    ck_assert_int_eq(shard_move(ctx, 2, 3, "MySQL009", &o, NULL, &plan), SHARD_EINVAL);
-    ck_assert_int_eq(shard_move(ctx, 3, 4, "MySQL003", &o, NULL, &plan), SHARD_EINVAL);
+    ck_assert_int_eq(shard_move(admin, 2, 3, "MySQL001", &o, NULL, &plan), SHARD_EINVAL);
+    ck_assert_int_eq(shard_move(admin, 2, 3, "MySQL009", &o, NULL, &plan), SHARD_EINVAL);
+    ck_assert_int_eq(shard_move(admin, 3, 4, "MySQL003", &o, NULL, &plan), SHARD_EINVAL);
     ck_assert_msg(strstr(shard_errmsg(), "span pairs"), "%s", shard_errmsg());
     /* A target pair whose halves could hand out the same local ids. */
     free(sql1("s6", "SET GLOBAL auto_increment_offset = 1"));
-    ck_assert_int_eq(shard_move(ctx, 2, 3, "MySQL003", &o, NULL, &plan), SHARD_EINVAL);
+    ck_assert_int_eq(shard_move(admin, 2, 3, "MySQL003", &o, NULL, &plan), SHARD_EINVAL);
     ck_assert_msg(strstr(shard_errmsg(), "auto_increment_offset"), "%s", shard_errmsg());
     free(sql1("s6", "SET GLOBAL auto_increment_offset = 2"));
 }
@@ -416,7 +417,7 @@ START_TEST(aborted_before_flip)
         /* As a mover killed between STOP ALL SLAVES and the restart leaves
          * it: the target pair's own link stopped. Abort starts it again. */
         free(sql1("s5", "STOP SLAVE"));
-        ck_assert_msg(shard_move_abort(ctx, 0) == 0, "abort: %s", shard_errmsg());
+        ck_assert_msg(shard_move_abort(admin, 0) == 0, "abort: %s", shard_errmsg());
         ck_assert_int_eq(pair_link_running("s5"), 1);
         ck_assert_str_eq(pair_of(4), home);
         ck_assert_int_eq(db_exists("s5", 4), 0);
@@ -426,7 +427,7 @@ START_TEST(aborted_before_flip)
         check_all();
         check_rows_on_master(4);
     }
-    ck_assert_int_eq(shard_move_abort(ctx, 0), SHARD_ENOTFOUND);
+    ck_assert_int_eq(shard_move_abort(admin, 0), SHARD_ENOTFOUND);
 }
 END_TEST
 
@@ -491,7 +492,7 @@ START_TEST(long_transaction_delays_fence)
     o.fence_timeout_s = 1;
     o.progress = hold_at_catchup;
     o.payload = &hd;
-    ck_assert_msg(shard_move(ctx, 5, 5, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
+    ck_assert_msg(shard_move(admin, 5, 5, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
     ck_assert_int_eq(hd.started, 1);
     pthread_join(hd.thread, NULL);
     ck_assert_int_eq(atomic_load(&hd.locked), 1);
@@ -565,7 +566,7 @@ START_TEST(verification_finds_tampering)
              (unsigned long long)shard_id_local(w[victim].id));
     o.progress = tamper;
     o.payload = sql;
-    rc = shard_move(ctx, 4, 4, "MySQL003", &o, &r, NULL);
+    rc = shard_move(admin, 4, 4, "MySQL003", &o, &r, NULL);
     ck_assert_int_eq(rc, SHARD_EVERIFY);
     ck_assert_uint_eq(r.mismatches, 1);
     ck_assert_int_eq(r.source_dropped, 0);
@@ -604,8 +605,8 @@ START_TEST(merge_two_pairs_onto_one)
                     " MODIFY fence_gtid VARCHAR(1024) NOT NULL DEFAULT '',"
                     " DROP COLUMN flip_gtid, DROP COLUMN fence_statements"));
     fill(0, 3, 5);
-    ck_assert_msg(shard_move(ctx, 0, 1, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
-    ck_assert_msg(shard_move(ctx, 2, 3, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
+    ck_assert_msg(shard_move(admin, 0, 1, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
+    ck_assert_msg(shard_move(admin, 2, 3, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
     {
         char *out = sql1("s5", "SELECT GROUP_CONCAT(COLUMN_NAME, ' ', DATA_TYPE ORDER BY"
                                " COLUMN_NAME) FROM information_schema.COLUMNS WHERE"
@@ -625,7 +626,7 @@ START_TEST(merge_two_pairs_onto_one)
     check_all();
     {
         char *st = NULL;
-        ck_assert_int_eq(shard_move_status(ctx, &st), 0);
+        ck_assert_int_eq(shard_move_status(admin, &st), 0);
         ck_assert_ptr_nonnull(strstr(st, "\"phase\":\"done\""));
         shard_free(st);
     }
@@ -646,7 +647,7 @@ START_TEST(standby_behind_keeps_source)
     {
         /* As an operator runs it: shardctl says why, the pair's health and
          * the command that goes on. */
-        const char *argv[] = {"--map", harness_map_path(h), "move",
+        const char *argv[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move",
                               "--shards", "8-9", "--to", "MySQL001", "--yes", NULL};
         run_spec sp = {NULL, NULL, 0, 120};
         run_result res = run_cmd(&sp, argv);
@@ -701,7 +702,7 @@ START_TEST(fence_is_one_statement)
         ck_assert_str_eq(pair_of(s), "MySQL003");
     fill(0, 7, 3);
     o.flags = SHARD_MOVE_KEEP_SOURCE;
-    rc = shard_move(ctx, 0, 7, "MySQL002", &o, &r, NULL);
+    rc = shard_move(admin, 0, 7, "MySQL002", &o, &r, NULL);
     ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
     ck_assert_uint_eq(r.tables, 48);
     ck_assert_uint_eq(r.fence_attempts, 1);
@@ -753,7 +754,7 @@ START_TEST(transient_failure_retried_in_phase)
     fill(10, 11, 30);
     o.progress = restart_target;
     o.payload = (void *)"s3";
-    rc = shard_move(ctx, 10, 11, "MySQL002", &o, &r, NULL);
+    rc = shard_move(admin, 10, 11, "MySQL002", &o, &r, NULL);
     ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
     ck_assert_int_eq(restarts, 1);
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
@@ -776,13 +777,13 @@ START_TEST(unfinished_moves_fail_closed)
     uint64_t id = 7;
     int rc;
 
-    ck_assert_int_eq(shard_ctx_map(ctx, &m), 0);
-    ck_assert_int_eq(move_unfinished_on(ctx, m, "MySQL001", &id), 0);
+    ck_assert_int_eq(shard_ctx_map(admin, &m), 0);
+    ck_assert_int_eq(move_unfinished_on(admin, m, "MySQL001", &id), 0);
     ck_assert_int_eq(harness_kill(h, "s1"), 0);
-    rc = move_unfinished_on(ctx, m, "MySQL002", &id);
+    rc = move_unfinished_on(admin, m, "MySQL002", &id);
     ck_assert_msg(rc < 0, "rc %d", rc);
     ck_assert_msg(strstr(shard_errmsg(), "MySQL001"), "%s", shard_errmsg());
-    rc = shard_move_resume(ctx, 0, NULL, &r);
+    rc = shard_move_resume(admin, 0, NULL, &r);
     ck_assert_msg(rc < 0 && rc != SHARD_ENOTFOUND, "rc %d", rc);
     ck_assert_msg(strstr(shard_errmsg(), "MySQL001"), "%s", shard_errmsg());
     ck_assert_int_eq(harness_restart(h, "s1"), 0);
@@ -851,7 +852,7 @@ START_TEST(verification_finds_swapped_rows)
     o.progress = tamper;
     o.payload = sql;
     tamper_server = master_of(target);
-    rc = shard_move(ctx, s, s, target, &o, &r, NULL);
+    rc = shard_move(admin, s, s, target, &o, &r, NULL);
     tamper_server = "s5";
     ck_assert_int_eq(rc, SHARD_EVERIFY);
     ck_assert_uint_eq(r.mismatches, 2);
@@ -898,7 +899,7 @@ START_TEST(verification_chunks_a_large_table)
     o.payload = sql;
     tamper_server = master_of(target);
     o.copy_threads = 3;
-    rc = shard_move(ctx, s, s, target, &o, &r, NULL);
+    rc = shard_move(admin, s, s, target, &o, &r, NULL);
     tamper_server = "s5";
     ck_assert_int_eq(rc, SHARD_EVERIFY);
     ck_assert_uint_eq(r.mismatches, 1);
@@ -947,7 +948,7 @@ typedef struct mover {
 static void *run_mover(void *arg)
 {
     mover *mv = arg;
-    mv->rc = shard_move(ctx, mv->first, mv->last, mv->target, &mv->o, &mv->r, NULL);
+    mv->rc = shard_move(admin, mv->first, mv->last, mv->target, &mv->o, &mv->r, NULL);
     snprintf(mv->err, sizeof mv->err, "%s", shard_errmsg());
     return NULL;
 }
@@ -1047,7 +1048,7 @@ START_TEST(resumed_after_flip_ignores_later_writes)
     snprintf(w[a].json, sizeof w[a].json, "%s", res);
     shard_free(res);
     ck_assert_int_eq(shard_mapping_add(ctx, "user_likes_pins", w[b].id, w[a].id, 5), 0);
-    rc = shard_move_resume(ctx, 0, &o, &r);
+    rc = shard_move_resume(admin, 0, &o, &r);
     ck_assert_msg(rc == 0, "resume: %d %s", rc, shard_errmsg());
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r.mismatches, 0);
@@ -1065,7 +1066,7 @@ START_TEST(resumed_after_flip_ignores_later_writes)
     move_killed_at(s, s, target, SHARD_MOVE_FLIPPED);
     ck_assert_int_eq(shard_object_delete(ctx, w[b].id, SHARD_DELETE_HARD), 0);
     forget(w[b].id);
-    rc = shard_move_resume(ctx, 0, &o, &r);
+    rc = shard_move_resume(admin, 0, &o, &r);
     ck_assert_msg(rc == 0, "resume: %d %s", rc, shard_errmsg());
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r.mismatches, 0);
@@ -1091,7 +1092,7 @@ START_TEST(resumed_after_flip_ignores_later_writes)
              (unsigned long long)shard_id_local(w[a].id));
     free(sql1(master_of(target), sql));
     fill(s, s, 5); /* and clients' writes after the flip, not counted */
-    rc = shard_move_resume(ctx, 0, &o, &r);
+    rc = shard_move_resume(admin, 0, &o, &r);
     ck_assert_int_eq(rc, SHARD_EVERIFY);
     ck_assert_uint_eq(r.mismatches, 1);
     ck_assert_int_eq(r.source_dropped, 0);
@@ -1156,8 +1157,9 @@ START_TEST(shardctl_postpone_cutover)
     /* The journal may hold earlier moves: wait for a new one. */
     out = sql1(tm, "SELECT IFNULL(MAX(id), 0) FROM libshard_control.moves");
     {
-        const char *argv[] = {"--map", harness_map_path(h), "move", "--shards", range, "--to",
-                              target, "--yes", "--max-lag-ms", "200", "--fence-timeout", "1",
+        const char *argv[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move",
+                              "--shards", range, "--to", target, "--yes", "--max-lag-ms", "200",
+                              "--fence-timeout", "1",
                               "--cutover-attempts", "3", "--postpone-cutover", path, NULL};
         uint64_t before = strtoull(out, NULL, 10);
         free(out);
@@ -1213,13 +1215,14 @@ int main(void)
     {
         shard_options o = SHARD_OPTIONS_INIT;
         o.refresh_interval_ms = 0; /* moves are followed through the fence alone */
-        if (shard_ctx_open(&ctx, harness_map_path(h), &o)) {
+        if (shard_ctx_open(&ctx, harness_map_path(h), &o) ||
+            harness_open_admin(h, &admin, &o)) {
             fprintf(stderr, "open: %s\n", shard_errmsg());
             harness_stop(h);
             return 1;
         }
     }
-    if (shard_schema_apply(ctx, NULL, NULL)) {
+    if (shard_schema_apply(admin, NULL, NULL)) {
         fprintf(stderr, "schema: %s\n", shard_errmsg());
         harness_stop(h);
         return 1;
@@ -1250,6 +1253,7 @@ int main(void)
     srunner_run_all(sr, CK_NORMAL);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    shard_ctx_free(admin);
     shard_ctx_free(ctx);
     harness_stop(h);
     return failed ? 1 : 0;

@@ -452,8 +452,9 @@ START_TEST(move_64_shards_of_6_tables_under_writers)
     ck_assert_str_eq(pair_of(MOVED_FIRST), SOURCE);
     ck_assert_int_eq(databases_between("s3", MOVED_FIRST, MOVED_LAST), 0);
 
-    /* The mover has a context of its own, as an operator's process would. */
-    ck_assert_int_eq(shard_ctx_open(&mover, harness_map_path(h), NULL), 0);
+    /* The mover has a context of its own, as an operator's process would,
+     * on the operator's account. */
+    ck_assert_msg(harness_open_admin(h, &mover, NULL) == 0, "%s", shard_errmsg());
     for (int k = 0; k < WRITERS; k++) {
         wr[k] = (writer){.no = k, .stop = &stop, .worst_op = "-"};
         ck_assert_int_eq(pthread_create(&wr[k].thread, NULL, write_loop, &wr[k]), 0);
@@ -559,8 +560,7 @@ int main(void)
     if (!h)
         return 1;
     so.refresh_interval_ms = 0; /* the writers follow the move through the fence alone */
-    if (shard_ctx_open(&ctx, harness_map_path(h), &so) ||
-        shard_schema_apply(ctx, NULL, NULL)) {
+    if (harness_schema_apply(h) || shard_ctx_open(&ctx, harness_map_path(h), &so)) {
         fprintf(stderr, "setup: %s\n", shard_errmsg());
         shard_ctx_free(ctx);
         harness_stop(h);

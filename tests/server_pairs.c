@@ -49,8 +49,9 @@ static const char *sname(int k)
     return names[k % 16];
 }
 
-/* Connect as `shard` over TCP to server sK; NULL on failure. */
-static MYSQL *try_connect(int k, char *err, size_t errlen)
+/* Connect as user (the password in $LIBSHARD_PASSWORD) over TCP to server
+ * sK; NULL on failure. */
+static MYSQL *try_connect_as(int k, const char *user, char *err, size_t errlen)
 {
     int port = harness_port(H, sname(k));
     const char *pw = getenv("LIBSHARD_PASSWORD");
@@ -64,7 +65,7 @@ static MYSQL *try_connect(int k, char *err, size_t errlen)
     unsigned int rw = 20;
     mysql_optionsv(m, MYSQL_OPT_READ_TIMEOUT, &rw);
     mysql_optionsv(m, MYSQL_OPT_WRITE_TIMEOUT, &rw);
-    if (!mysql_real_connect(m, "127.0.0.1", "shard", pw, NULL,
+    if (!mysql_real_connect(m, "127.0.0.1", user, pw, NULL,
                             (unsigned int)port, NULL, 0)) {
         snprintf(err, errlen, "connect to %s (127.0.0.1:%d): %s", sname(k),
                  port, mysql_error(m));
@@ -72,6 +73,13 @@ static MYSQL *try_connect(int k, char *err, size_t errlen)
         return NULL;
     }
     return m;
+}
+
+/* As the operators' account: these tests make databases of their own and
+ * read the replication status, which the application's account may not. */
+static MYSQL *try_connect(int k, char *err, size_t errlen)
+{
+    return try_connect_as(k, HARNESS_ADMIN_USER, err, errlen);
 }
 
 static MYSQL *connect_to(int k)
@@ -476,6 +484,81 @@ START_TEST(test_master_stop_restart)
 }
 END_TEST
 
+/* The grants of an account, one line each, sorted ("" on error). */
+static char *grants_of(MYSQL *m, const char *account)
+{
+    char q[200], *lines[32], *out;
+    size_t n = 0, len = 1;
+    MYSQL_RES *r;
+    MYSQL_ROW row;
+
+    snprintf(q, sizeof q, "SHOW GRANTS FOR %s", account);
+    ck_assert_msg(mysql_query(m, q) == 0, "%s: %s", q, mysql_error(m));
+    ck_assert_ptr_nonnull(r = mysql_store_result(m));
+    while ((row = mysql_fetch_row(r)) && n < 32) {
+        /* The USAGE line carries the password hash: only its start. */
+        const char *v = strncmp(row[0], "GRANT USAGE ON *.*", 18) ? row[0] : "GRANT USAGE ON *.*";
+        ck_assert_ptr_nonnull(lines[n] = strdup(v));
+        len += strlen(v) + 1;
+        n++;
+    }
+    mysql_free_result(r);
+    for (size_t i = 1; i < n; i++) /* a few lines: insertion sort */
+        for (size_t j = i; j > 0 && strcmp(lines[j - 1], lines[j]) > 0; j--) {
+            char *t = lines[j];
+            lines[j] = lines[j - 1];
+            lines[j - 1] = t;
+        }
+    ck_assert_ptr_nonnull(out = malloc(len));
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        strcat(strcat(out, lines[i]), "\n");
+        free(lines[i]);
+    }
+    return out;
+}
+
+/* The application's account holds the application's privileges and nothing
+ * else (the README's "Accounts and privileges"; the operations they refuse
+ * are in server_security.c); the operators' holds them all. */
+START_TEST(test_accounts)
+{
+    static const char *const hosts[] = {"127.0.0.1", "localhost"};
+    for (int k = 1; k <= 2 * NPAIRS; k++) {
+        MYSQL *m = connect_to(k), *app;
+        char err[512], want[1024], account[64], *got;
+
+        for (size_t i = 0; i < 2; i++) {
+            snprintf(account, sizeof account, "'shard'@'%s'", hosts[i]);
+            snprintf(want, sizeof want,
+                     "GRANT SELECT ON `libshard\\_control`.* TO `shard`@`%s`\n"
+                     "GRANT SELECT ON `libshard\\_maps`.* TO `shard`@`%s`\n"
+                     "GRANT SELECT, INSERT, UPDATE, DELETE ON `db%%`.* TO `shard`@`%s`\n"
+                     "GRANT SELECT, INSERT, UPDATE, DELETE ON `modshard%%`.* TO `shard`@`%s`\n"
+                     "GRANT USAGE ON *.*\n",
+                     hosts[i], hosts[i], hosts[i], hosts[i]);
+            got = grants_of(m, account);
+            ck_assert_msg(strcmp(got, want) == 0, "%s on %s:\n%s", account, sname(k), got);
+            free(got);
+            snprintf(account, sizeof account, "'shardadmin'@'%s'", hosts[i]);
+            got = grants_of(m, account);
+            ck_assert_msg(strncmp(got, "GRANT ALL PRIVILEGES ON *.* TO `shardadmin`", 43) == 0,
+                          "%s on %s:\n%s", account, sname(k), got);
+            free(got);
+        }
+        mysql_close(m);
+        /* It connects, and rows are all it may touch. */
+        app = try_connect_as(k, "shard", err, sizeof err);
+        ck_assert_msg(app != NULL, "%s", err);
+        ck_assert_int_ne(mysql_query(app, "CREATE DATABASE db99999"), 0);
+        ck_assert_int_ne(mysql_query(app, "SHOW SLAVE STATUS"), 0);
+        ck_assert_int_ne(mysql_query(app, "SET GLOBAL read_only = 1"), 0);
+        ck_assert_int_ne(mysql_query(app, "SET SESSION sql_log_bin = 0"), 0);
+        mysql_close(app);
+    }
+}
+END_TEST
+
 START_TEST(test_all_servers_still_up)
 {
     /* s2 and s3 were restarted from inside forked tests: they must survive
@@ -496,6 +579,7 @@ static Suite *pairs_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_map_json);
     tcase_add_test(tc, test_server_identity);
+    tcase_add_test(tc, test_accounts);
     tcase_add_loop_test(tc, test_pair_replicates_both_ways, 0, NPAIRS);
     tcase_add_test(tc, test_pairs_are_separate);
     tcase_add_test(tc, test_standby_kill_restart);

@@ -29,7 +29,8 @@
 #define THRESHOLD "0.15"
 
 static harness *h;
-static shard_ctx *ctx;
+static shard_ctx *ctx; /* the operator's (shardadmin): schema, plans, moves */
+static shard_ctx *app; /* the application's (the map's account): its rows */
 static uint64_t rows_expected; /* pins rows, every shard */
 static double spread_first;    /* of the first plan */
 
@@ -92,7 +93,7 @@ static void check_all(void)
 
     for (int i = 0; i < nw; i++)
         ids[i] = w[i].id;
-    rc = shard_object_mget(ctx, ids, (size_t)nw, &items);
+    rc = shard_object_mget(app, ids, (size_t)nw, &items);
     ck_assert_msg(rc == 0, "mget: %d %s", rc, shard_errmsg());
     for (int i = 0; i < nw; i++) {
         ck_assert_msg(items[i].status == 0, "object %llu: status %d",
@@ -118,7 +119,10 @@ static int scan_one(uint64_t id, const char *json, size_t len, void *payload)
 static void check_rows(void)
 {
     uint64_t n = 0;
-    int rc = shard_scatter_scan(ctx, 1, scan_one, &n);
+    int rc;
+
+    ck_assert_int_eq(shard_ctx_reload(app), 0); /* a scan of the map as published */
+    rc = shard_scatter_scan(app, 1, scan_one, &n);
     ck_assert_msg(rc == 0, "scan: %s", shard_errmsg());
     ck_assert_uint_eq(n, rows_expected);
     check_all();
@@ -183,7 +187,8 @@ START_TEST(dry_run_changes_nothing)
 {
     uint64_t v = map_version();
     run_spec rs = {harness_map_path(h), NULL, 0, 60};
-    run_result r = run_cmd(&rs, ARGV("rebalance", "--threshold", THRESHOLD, "--dry-run"));
+    run_result r = run_cmd(&rs, ARGV(HARNESS_ADMIN_ARGS, "rebalance", "--threshold", THRESHOLD,
+                                     "--dry-run"));
     shard_rebalance *p;
 
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
@@ -193,7 +198,7 @@ START_TEST(dry_run_changes_nothing)
     printf("$ shardctl rebalance --threshold %s --dry-run\n%s", THRESHOLD, r.out);
     run_free(&r);
     /* Without --yes it is a plan too. */
-    r = run_cmd(&rs, ARGV("rebalance", "--threshold", THRESHOLD));
+    r = run_cmd(&rs, ARGV(HARNESS_ADMIN_ARGS, "rebalance", "--threshold", THRESHOLD));
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
     ck_assert_msg(strstr(r.out, "nothing was changed: add --yes"), "%s", r.out);
     run_free(&r);
@@ -289,7 +294,7 @@ START_TEST(stopped_after_one_move_then_continued)
     check_rows();
 
     /* A second run plans again from the new state and finishes. */
-    r = run_cmd(&rs, ARGV("rebalance", "--threshold", THRESHOLD, "--yes"));
+    r = run_cmd(&rs, ARGV(HARNESS_ADMIN_ARGS, "rebalance", "--threshold", THRESHOLD, "--yes"));
     ck_assert_msg(r.status == 0, "exit %d: %s\n%s", r.status, r.err, r.out);
     ck_assert_msg(strstr(r.out, "rebalanced: "), "%s", r.out);
     printf("$ shardctl rebalance --threshold %s --yes\n%s%s", THRESHOLD, r.out, r.err);
@@ -313,7 +318,7 @@ START_TEST(stopped_after_one_move_then_continued)
         snprintf(name, sizeof name, "MySQL%03d", s);
         ck_assert_uint_gt(shards_on(name), 0);
     }
-    r = run_cmd(&rs, ARGV("rebalance", "--threshold", THRESHOLD, "--yes"));
+    r = run_cmd(&rs, ARGV(HARNESS_ADMIN_ARGS, "rebalance", "--threshold", THRESHOLD, "--yes"));
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
     ck_assert_msg(strstr(r.out, "nothing to move: every pair is within the threshold"), "%s",
                   r.out);
@@ -387,8 +392,8 @@ START_TEST(drain_interrupted_then_continued)
     ck_assert_uint_ge(nm, 2); /* its shards go to both other pairs */
     shard_rebalance_free(p);
 
-    status = rebalance_interrupted(ARGV("rebalance", "--threshold", THRESHOLD, "--drain",
-                                        "MySQL003", "--yes"), &err);
+    status = rebalance_interrupted(ARGV(HARNESS_ADMIN_ARGS, "rebalance", "--threshold", THRESHOLD,
+                                        "--drain", "MySQL003", "--yes"), &err);
     printf("$ shardctl rebalance --threshold %s --drain MySQL003 --yes  (^C)\n%s", THRESHOLD,
            err);
     ck_assert_msg(status == 1, "exit %d: %s", status, err);
@@ -401,8 +406,8 @@ START_TEST(drain_interrupted_then_continued)
     ck_assert_uint_gt(shards_on("MySQL003"), 0);
     check_rows();
 
-    r = run_cmd(&rs, ARGV("rebalance", "--threshold", THRESHOLD, "--drain", "MySQL003",
-                          "--yes"));
+    r = run_cmd(&rs, ARGV(HARNESS_ADMIN_ARGS, "rebalance", "--threshold", THRESHOLD, "--drain",
+                          "MySQL003", "--yes"));
     ck_assert_msg(r.status == 0, "exit %d: %s\n%s", r.status, r.err, r.out);
     expect_moves_verified(r.err, &moves);
     ck_assert_uint_ge(moves, 1);
@@ -427,7 +432,8 @@ static void *writer(void *arg)
     shard_map *m = NULL;
     unsigned hot[SHARDS], nhot = 0;
     (void)arg;
-    ck_assert_int_eq(shard_ctx_map(ctx, &m), 0);
+    ck_assert_int_eq(shard_ctx_reload(app), 0);
+    ck_assert_int_eq(shard_ctx_map(app, &m), 0);
     for (unsigned s = 0; s < SHARDS; s++) {
         const char *p;
         if (shard_map_pair_of(m, s, &p) == 0 && strcmp(p, hot_pair) == 0)
@@ -439,7 +445,7 @@ static void *writer(void *arg)
         uint64_t id;
         char json[64];
         snprintf(json, sizeof json, "{\"shard\":%u,\"hot\":%u}", hot[i % nhot], i);
-        ck_assert_int_eq(shard_object_create(ctx, 1, hot[i % nhot], json, strlen(json), &id), 0);
+        ck_assert_int_eq(shard_object_create(app, 1, hot[i % nhot], json, strlen(json), &id), 0);
         rows_expected++; /* only this thread writes meanwhile */
     }
     return NULL;
@@ -550,10 +556,10 @@ START_TEST(bad_options)
     o.threshold = 0;
     ck_assert_int_eq(shard_rebalance_plan(ctx, &o, &p), SHARD_EINVAL);
     ck_assert_ptr_null(p);
-    r = run_cmd(&rs, ARGV("rebalance", "--by", "rows"));
+    r = run_cmd(&rs, ARGV(HARNESS_ADMIN_ARGS, "rebalance", "--by", "rows"));
     ck_assert_int_eq(r.status, 2);
     run_free(&r);
-    r = run_cmd(&rs, ARGV("rebalance", "--dry-run", "--yes"));
+    r = run_cmd(&rs, ARGV(HARNESS_ADMIN_ARGS, "rebalance", "--dry-run", "--yes"));
     ck_assert_int_eq(r.status, 2);
     run_free(&r);
 }
@@ -577,7 +583,7 @@ static int fill(void)
             char json[64];
             uint64_t id;
             snprintf(json, sizeof json, "{\"shard\":%u,\"lib\":%d}", s, i);
-            if (shard_object_create(ctx, 1, s, json, strlen(json), &id))
+            if (shard_object_create(app, 1, s, json, strlen(json), &id))
                 return -1;
             w[nw].id = id;
             snprintf(w[nw].json, sizeof w[nw].json, "%s", json);
@@ -601,9 +607,10 @@ int main(void)
     if (!h)
         return 1;
     so.refresh_interval_ms = 0;
-    if (shard_ctx_open(&ctx, harness_map_path(h), &so) || shard_schema_apply(ctx, NULL, NULL) ||
-        fill()) {
+    if (harness_open_admin(h, &ctx, &so) || shard_ctx_open(&app, harness_map_path(h), &so) ||
+        shard_schema_apply(ctx, NULL, NULL) || fill()) {
         fprintf(stderr, "setup: %s\n", shard_errmsg());
+        shard_ctx_free(app);
         shard_ctx_free(ctx);
         harness_stop(h);
         return 1;
@@ -622,6 +629,7 @@ int main(void)
     srunner_run_all(sr, CK_NORMAL);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    shard_ctx_free(app);
     shard_ctx_free(ctx);
     harness_stop(h);
     return failed ? 1 : 0;

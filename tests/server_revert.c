@@ -22,7 +22,8 @@
 #include <unistd.h>
 
 static harness *h;
-static shard_ctx *ctx;
+static shard_ctx *ctx;   /* the application's context (the map's account) */
+static shard_ctx *admin; /* the operator's (shardadmin): schema apply, moves, reverts */
 
 static const char *pair_of(unsigned shard)
 {
@@ -265,7 +266,7 @@ static void *run_move(void *arg)
 {
     mover *mv = arg;
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    mv->rc = shard_move(ctx, mv->first, mv->last, mv->to, &o, &mv->r, NULL);
+    mv->rc = shard_move(admin, mv->first, mv->last, mv->to, &o, &mv->r, NULL);
     if (mv->rc)
         snprintf(mv->err, sizeof mv->err, "%s", shard_errmsg());
     return NULL;
@@ -311,12 +312,12 @@ START_TEST(revert_under_writers_then_forward_again)
     /* Under the writers nothing may end the test: what is seen is kept
      * and checked once they have stopped. */
     load_start(&l, shards);
-    rc = shard_move(ctx, 0, 1, "MySQL002", &o, &r, NULL);
+    rc = shard_move(admin, 0, 1, "MySQL002", &o, &r, NULL);
     if (rc == 0 && r.phase == SHARD_MOVE_REVERSIBLE) {
         snprintf(during, sizeof during, "%s", pair_of(0));
         kept = db_exists("s1", 0);
         streams = connections("s1", "libshard_revert_mysql002");
-        if (shard_move_status(ctx, &st) == 0)
+        if (shard_move_status(admin, &st) == 0)
             status_ok = strstr(st, "\"phase\":\"reversible\"") &&
                         strstr(st, "\"reverse_stream\":\"running\"");
         shard_free(st);
@@ -326,7 +327,7 @@ START_TEST(revert_under_writers_then_forward_again)
         if (mrc == 0)
             remember(marker, json);
         usleep(300000);
-        rrc = shard_move_revert(ctx, r.move_id, NULL, &rr);
+        rrc = shard_move_revert(admin, r.move_id, NULL, &rr);
         if (rrc)
             snprintf(sql, sizeof sql, "%s", shard_errmsg());
     }
@@ -367,11 +368,11 @@ START_TEST(revert_under_writers_then_forward_again)
     ck_assert_int_eq(db_exists_settled("s3", 0, 0), 0);
     ck_assert_int_eq(db_exists_settled("s4", 1, 0), 0);
     ck_assert_int_eq(connections("s1", "libshard_revert_"), 0);
-    ck_assert_int_eq(shard_move_revert(ctx, r.move_id, NULL, NULL), SHARD_ENOTFOUND);
+    ck_assert_int_eq(shard_move_revert(admin, r.move_id, NULL, NULL), SHARD_ENOTFOUND);
 
     /* And forward again: a new move, under writers. */
     load_start(&l, shards);
-    rc = shard_move(ctx, 0, 1, "MySQL002", NULL, &r, NULL);
+    rc = shard_move(admin, 0, 1, "MySQL002", NULL, &r, NULL);
     load_stop(&l);
     ck_assert_msg(rc == 0, "forward again: %s", shard_errmsg());
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
@@ -396,14 +397,14 @@ START_TEST(broken_reverse_stream_refuses_revert)
     ck_assert_str_eq(pair_of(8), "MySQL003");
     fill(8, 9, 30);
     o.reverse_window_s = 3600;
-    rc = shard_move(ctx, 8, 9, "MySQL001", &o, &r, NULL);
+    rc = shard_move(admin, 8, 9, "MySQL001", &o, &r, NULL);
     ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
     ck_assert_int_eq(r.phase, SHARD_MOVE_REVERSIBLE);
     free(sql1("s5", "STOP SLAVE 'libshard_revert_mysql001'"));
-    ck_assert_int_eq(shard_move_status(ctx, &st), 0);
+    ck_assert_int_eq(shard_move_status(admin, &st), 0);
     ck_assert_msg(strstr(st, "\"reverse_stream\":\"broken: "), "%s", st);
     shard_free(st);
-    rc = shard_move_revert(ctx, r.move_id, NULL, &rr);
+    rc = shard_move_revert(admin, r.move_id, NULL, &rr);
     ck_assert_int_eq(rc, SHARD_EBUSY);
     ck_assert_msg(strstr(shard_errmsg(), "cannot be reverted") &&
                   strstr(shard_errmsg(), "libshard_revert_mysql001"), "%s", shard_errmsg());
@@ -412,7 +413,8 @@ START_TEST(broken_reverse_stream_refuses_revert)
     /* As an operator would: the command says the same. */
     {
         char id[32];
-        const char *argv[] = {"--map", harness_map_path(h), "move", "revert", id, NULL};
+        const char *argv[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move",
+                              "revert", id, NULL};
         run_spec sp = {NULL, NULL, 0, 60};
         run_result res;
         snprintf(id, sizeof id, "%llu", (unsigned long long)r.move_id);
@@ -422,14 +424,14 @@ START_TEST(broken_reverse_stream_refuses_revert)
         run_free(&res);
     }
     /* A resume starts the stream again; within the window it stays reversible. */
-    rc = shard_move_resume(ctx, r.move_id, NULL, &rr);
+    rc = shard_move_resume(admin, r.move_id, NULL, &rr);
     ck_assert_msg(rc == 0, "resume: %s", shard_errmsg());
     ck_assert_int_eq(rr.phase, SHARD_MOVE_REVERSIBLE);
-    ck_assert_int_eq(shard_move_status(ctx, &st), 0);
+    ck_assert_int_eq(shard_move_status(admin, &st), 0);
     ck_assert_msg(strstr(st, "\"reverse_stream\":\"running\""), "%s", st);
     shard_free(st);
     /* finish: the stream stops, the source goes. */
-    rc = shard_move_finish(ctx, r.move_id, NULL, &rr);
+    rc = shard_move_finish(admin, r.move_id, NULL, &rr);
     ck_assert_msg(rc == 0, "finish: %s", shard_errmsg());
     ck_assert_int_eq(rr.phase, SHARD_MOVE_DONE);
     ck_assert_int_eq(rr.source_dropped, 1);
@@ -549,7 +551,7 @@ static void revert_killed_at(uint64_t id, int nth)
         kill_at = nth;
         kill_seen = 0;
         o.progress = stop_here;
-        if (shard_ctx_open(&mc, harness_map_path(h), NULL))
+        if (harness_open_admin(h, &mc, NULL))
             _exit(2);
         _exit(shard_move_revert(mc, id, &o, NULL) == 0 ? 1 : 2);
     }
@@ -571,12 +573,12 @@ START_TEST(killed_revert_resumed)
     fill(8, 9, 20);
     o.reverse_window_s = 600;
     for (int nth = 1; nth <= 2; nth++) {
-        rc = shard_move(ctx, 8, 9, "MySQL003", &o, &r, NULL);
+        rc = shard_move(admin, 8, 9, "MySQL003", &o, &r, NULL);
         ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
         ck_assert_int_eq(r.phase, SHARD_MOVE_REVERSIBLE);
         fill(8, 9, 3); /* on the target: the revert must bring them back */
         revert_killed_at(r.move_id, nth);
-        rc = shard_move_resume(ctx, r.move_id, NULL, &rr);
+        rc = shard_move_resume(admin, r.move_id, NULL, &rr);
         ck_assert_msg(rc == 0, "resume after a kill at %d: %s", nth, shard_errmsg());
         ck_assert_int_eq(rr.phase, SHARD_MOVE_REVERTED);
         ck_assert_str_eq(pair_of(8), "MySQL001");
@@ -595,11 +597,12 @@ END_TEST
  * after the window cleans up as a move without one does. */
 START_TEST(window_end_cleans_up_on_resume)
 {
-    const char *bad[] = {"--map", harness_map_path(h), "move", "--shards", "8-9", "--to",
-                         "MySQL003", "--yes", "--reverse-window", "5x", NULL};
-    const char *mv[] = {"--map", harness_map_path(h), "move", "--shards", "8-9", "--to",
-                        "MySQL003", "--yes", "--reverse-window", "1s", NULL};
-    const char *resume[] = {"--map", harness_map_path(h), "move", "resume", NULL};
+    const char *bad[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move", "--shards",
+                         "8-9", "--to", "MySQL003", "--yes", "--reverse-window", "5x", NULL};
+    const char *mv[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move", "--shards",
+                        "8-9", "--to", "MySQL003", "--yes", "--reverse-window", "1s", NULL};
+    const char *resume[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move", "resume",
+                            NULL};
     run_spec sp = {NULL, NULL, 0, 120};
     run_result res;
 
@@ -643,13 +646,14 @@ int main(void)
     {
         shard_options o = SHARD_OPTIONS_INIT;
         o.refresh_interval_ms = 0; /* moves are followed through the fence alone */
-        if (shard_ctx_open(&ctx, harness_map_path(h), &o)) {
+        if (shard_ctx_open(&ctx, harness_map_path(h), &o) ||
+            harness_open_admin(h, &admin, &o)) {
             fprintf(stderr, "open: %s\n", shard_errmsg());
             harness_stop(h);
             return 1;
         }
     }
-    if (shard_schema_apply(ctx, NULL, NULL)) {
+    if (shard_schema_apply(admin, NULL, NULL)) {
         fprintf(stderr, "schema: %s\n", shard_errmsg());
         harness_stop(h);
         return 1;
@@ -669,6 +673,7 @@ int main(void)
     srunner_run_all(sr, CK_NORMAL);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    shard_ctx_free(admin);
     shard_ctx_free(ctx);
     harness_stop(h);
     return failed ? 1 : 0;

@@ -22,8 +22,13 @@
  *  scatter):
  *    GRANT SELECT, INSERT, UPDATE, DELETE ON `db%`.*       TO app;
  *    GRANT SELECT, INSERT, UPDATE, DELETE ON `modshard%`.* TO app;
- *    GRANT SELECT ON libshard_control.fence TO app;  (the move's fence)
- *  and never READ_ONLY ADMIN (or SUPER): read_only is the failover's fence.
+ *    GRANT SELECT ON `libshard\_control`.* TO app;  (the move's fence)
+ *  (SELECT ON libshard_control.fence alone is enough, once schema apply has
+ *  made the table: MariaDB refuses a grant on a table that does not exist),
+ *  SELECT on the map store's table when the map is in a MySQL store, and
+ *  never READ_ONLY ADMIN (or SUPER): read_only is the failover's fence.
+ *  tests/servers.sh gives its application account `shard` these (its map
+ *  stores are in libshard_maps); app_account_cannot_operate checks it.
  *
  *  schema (shard_schema_apply):
  *    GRANT CREATE ON `db%`.*       TO schema;
@@ -43,6 +48,9 @@
  *
  *  failover (shard_pair_failover), on both servers of the pair:
  *    GRANT SLAVE MONITOR, READ_ONLY ADMIN ON *.* TO failover;
+ *    GRANT SELECT ON `mysql`.* TO failover;  (the application's grants)
+ *    GRANT SELECT ON `libshard\_control`.* TO failover;  (unfinished moves)
+ *  Reasons at FAILOVER_GRANTS.
  */
 #include "harness.h"
 
@@ -80,7 +88,7 @@
 static const char *const APP_GRANTS[] = {
     "SELECT, INSERT, UPDATE, DELETE ON `db%`.*",
     "SELECT, INSERT, UPDATE, DELETE ON `modshard%`.*",
-    "SELECT ON libshard_control.fence",
+    "SELECT ON `libshard\\_control`.*",
 };
 
 /* What shard_schema_apply needs. */
@@ -931,14 +939,20 @@ static int writes_lost(writer *w)
     return lost;
 }
 
-static writer *writer_start(pthread_t *t)
+/* A writer as user (NULL: the map's credentials, servers.sh's `shard`). */
+static writer *writer_start_as(pthread_t *t, const char *user, const char *pwenv)
 {
     writer *w = calloc(1, sizeof *w);
     ck_assert_ptr_nonnull(w);
-    w->ctx = open_as(harness_map_path(h), "appuser", "APP_PASSWORD");
+    w->ctx = open_as(harness_map_path(h), user, pwenv);
     pthread_create(t, NULL, write_loop, w);
     usleep(100000);
     return w;
+}
+
+static writer *writer_start(pthread_t *t)
+{
+    return writer_start_as(t, "appuser", "APP_PASSWORD");
 }
 
 /* Stops the writer; how many writes failed or were lost (why in *why). */
@@ -1004,14 +1018,176 @@ static void undo_move(void)
     sql_all("START SLAVE");
 }
 
+/* Rows in the move journal on a server (0 when it has none yet). */
+static long journal_rows(const char *server)
+{
+    char *out = sql_on(server, "SELECT COUNT(*) FROM information_schema.TABLES WHERE "
+                               "TABLE_SCHEMA = 'libshard_control' AND TABLE_NAME = 'moves'");
+    long n = 0;
+
+    if (strcmp(out, "0\n") != 0) {
+        free(out);
+        out = sql_on(server, "SELECT COUNT(*) FROM libshard_control.moves");
+        n = atol(out);
+    }
+    free(out);
+    return n;
+}
+
+static long fence_rows(const char *server)
+{
+    char *out = sql_on(server, "SELECT COUNT(*) FROM libshard_control.fence");
+    long n = atol(out);
+    free(out);
+    return n;
+}
+
+/* The harness's map with one more open shard (4, on MySQL002), whose
+ * database nobody made yet. */
+static void write_grown_map(char *path, size_t size)
+{
+    json_error_t e;
+    json_t *m = json_load_file(harness_map_path(h), 0, &e), *ranges;
+
+    ck_assert_msg(m != NULL, "%s", e.text);
+    ranges = json_object_get(m, "id_shards");
+    ck_assert_int_eq(json_array_size(ranges), 2);
+    json_object_set_new(m, "open_shards", json_integer(5));
+    json_array_set_new(json_object_get(json_array_get(ranges, 1), "range"), 1, json_integer(4));
+    snprintf(path, size, "%s/grown.json", certdir);
+    ck_assert_int_eq(json_dump_file(m, path, JSON_INDENT(2)), 0);
+    json_decref(m);
+}
+
+/* The application's account as tests/servers.sh makes it (`shard`, the
+ * map's credentials; the README's "Accounts and privileges") cannot move a
+ * shard, fail a pair over or create a shard database: each is refused with
+ * SHARD_EPRIV before anything changed. The operators' account `shardadmin`
+ * then does each of them, the move under the application's writes. */
+START_TEST(app_account_cannot_operate)
+{
+    const char *path = harness_map_path(h);
+    char from[16], to[16], master[8], target[8], grown[PATH_MAX + 32], args[4 * PATH_MAX];
+    uint64_t version = map_version(path), id;
+    long journal[2], fences[2];
+    shard_failover_report fr;
+    shard_move_report r;
+    shard_ctx *app, *admin;
+    pthread_t t;
+    writer *w;
+    char why[800], *out, *json = NULL;
+    size_t len;
+    int rc, st;
+
+    snprintf(from, sizeof from, "%s", pair_of(path, 0));
+    snprintf(to, sizeof to, "%s", strcmp(from, "MySQL001") == 0 ? "MySQL002" : "MySQL001");
+    snprintf(master, sizeof master, "%s", master_server(from));
+    snprintf(target, sizeof target, "%s", master_server(to));
+    journal[0] = journal_rows(master);
+    journal[1] = journal_rows(target);
+    fences[0] = fence_rows(master);
+    fences[1] = fence_rows(target);
+    app = open_as(path, NULL, NULL);
+
+    /* A move: refused, nothing planned, copied, fenced or journaled. */
+    rc = shard_move(app, 0, 0, to, NULL, &r, NULL);
+    ck_assert_msg(rc == SHARD_EPRIV, "move as shard: rc %d: %s", rc, errmsg());
+    printf("application account shard, move: %s\n", errmsg());
+    snprintf(args, sizeof args, "--map '%s' move --shards 0-0 --to %s --yes", path, to);
+    out = shardctl(args, &st);
+    ck_assert_msg(st == 1 && (strstr(out, "denied") || strstr(out, "privilege")),
+                  "shardctl move as shard: exit %d: %s", st, out);
+    free(out);
+    ck_assert_uint_eq(map_version(path), version);
+    ck_assert_str_eq(pair_of(path, 0), from);
+    ck_assert_int_eq(db_exists(target, "db00000"), 0);
+    ck_assert_int_eq(db_exists(master, "db00000"), 1);
+    ck_assert_int_eq(journal_rows(master), journal[0]);
+    ck_assert_int_eq(journal_rows(target), journal[1]);
+    ck_assert_int_eq(fence_rows(master), fences[0]);
+    ck_assert_int_eq(fence_rows(target), fences[1]);
+    out = sql_on(target, "SHOW ALL SLAVES STATUS");
+    ck_assert_msg(!strstr(out, "libshard_move_"), "a move connection on %s", target);
+    free(out);
+    pair_links_run();
+
+    /* A failover: refused; the map and the master as they were, writable. */
+    rc = shard_pair_failover(app, "MySQL001", 0, &fr);
+    ck_assert_msg(rc == SHARD_EPRIV, "failover as shard: rc %d: %s", rc, errmsg());
+    ck_assert_int_eq(fr.old_master_fenced, 0);
+    printf("application account shard, failover: %s\n", errmsg());
+    snprintf(args, sizeof args, "--map '%s' failover MySQL001", path);
+    shardctl_expect(1, args);
+    ck_assert_uint_eq(map_version(path), version);
+    snprintf(master, sizeof master, "%s", master_server("MySQL001"));
+    out = sql_on(master, "SELECT @@read_only");
+    ck_assert_str_eq(out, "0\n");
+    free(out);
+    ck_assert_msg(shard_object_create(app, 1, 1, "{\"still\":1}", 11, &id) == 0, "%s",
+                  errmsg());
+    pair_links_run();
+    shard_ctx_free(app);
+
+    /* Schema apply of a map with a new shard: refused, no database made. */
+    write_grown_map(grown, sizeof grown);
+    snprintf(master, sizeof master, "%s", master_server("MySQL002"));
+    app = open_as(grown, NULL, NULL);
+    rc = shard_schema_apply(app, NULL, NULL);
+    ck_assert_msg(rc == SHARD_EPRIV, "schema apply as shard: rc %d: %s", rc, errmsg());
+    printf("application account shard, schema apply: %s\n", errmsg());
+    ck_assert_int_eq(db_exists(master, "db00004"), 0);
+    shard_ctx_free(app);
+
+    /* The operators' account does all three. */
+    admin = open_as(grown, "shardadmin", "LIBSHARD_PASSWORD");
+    ck_assert_msg(shard_schema_apply(admin, NULL, NULL) == 0, "%s", errmsg());
+    ck_assert_int_eq(db_exists(master, "db00004"), 1);
+    shard_ctx_free(admin);
+    free(sql_on(master, "DROP DATABASE db00004")); /* the map never opened it */
+
+    admin = open_as(path, "shardadmin", "LIBSHARD_PASSWORD");
+    w = writer_start_as(&t, NULL, NULL); /* the application's writes, through the move */
+    rc = shard_move(admin, 0, 0, to, NULL, &r, NULL);
+    usleep(100000);
+    st = writer_stop(w, t, why, sizeof why);
+    ck_assert_msg(rc == 0, "move as shardadmin: %s", errmsg());
+    ck_assert_msg(st == 0, "the application's writes during the move: %s", why);
+    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    ck_assert_uint_eq(r.mismatches, 0);
+    ck_assert_str_eq(pair_of(path, 0), to);
+    ck_assert_uint_eq(map_version(path), version + 1);
+    ck_assert_int_eq(db_exists(target, "db00000"), 1);
+    pair_links_run();
+
+    snprintf(master, sizeof master, "%s", master_server("MySQL001"));
+    ck_assert_msg(shard_pair_failover(admin, "MySQL001", 0, &fr) == 0, "%s", errmsg());
+    ck_assert_int_eq(fr.old_master_fenced, 1);
+    ck_assert_str_ne(master_server("MySQL001"), master);
+    ck_assert_uint_eq(map_version(path), version + 2);
+    shard_ctx_free(admin);
+    pair_links_run();
+
+    /* And the application goes on, on the moved shard and the new master. */
+    app = open_as(path, NULL, NULL);
+    ck_assert_msg(shard_object_get(app, app_ids[0], &json, &len) == 0, "%s", errmsg());
+    shard_free(json);
+    ck_assert_msg(shard_object_create(app, 1, 1, "{\"after\":1}", 11, &id) == 0, "%s",
+                  errmsg());
+    shard_ctx_free(app);
+}
+END_TEST
+
 START_TEST(mover_role)
 {
     shard_move_report r;
     char *json = NULL, *st = NULL;
     size_t len;
     shard_ctx *app;
+    char from[16], source[8];
     int rc;
 
+    snprintf(from, sizeof from, "%s", pair_of(harness_map_path(h), 0));
+    snprintf(source, sizeof source, "%s", master_server(from));
     account("moveradmin", "MOVER_PASSWORD", NULL, MOVER_GRANTS, NELEM(MOVER_GRANTS), 0);
     rc = move_as("moveradmin", "MOVER_PASSWORD", 60, &r);
     ck_assert_msg(rc == 0, "move as moveradmin: %s", move_err);
@@ -1020,8 +1196,9 @@ START_TEST(mover_role)
            (unsigned long long)r.rows_verified,
            r.copy_seconds + r.catchup_seconds + r.cutover_seconds + r.verify_seconds,
            r.pause_ms);
-    ck_assert_str_eq(pair_of(harness_map_path(h), 0), "MySQL002");
-    ck_assert_int_eq(db_exists("s1", "db00000"), 0);
+    ck_assert_str_eq(pair_of(harness_map_path(h), 0),
+                     strcmp(from, "MySQL001") == 0 ? "MySQL002" : "MySQL001");
+    ck_assert_int_eq(db_exists(source, "db00000"), 0);
     pair_links_run();
     app = open_as(harness_map_path(h), "appuser", "APP_PASSWORD");
     ck_assert_msg(shard_object_get(app, app_ids[0], &json, &len) == 0, "%s", errmsg());
@@ -1329,7 +1506,6 @@ int main(void)
     TCase *tc = tcase_create("security");
     SRunner *sr;
     const char *tmp = getenv("TMPDIR");
-    shard_ctx *ctx = NULL;
     double t0 = (double)time(NULL);
     int failed;
 
@@ -1354,18 +1530,11 @@ int main(void)
         remove_certs();
         return 1;
     }
-    {
-        shard_options o = SHARD_OPTIONS_INIT;
-        o.refresh_interval_ms = 0;
-        if (shard_ctx_open(&ctx, harness_map_path(h), &o) ||
-            shard_schema_apply(ctx, NULL, NULL)) {
-            fprintf(stderr, "setup: %s\n", shard_errmsg());
-            shard_ctx_free(ctx);
-            harness_stop(h);
-            remove_certs();
-            return 1;
-        }
-        shard_ctx_free(ctx);
+    if (harness_schema_apply(h)) {
+        fprintf(stderr, "setup: %s\n", shard_errmsg());
+        harness_stop(h);
+        remove_certs();
+        return 1;
     }
     /* Accounts and maps are made inside a test, where ck_assert works. */
     tcase_set_timeout(tc, search_mode ? 1800 : 300);
@@ -1381,6 +1550,7 @@ int main(void)
     tcase_add_test(tc, broken_json_with_a_password);
     tcase_add_test(tc, schema_role);
     tcase_add_test(tc, app_role);
+    tcase_add_test(tc, app_account_cannot_operate);
     if (search_mode) {
         tcase_add_test(tc, search_mover_privileges);
         tcase_add_test(tc, search_failover_privileges);

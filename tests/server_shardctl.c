@@ -66,6 +66,8 @@ static run_result run_argv(const run_opts *o, const char *const *argv)
 
 /* shardctl with LIBSHARD_MAP naming the harness's map. */
 #define RUN(...) run_argv(&(run_opts){0, NULL}, ARGV(__VA_ARGS__))
+/* The same as the operators' account (schema apply is not the application's). */
+#define RUN_ADMIN(...) run_argv(&(run_opts){0, NULL}, ARGV(HARNESS_ADMIN_ARGS, __VA_ARGS__))
 
 /* stderr is exactly one non-empty line, mentioning `mention` when given. */
 static void assert_one_error_line(const run_result *r, const char *mention)
@@ -240,7 +242,9 @@ START_TEST(schema_apply_twice)
     expect_fail(RUN("obj", "create", "pins", "{}"), "", "shardctl schema apply");
     expect_fail(RUN("kv", "put", "users_by_email", "k", "v"), "", "doesn't exist");
 
-    expect_schema_run(RUN("schema", "apply"));
+    /* The application's account (the map's credentials) may not. */
+    expect_fail(RUN("schema", "apply"), "", "denied");
+    expect_schema_run(RUN_ADMIN("schema", "apply"));
     /* The fence table, on every server, masters and standbys alike. */
     for (int k = 1; k <= 2 * NPAIRS; k++) {
         char name[8];
@@ -263,7 +267,7 @@ START_TEST(schema_apply_twice)
                             "WHERE schema_name LIKE 'db0%%'");
 
     /* Idempotent: the same again, nothing breaks, same summary. */
-    expect_schema_run(RUN("schema", "apply"));
+    expect_schema_run(RUN_ADMIN("schema", "apply"));
     expect_usage(RUN("schema", "apply", "now"), "schema apply");
     expect_usage(RUN("schema"), "schema");
 }

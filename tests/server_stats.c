@@ -736,7 +736,10 @@ START_TEST(test_fence_wait)
     ck_assert_ptr_nonnull(f);
     fputs(moved, f);
     fclose(f);
-    shard_ctx *target = open_ctx_with(path, 4, 5000);
+    shard_options ao = SHARD_OPTIONS_INIT; /* the schema is the operators' */
+    shard_ctx *target = NULL;
+    harness_admin_options(&ao);
+    OK(shard_ctx_open(&target, path, &ao));
     OK(shard_schema_apply(target, NULL, NULL));
     shard_ctx_free(target);
 
@@ -824,11 +827,7 @@ int main(void)
         fprintf(stderr, "server_stats: could not start the test servers\n");
         return EXIT_FAILURE;
     }
-    shard_ctx *ctx = NULL;
-    int rc = shard_ctx_open(&ctx, harness_map_path(H), NULL);
-    if (rc == 0)
-        rc = shard_schema_apply(ctx, NULL, NULL);
-    shard_ctx_free(ctx);
+    int rc = harness_schema_apply(H);
     if (rc) {
         fprintf(stderr, "server_stats: schema apply: %s\n", shard_errmsg());
         harness_stop(H);

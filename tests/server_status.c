@@ -33,11 +33,13 @@ static run_result run_argv(const char *const *argv)
 }
 
 #define RUN(...) run_argv(ARGV(__VA_ARGS__))
+/* As the operators' account: status, schema apply and moves are theirs. */
+#define RUN_ADMIN(...) run_argv(ARGV(HARNESS_ADMIN_ARGS, __VA_ARGS__))
 
 /* shardctl status --json: the document (a new reference) and the exit status. */
 static json_t *status_json(int *status)
 {
-    run_result r = RUN("status", "--json");
+    run_result r = RUN_ADMIN("status", "--json");
     json_error_t e;
     json_t *doc = json_loads(r.out, 0, &e);
 
@@ -107,7 +109,7 @@ static void sync_standby(const char *master, const char *standby)
 
 START_TEST(healthy_pairs)
 {
-    run_result r = RUN("schema", "apply");
+    run_result r = RUN_ADMIN("schema", "apply");
     json_t *doc;
     int status;
 
@@ -115,7 +117,7 @@ START_TEST(healthy_pairs)
     run_free(&r);
     sync_standby("s1", "s2");
     sync_standby("s3", "s4");
-    r = RUN("status");
+    r = RUN_ADMIN("status");
     ck_assert_msg(r.status == 0, "status exits %d: %s%s", r.status, r.out, r.err);
     ck_assert_msg(strncmp(r.out, "status: healthy (map version 1, 8 open shards, 2 pairs",
                           54) == 0, "%s", r.out);
@@ -160,7 +162,7 @@ START_TEST(broken_pair_link)
     char want[200];
 
     ck_assert_int_eq(harness_sql(H, "s2", "STOP SLAVE", NULL), 0);
-    r = RUN("status");
+    r = RUN_ADMIN("status");
     ck_assert_int_eq(r.status, 1);
     snprintf(want, sizeof want, "MySQL001 standby %s: pair link from %s is broken",
              address("s2"), address("s1"));
@@ -220,7 +222,7 @@ START_TEST(move_in_flight)
     ck_assert_str_eq(id, "3000000001");
 
     /* Nobody runs it: interrupted, and unhealthy. */
-    r = RUN("status");
+    r = RUN_ADMIN("status");
     ck_assert_int_eq(r.status, 1);
     snprintf(want, sizeof want, "move %s (shards 2-3, MySQL001 -> MySQL002): interrupted in "
              "phase copying", id);
@@ -250,7 +252,7 @@ START_TEST(move_in_flight)
     m = json_array_get(json_object_get(doc, "moves"), 0);
     ck_assert(json_is_true(json_object_get(m, "running")));
     json_decref(doc);
-    r = RUN("status");
+    r = RUN_ADMIN("status");
     ck_assert_int_eq(r.status, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "copying, running"));
     run_free(&r);
@@ -277,7 +279,7 @@ START_TEST(paused_standby)
     char want[200];
 
     ck_assert_int_eq(harness_pause(H, "s2"), 0);
-    r = run_cmd(&spec, ARGV("status", "--json"));
+    r = run_cmd(&spec, ARGV(HARNESS_ADMIN_ARGS, "status", "--json"));
     ck_assert_int_eq(harness_resume(H, "s2"), 0);
     ck_assert_int_eq(r.status, 1);
     doc = json_loads(r.out, 0, NULL);
@@ -309,7 +311,7 @@ START_TEST(killed_standby)
     char want[200];
 
     ck_assert_int_eq(harness_kill(H, "s4"), 0);
-    r = run_cmd(&spec, ARGV("status"));
+    r = run_cmd(&spec, ARGV(HARNESS_ADMIN_ARGS, "status"));
     ck_assert_int_eq(r.status, 1);
     snprintf(want, sizeof want, "MySQL002 standby %s: unreachable", address("s4"));
     assert_problems_first(r.out, want);
@@ -323,7 +325,7 @@ END_TEST
 /* move --dry-run sums the plan up per range of databases. */
 START_TEST(dry_run_summary)
 {
-    run_result r = RUN("move", "--shards", "0-3", "--to", "MySQL002", "--dry-run");
+    run_result r = RUN_ADMIN("move", "--shards", "0-3", "--to", "MySQL002", "--dry-run");
     json_t *doc;
 
     ck_assert_msg(r.status == 0, "%s", r.err);
@@ -332,12 +334,12 @@ START_TEST(dry_run_summary)
     ck_assert_ptr_null(strstr(r.out, "\ntable "));
     ck_assert_ptr_nonnull(strstr(r.out, "\nphases: "));
     run_free(&r);
-    r = RUN("move", "--shards", "0-3", "--to", "MySQL002", "--dry-run", "--verbose");
+    r = RUN_ADMIN("move", "--shards", "0-3", "--to", "MySQL002", "--dry-run", "--verbose");
     ck_assert_int_eq(r.status, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "\ntable db00002.pins: "));
     ck_assert_ptr_nonnull(strstr(r.out, "\ndatabases db00002: "));
     run_free(&r);
-    r = RUN("move", "--shards", "0-3", "--to", "MySQL002", "--dry-run", "--json");
+    r = RUN_ADMIN("move", "--shards", "0-3", "--to", "MySQL002", "--dry-run", "--json");
     ck_assert_int_eq(r.status, 0);
     doc = json_loads(r.out, 0, NULL);
     ck_assert_msg(doc, "not JSON: %s", r.out);

@@ -20,12 +20,24 @@
 
 static harness *h;
 
-/* A MySQL store location for table `table` in database control on s1. */
-static void store_uri(char *buf, size_t size, const char *table)
+/* A MySQL store location for table `table` in database libshard_maps on s1,
+ * as user: the operators' account publishes (it creates the table), the
+ * application's reads (servers.sh grants it SELECT there, nothing more). */
+static void store_uri_as(char *buf, size_t size, const char *user, const char *table)
 {
     snprintf(buf, size,
-             "mysql://shard@127.0.0.1:%d/control/%s?password_env=LIBSHARD_PASSWORD",
-             harness_port(h, "s1"), table);
+             "mysql://%s@127.0.0.1:%d/libshard_maps/%s?password_env=LIBSHARD_PASSWORD",
+             user, harness_port(h, "s1"), table);
+}
+
+static void store_uri(char *buf, size_t size, const char *table)
+{
+    store_uri_as(buf, size, HARNESS_ADMIN_USER, table);
+}
+
+static void app_store_uri(char *buf, size_t size, const char *table)
+{
+    store_uri_as(buf, size, "shard", table);
 }
 
 static shard_map *map_version(uint64_t version, int open_shards)
@@ -68,11 +80,12 @@ static void remove_store_dir(const char *dir)
 
 START_TEST(mysql_store_round_trip_and_cas)
 {
-    shard_store *st = NULL;
+    shard_store *st = NULL, *app = NULL;
     shard_map *m = NULL, *m5 = map_version(5, 0), *m6 = map_version(6, 0);
-    char uri[600];
+    char uri[600], app_uri[600];
 
     store_uri(uri, sizeof uri, "maps_cas");
+    app_store_uri(app_uri, sizeof app_uri, "maps_cas");
     ck_assert_int_eq(shard_store_open(&st, uri), 0);
     ck_assert_int_eq(shard_store_publish(st, m5, 0), 0);
     ck_assert_int_eq(shard_store_load(st, &m), 0);
@@ -85,10 +98,20 @@ START_TEST(mysql_store_round_trip_and_cas)
     ck_assert_int_eq(shard_store_load(st, &m), 0);
     ck_assert_uint_eq(shard_map_version(m), 6);
     shard_map_free(m);
+    /* The application's account reads the store and may not publish. */
+    ck_assert_int_eq(shard_store_open(&app, app_uri), 0);
+    ck_assert_msg(shard_store_load(app, &m) == 0, "%s", shard_errmsg());
+    ck_assert_uint_eq(shard_map_version(m), 6);
+    shard_map_free(m);
+    m = map_version(7, 0);
+    ck_assert_int_eq(shard_store_publish(app, m, 6), SHARD_EPRIV);
+    ck_assert_msg(strstr(shard_errmsg(), "denied"), "%s", shard_errmsg());
+    shard_map_free(m);
+    shard_store_free(app);
     /* Every version stays in the table: the history of the map. */
     {
         char *out = NULL, sql[300];
-        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM control.maps_cas");
+        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM libshard_maps.maps_cas");
         ck_assert_int_eq(harness_sql(h, "s1", sql, &out), 0);
         ck_assert_str_eq(out, "2\n");
         free(out);
@@ -164,14 +187,14 @@ START_TEST(mysql_store_empty_and_wrong_password)
     char uri[600];
     const char *pw = getenv("LIBSHARD_PASSWORD");
 
-    store_uri(uri, sizeof uri, "maps_empty");
+    app_store_uri(uri, sizeof uri, "maps_empty");
     ck_assert_int_eq(shard_store_open(&st, uri), 0);
     /* No table yet: the store says so, it does not invent a map. */
     ck_assert_int_ne(shard_store_load(st, &m), 0);
     ck_assert_ptr_null(m);
     shard_store_free(st);
     setenv("LIBSHARD_STORE_WRONG_PW", "not-the-password", 1);
-    snprintf(uri, sizeof uri, "mysql://shard@127.0.0.1:%d/control/maps?"
+    snprintf(uri, sizeof uri, "mysql://shard@127.0.0.1:%d/libshard_maps/maps?"
              "password_env=LIBSHARD_STORE_WRONG_PW", harness_port(h, "s1"));
     ck_assert_int_eq(shard_store_open(&st, uri), 0);
     ck_assert_int_eq(shard_store_load(st, &m), SHARD_EPRIV);
@@ -190,13 +213,15 @@ START_TEST(context_follows_mysql_store)
     shard_map *m = NULL;
     shard_store *st = NULL;
     shard_map *v11 = map_version(11, 0), *v12 = map_version(12, 0);
-    char uri[600];
+    char uri[600], app_uri[600];
     double waited = 0;
 
     store_uri(uri, sizeof uri, "maps_follow");
+    app_store_uri(app_uri, sizeof app_uri, "maps_follow");
     publish(uri, 10, 0);
     o.refresh_interval_ms = 200;
-    ck_assert_msg(shard_ctx_open(&ctx, uri, &o) == 0, "%s", shard_errmsg());
+    /* The application reads the store as its own account. */
+    ck_assert_msg(shard_ctx_open(&ctx, app_uri, &o) == 0, "%s", shard_errmsg());
     ck_assert_int_eq(shard_ctx_map(ctx, &m), 0);
     ck_assert_uint_eq(shard_map_version(m), 10);
     shard_map_free(m);
@@ -338,19 +363,16 @@ int main(void)
     Suite *s = suite_create("server_store");
     TCase *tc = tcase_create("store");
     SRunner *sr;
-    shard_ctx *ctx = NULL;
     int failed;
 
     h = harness_start_ex(1, 8, 4);
     if (!h)
         return 1;
-    if (shard_ctx_open(&ctx, harness_map_path(h), NULL) ||
-        shard_schema_apply(ctx, NULL, NULL)) {
+    if (harness_schema_apply(h)) {
         fprintf(stderr, "setup: %s\n", shard_errmsg());
         harness_stop(h);
         return 1;
     }
-    shard_ctx_free(ctx);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, mysql_store_round_trip_and_cas);
     tcase_add_test(tc, mysql_store_concurrent_publishers);

@@ -28,7 +28,8 @@ static run_result run_argv(const char *const *argv)
     return run_cmd(&s, argv);
 }
 
-#define RUN(...) run_argv(ARGV(__VA_ARGS__))
+/* Every command here is an operator's: run as the operators' account. */
+#define RUN(...) run_argv(ARGV(HARNESS_ADMIN_ARGS, __VA_ARGS__))
 
 static const char *address(const char *server)
 {

@@ -20,8 +20,14 @@
 # them); `restart` keeps them (DIR/tls names CERTDIR). Nothing requires TLS
 # and the map stays the same: tests add "tls" to the credentials themselves.
 #
-# The application account `shard` (on 127.0.0.1 and localhost) gets the
-# password in $LIBSHARD_PASSWORD (required by `start`). The launcher itself
+# Two accounts (on 127.0.0.1 and localhost) get the password in
+# $LIBSHARD_PASSWORD (required by `start`): the application's, `shard`, the
+# map's credentials, with the application's privileges only (APP_GRANTS
+# below, the README's "Accounts and privileges"): it can read and write
+# rows, never change the schema, move shards or fail a pair over; and the
+# operators' `shardadmin`, with ALL PRIVILEGES, for everything else
+# (shardctl --user shardadmin --password-env LIBSHARD_PASSWORD, or
+# shard_options.user and .password_env). The launcher itself
 # talks to every server as root over the unix socket (unix_socket auth).
 # Passwords are handed to the client on stdin only, never on a command line,
 # and never written to a file by this script (the server itself keeps the
@@ -65,6 +71,20 @@ INSTALL_DB=$(find_prog mariadb-install-db mysql_install_db) ||
     die "mariadb-install-db not found"
 SETSID=$(command -v setsid || true)
 DBROOT=$(id -un)
+
+# The application account's privileges. In a GRANT's database name `_` and
+# `%` are wildcards (`\_` a literal underscore). libshard_control is granted
+# whole (SELECT only) because MariaDB refuses a grant on a table that does
+# not exist yet, and the fence table libshard_control.fence, which every
+# statement on an ID shard reads, is made by `shardctl schema apply` after
+# the accounts; libshard_maps is the database of the MySQL map stores the
+# tests use (shard_store_open(3)), which applications read.
+APP_GRANTS=(
+    'SELECT, INSERT, UPDATE, DELETE ON `db%`.*'
+    'SELECT, INSERT, UPDATE, DELETE ON `modshard%`.*'
+    'SELECT ON `libshard\_control`.*'
+    'SELECT ON `libshard\_maps`.*'
+)
 
 is_uint() { [[ $1 =~ ^(0|[1-9][0-9]{0,9})$ ]]; }
 
@@ -410,7 +430,8 @@ cmd_start() {
     fi
     if [[ -z ${LIBSHARD_PASSWORD:-} ]]; then
         echo "$PROG: LIBSHARD_PASSWORD is not set: it is the password given" \
-            "to the application user 'shard' (export it first)" >&2
+            "to the application's account 'shard' and the operators'" \
+            "'shardadmin' (export it first)" >&2
         exit 2
     fi
 
@@ -484,18 +505,21 @@ cmd_start() {
     } >"$DIR/servers"
 
     # accounts, not replicated (created on every server)
-    local apw rpw
+    local apw rpw host g
+    local -a app_grants=()
     apw=$(sql_escape "$LIBSHARD_PASSWORD")
     rpw=$(od -An -N18 -tx1 /dev/urandom | tr -d ' \n')
+    for host in 127.0.0.1 localhost; do
+        for g in "${APP_GRANTS[@]}"; do
+            app_grants+=("GRANT $g TO 'shard'@'$host';")
+        done
+    done
     for ((k = 1; k <= nserv; k++)); do
         printf '%s\n' \
             "SET sql_log_bin=0;" \
             "CREATE USER 'shard'@'127.0.0.1' IDENTIFIED BY '$apw';" \
             "CREATE USER 'shard'@'localhost' IDENTIFIED BY '$apw';" \
-            "GRANT ALL PRIVILEGES ON *.* TO 'shard'@'127.0.0.1';" \
-            "GRANT ALL PRIVILEGES ON *.* TO 'shard'@'localhost';" \
-            "REVOKE READ_ONLY ADMIN ON *.* FROM 'shard'@'127.0.0.1';" \
-            "REVOKE READ_ONLY ADMIN ON *.* FROM 'shard'@'localhost';" \
+            "${app_grants[@]}" \
             "CREATE USER 'shardadmin'@'127.0.0.1' IDENTIFIED BY '$apw';" \
             "CREATE USER 'shardadmin'@'localhost' IDENTIFIED BY '$apw';" \
             "GRANT ALL PRIVILEGES ON *.* TO 'shardadmin'@'127.0.0.1';" \

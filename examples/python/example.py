@@ -8,10 +8,15 @@ tests/servers.sh writes has them):
     pip install --no-build-isolation examples/python    # this package
     export LIBSHARD_PASSWORD=...          # the map's credentials.password_env
     export LIBSHARD_MAP=/path/to/map.json # or name the map as the argument
-    python3 examples/python/example.py [MAP] [--apply-schema]
+    python3 examples/python/example.py [MAP] \
+        [--apply-schema --user shardadmin --password-env LIBSHARD_PASSWORD]
 
 --apply-schema creates the shard databases and tables first (idempotent;
-`shardctl schema apply` does the same). The libshard module is the one next
+`shardctl schema apply` does the same), as the operator's account that
+--user and --password-env name: the map's credentials are the application's,
+which reads and writes rows but may not create databases (tests/servers.sh
+makes `shardadmin` for operators, with the application's password). The
+rest runs as the application. The libshard module is the one next
 to this file, else the installed one; it loads the C library as its
 docstring says (LIBSHARD_LIB=build/libshard.so.0 uses a build tree's).
 """
@@ -31,15 +36,22 @@ def main():
                     help="the shard map file (default: $LIBSHARD_MAP)")
     ap.add_argument("--apply-schema", action="store_true",
                     help="create the shard databases and tables first")
+    ap.add_argument("--user", help="the operator's account for --apply-schema "
+                    "(default: the map's credentials)")
+    ap.add_argument("--password-env", metavar="VAR",
+                    help="the environment variable holding --user's password")
     args = ap.parse_args()
     if not args.map:
         ap.error("no shard map: name one, or set LIBSHARD_MAP")
+    if (args.user is None) != (args.password_env is None):
+        ap.error("--user and --password-env go together")
 
     try:
+        if args.apply_schema:
+            with libshard.Context(args.map, user=args.user,
+                                  password_env=args.password_env) as admin:
+                admin.schema_apply()
         with libshard.Context(args.map) as ctx:
-            if args.apply_schema:
-                ctx.schema_apply()
-
             # A user on any open shard; the board on the same shard ("near"),
             # so that the user's data can be read together.
             user = ctx.create("users", {"name": "Ada", "email": "ada@example.com"})

@@ -7,7 +7,10 @@ MariaDB servers started with tests/servers.sh and stopped at the end.
 
 Each class starts its own servers (one pair, then two pairs for the move
 and failover) under a fresh random LIBSHARD_PASSWORD and stops them in
-tearDownClass; a guard process stops them too if this process dies.
+tearDownClass; a guard process stops them too if this process dies. The
+application's work runs as the map's account (`shard`, rows only); schema
+apply, moves and failover as the operators' `shardadmin`, as servers.sh
+makes them.
 
 Standard library only. Needs what `make check` needs (mariadbd and
 mariadb-install-db); the module is the libshard found on sys.path (this
@@ -137,7 +140,8 @@ class ServerCase(Case):
 
     NPAIRS = 1
     base = None
-    ctx = None
+    ctx = None    # the application's account (the map's credentials)
+    admin = None  # the operators' (schema apply, moves, failover)
 
     @classmethod
     def setUpClass(cls):
@@ -151,8 +155,11 @@ class ServerCase(Case):
             cls.ctx = ls.Context(cls.map_path, refresh_interval_ms=0,
                                  log_level=ls.LOG_INFO,
                                  log=lambda lvl, msg: cls.log.append((lvl, msg)))
+            cls.admin = ls.Context(cls.map_path, refresh_interval_ms=0,
+                                   user="shardadmin",
+                                   password_env="LIBSHARD_PASSWORD")
             cls.progress = []
-            cls.ctx.schema_apply(
+            cls.admin.schema_apply(
                 progress=lambda *a: cls.progress.append(a))
         except BaseException:
             cls.tearDownClass()
@@ -161,9 +168,10 @@ class ServerCase(Case):
     @classmethod
     def tearDownClass(cls):
         try:
-            if cls.ctx is not None:
-                cls.ctx.close()
-                cls.ctx = None
+            for name in ("ctx", "admin"):
+                if getattr(cls, name) is not None:
+                    getattr(cls, name).close()
+                    setattr(cls, name, None)
         finally:
             if cls.base:
                 stop_servers(cls.base)
@@ -479,14 +487,16 @@ class OnePairTests(ServerCase):
         what, done, total = self.progress[-1]
         self.assertIsInstance(what, str)
         self.assertEqual(done, total)
-        self.ctx.schema_apply()  # idempotent, no callback
+        self.admin.schema_apply()  # idempotent, no callback
+        # Not the application's account: it may not create databases.
+        self.assertRaisesShard(ls.PrivilegeError, -16, self.ctx.schema_apply)
 
         class Stop(Exception):
             pass
 
         def boom(*a):
             raise Stop()
-        self.assertRaises(Stop, self.ctx.schema_apply, progress=boom)
+        self.assertRaises(Stop, self.admin.schema_apply, progress=boom)
 
     def test_objects(self):
         c = self.ctx
@@ -809,7 +819,9 @@ class OnePairTests(ServerCase):
 
     def test_example(self):
         example = os.path.join(HERE, "example.py")
-        for i, extra in enumerate((["--apply-schema"], [])):
+        admin = ["--apply-schema", "--user", "shardadmin",
+                 "--password-env", "LIBSHARD_PASSWORD"]
+        for i, extra in enumerate((admin, [])):
             p = subprocess.run([sys.executable, example, self.map_path] + extra,
                                stdin=subprocess.DEVNULL, capture_output=True,
                                text=True, timeout=60)
@@ -838,7 +850,7 @@ class OnePairTests(ServerCase):
         self.assertIn("LIBSHARD_MAP", p.stderr)
 
     def test_move_errors_one_pair(self):
-        c = self.ctx
+        c = self.admin
         self.assertEqual(c.move_status(), [])
         self.assertRaises(ls.ShardError, c.move, 0, 1, "MySQL999",
                           dry_run=True)
@@ -856,7 +868,7 @@ class TwoPairTests(ServerCase):
     NPAIRS = 2
 
     def test_move(self):
-        c = self.ctx
+        c, a = self.ctx, self.admin  # the application's, the operator's
         ids = [c.create("pins", {"i": i}, shard=i % 2) for i in range(20)]
         c.mapping_add("board_has_pins", ids[0], ids[1], 1)
         c.kv_put("users_by_email", b"\0k", b"\0v")
@@ -864,7 +876,10 @@ class TwoPairTests(ServerCase):
             self.assertEqual(m.pair_of(0), "MySQL001")
             self.assertEqual(m.pair_of(4), "MySQL002")
             version = m.version
-        plan = c.move(0, 1, "MySQL002", dry_run=True)
+        # The application's account may not move shards.
+        self.assertRaisesShard(ls.PrivilegeError, -16, c.move, 0, 1,
+                               "MySQL002")
+        plan = a.move(0, 1, "MySQL002", dry_run=True)
         self.assertIsInstance(plan, str)
         self.assertTrue(plan.startswith("move ID shards 0-1 from MySQL001"),
                         plan)
@@ -872,13 +887,14 @@ class TwoPairTests(ServerCase):
         self.assertIn("table db00000.pins: 10 rows", plan)
         self.assertIn("table db00001.pins: 10 rows", plan)
         self.assertRegex(plan, r"total: \d+ tables, \d+ rows")
-        # a dry run changes nothing
-        self.assertEqual(c.move_status(), [])
+        # a dry run (and the refused move) changes nothing
+        self.assertEqual(a.move_status(), [])
+        c.reload()
         with c.map() as m:
             self.assertEqual((m.version, m.pair_of(0)), (version, "MySQL001"))
         # the move itself: progress, report, status
         phases = []
-        rep = c.move(0, 1, "MySQL002", copy_threads=2,
+        rep = a.move(0, 1, "MySQL002", copy_threads=2,
                      progress=lambda ph, done, total: phases.append(ph))
         self.assertIsInstance(rep, ls.MoveReport)
         self.assertEqual((rep.source, rep.target, rep.first, rep.last),
@@ -895,10 +911,11 @@ class TwoPairTests(ServerCase):
         self.assertGreaterEqual(rep.pause_ms, 0)
         self.assertIn("copying", phases)
         self.assertIn("done", phases)
+        c.reload()
         with c.map() as m:
             self.assertEqual(m.pair_of(0), "MySQL002")
             self.assertEqual(m.version, rep.map_version)
-        status = c.move_status()
+        status = a.move_status()
         self.assertEqual(len(status), 1)
         self.assertEqual((status[0]["id"], status[0]["phase"]),
                          (rep.move_id, "done"))
@@ -909,8 +926,8 @@ class TwoPairTests(ServerCase):
                          [(ids[1], 1)])
         self.assertEqual(c.kv_get("users_by_email", b"\0k"), b"\0v")
         # nothing left to resume or abort
-        self.assertRaises(ls.ShardError, c.move_resume)
-        self.assertRaises(ls.ShardError, c.move_abort, rep.move_id)
+        self.assertRaises(ls.ShardError, a.move_resume)
+        self.assertRaises(ls.ShardError, a.move_abort, rep.move_id)
 
     def test_failover(self):
         c = self.ctx
@@ -923,10 +940,7 @@ class TwoPairTests(ServerCase):
         e = self.assertRaisesShard(ls.PrivilegeError, -16, c.failover,
                                    "MySQL002")
         self.assertEqual(e.report.pair, "MySQL002")
-        with ls.Context(self.map_path, user="shardadmin",
-                        password_env="LIBSHARD_PASSWORD",
-                        refresh_interval_ms=0) as admin:
-            rep = admin.failover("MySQL002")
+        rep = self.admin.failover("MySQL002")
         self.assertIsInstance(rep, ls.FailoverReport)
         self.assertEqual((rep.pair, rep.old_master, rep.new_master),
                          ("MySQL002", master, standby))
