@@ -12,6 +12,7 @@
 
 #include <check.h>
 #include <libshard.h>
+#include <mysql.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <signal.h>
@@ -785,10 +786,317 @@ START_TEST(unfinished_moves_fail_closed)
 }
 END_TEST
 
+/* ---- the copy: how rows reach the target, exactly, and its throttle -------- */
+
+/* A context of its own whose log the test reads. */
+static char copy_log[16384];
+static pthread_mutex_t copy_log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void copy_log_fn(int level, const char *message, void *payload)
+{
+    size_t len;
+    (void)level;
+    (void)payload;
+    pthread_mutex_lock(&copy_log_lock);
+    len = strlen(copy_log);
+    if (len + strlen(message) + 2 < sizeof copy_log)
+        snprintf(copy_log + len, sizeof copy_log - len, "%s\n", message);
+    pthread_mutex_unlock(&copy_log_lock);
+}
+
+static int copy_log_has(const char *what)
+{
+    int yes;
+    pthread_mutex_lock(&copy_log_lock);
+    yes = strstr(copy_log, what) != NULL;
+    pthread_mutex_unlock(&copy_log_lock);
+    return yes;
+}
+
+static shard_ctx *copy_ctx_open(void)
+{
+    shard_options o = SHARD_OPTIONS_INIT;
+    shard_ctx *c = NULL;
+    o.refresh_interval_ms = 0;
+    o.log_level = SHARD_LOG_INFO;
+    o.log = copy_log_fn;
+    pthread_mutex_lock(&copy_log_lock);
+    copy_log[0] = '\0';
+    pthread_mutex_unlock(&copy_log_lock);
+    ck_assert_msg(shard_ctx_open(&c, harness_map_path(h), &o) == 0, "%s", shard_errmsg());
+    return c;
+}
+
+/* Another pair than the one shard s is on. */
+static const char *other_pair(unsigned s)
+{
+    static char name[65];
+    snprintf(name, sizeof name, "MySQL%03d", atoi(pair_of(s) + 5) % 3 + 1);
+    return name;
+}
+
+/* Every row of a shard's pins and user_likes_pins: ids, lengths and digests
+ * of the bytes (what the server holds, not what a client shows). */
+static char *shard_digest(const char *server, unsigned s)
+{
+    char sql[1200];
+    snprintf(sql, sizeof sql,
+             "SET SESSION group_concat_max_len = 1048576;"
+             " SELECT CONCAT((SELECT COUNT(*) FROM db%05u.pins), ' ',"
+             " IFNULL((SELECT GROUP_CONCAT(local_id, ':', LENGTH(data), ':', SHA2(data, 256),"
+             " ':', updated_at ORDER BY local_id) FROM db%05u.pins), ''), ' ',"
+             " IFNULL((SELECT GROUP_CONCAT(from_id, ':', to_id, ':', sequence ORDER BY from_id,"
+             " to_id) FROM db%05u.user_likes_pins), ''))",
+             s, s, s);
+    return sql1(server, sql);
+}
+
+static const char *standby_of(const char *pair)
+{
+    static char sb[16];
+    snprintf(sb, sizeof sb, "s%d", 2 * atoi(pair + 5));
+    return sb;
+}
+
+/* Rows no text format takes lightly, written on shard s's source master. */
+static void hostile_rows(unsigned s, size_t big)
+{
+    char sql[1600];
+    const char *m = master_of(pair_of(s));
+
+    snprintf(sql, sizeof sql,
+             "INSERT INTO db%05u.pins (data) VALUES"
+             /* NUL, tab, newline, CR, backslash, quotes, ^Z, \\N, 4-byte UTF-8 */
+             " (CONCAT('{\"s\":\"', X'00090A0D5C22271A', '\\\\N', X'F09F9880', '\"}')),"
+             " ('\\\\N'), (''), ('\\t\\n\\\\'), (X'5C'), (X'5C5C4E09'),"
+             " ('{\"k\":\"a\\\\u0000b\\\\\"c\\\\\\\\d\\\\n\", \"e\":\"\xC3\xA9\"}'),"
+             " (CONCAT(X'F0908080', REPEAT(X'5C0900', 100), X'0A'))",
+             s);
+    free(sql1(m, sql));
+    if (big) {
+        snprintf(sql, sizeof sql, "INSERT INTO db%05u.pins (data) VALUES (CONCAT('{\"b\":\"',"
+                 " REPEAT(CONCAT('ab', X'5C09', 'cdefgh\\n'), %zu), '\"}'))", s, big / 11);
+        free(sql1(m, sql));
+    }
+    snprintf(sql, sizeof sql, "INSERT INTO db%05u.user_likes_pins (from_id, to_id, sequence)"
+             " VALUES (1, 2, -9223372036854775808), (1, 3, 0), (18446744073709551615, 1,"
+             " 9223372036854775807)", s);
+    free(sql1(m, sql));
+    ck_assert_int_eq(harness_sync_standby(h, atoi(pair_of(s) + 5), 60), 0);
+}
+
+/* The copy's digests on both halves of the target are the source's. */
+static void move_exact(unsigned s, const char *must_log, size_t big)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    shard_ctx *mc;
+    const char *to = other_pair(s);
+    char *before, *after, *after_sb;
+    int rc;
+
+    fill(s, s, 5);
+    hostile_rows(s, big);
+    before = shard_digest(master_of(pair_of(s)), s);
+    mc = copy_ctx_open();
+    rc = shard_move(mc, s, s, to, &o, &r, NULL);
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    ck_assert_uint_eq(r.mismatches, 0);
+    ck_assert_int_eq(r.target_pair_healthy, 1);
+    ck_assert_msg(copy_log_has(must_log), "log lacks \"%s\":\n%s", must_log, copy_log);
+    shard_ctx_free(mc);
+    ck_assert_str_eq(pair_of(s), to);
+    ck_assert_int_eq(harness_sync_standby(h, atoi(to + 5), 60), 0);
+    after = shard_digest(master_of(to), s);
+    after_sb = shard_digest(standby_of(to), s);
+    ck_assert_str_eq(after, before);
+    ck_assert_str_eq(after_sb, before);
+    free(before);
+    free(after);
+    free(after_sb);
+    ck_assert_uint_ge(r.bytes_copied, big);
+}
+
+START_TEST(copy_hostile_bytes_exact)
+{
+    char *mp = sql1(master_of(other_pair(5)), "SELECT @@max_allowed_packet");
+    size_t big = (size_t)atol(mp) / 2 - 64 * 1024;
+    free(mp);
+    move_exact(5, "copying with LOAD DATA LOCAL INFILE", big);
+}
+END_TEST
+
+/* local_infile OFF on the target: a warning that says so, the copy done
+ * with INSERTs instead, every byte the same. */
+START_TEST(copy_without_local_infile)
+{
+    const char *tm = master_of(other_pair(6));
+    free(sql1(tm, "SET GLOBAL local_infile = 0"));
+    move_exact(6, "refuses LOAD DATA LOCAL INFILE", 1024 * 1024);
+    free(sql1(tm, "SET GLOBAL local_infile = 1"));
+    ck_assert_int_eq(copy_log_has("copying with LOAD DATA"), 0);
+}
+END_TEST
+
+/* Option strings are refused before anything starts. */
+START_TEST(copy_throttle_options_checked)
+{
+    static const char *const bad[] = {"Threads_running", "Threads_running=0", "Thr-eads=5",
+                                      "Threads_running=5x", "=5", "A=1,", "A=1,,B=2",
+                                      "Threads_running=-1"};
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        o.max_load = bad[i];
+        ck_assert_int_eq(shard_move(ctx, 7, 7, other_pair(7), &o, &r, NULL), SHARD_EINVAL);
+        ck_assert_msg(strstr(shard_errmsg(), "max_load"), "%s", shard_errmsg());
+    }
+    /* A variable the server does not have: refused at the copy's start. */
+    o.max_load = "No_such_status_variable=5";
+    ck_assert_int_eq(shard_move(ctx, 7, 7, other_pair(7), &o, &r, NULL), SHARD_EINVAL);
+    ck_assert_msg(strstr(shard_errmsg(), "No_such_status_variable"), "%s", shard_errmsg());
+    ck_assert_int_eq(shard_move_abort(ctx, 0), 0);
+}
+END_TEST
+
+typedef struct pace {
+    pthread_mutex_t lock;
+    double t0;            /* the copy phase's first call */
+    uint64_t done, total; /* the copy's last call */
+    uint64_t rate, batch; /* max_rows_per_second and its batch */
+    int over;             /* calls that saw more rows than the rate allows */
+    int phase;
+} pace;
+
+static void pace_seen(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    pace *p = payload;
+    pthread_mutex_lock(&p->lock);
+    p->phase = phase;
+    if (phase == SHARD_MOVE_COPYING) {
+        if (p->t0 == 0)
+            p->t0 = now();
+        if (p->rate && (double)done > (now() - p->t0) * (double)p->rate + (double)p->batch)
+            p->over++;
+        p->done = done;
+        p->total = total;
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+typedef struct bg_move {
+    shard_ctx *c;
+    unsigned s;
+    const char *to;
+    shard_move_options o;
+    shard_move_report r;
+    int rc;
+    char err[512];
+    pthread_t thread;
+} bg_move;
+
+static void *bg_move_main(void *arg)
+{
+    bg_move *b = arg;
+    b->rc = shard_move(b->c, b->s, b->s, b->to, &b->o, &b->r, NULL);
+    snprintf(b->err, sizeof b->err, "%s", shard_errmsg());
+    return NULL;
+}
+
+/* --max-load: a source above the limit copies nothing until it is below. */
+START_TEST(copy_paused_by_max_load)
+{
+    enum { IDLE = 16 };
+    static pace p = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, 0, 0};
+    static bg_move b;
+    static char spec[64];
+    const char *from = pair_of(8), *src = master_of(from);
+    MYSQL *idle[IDLE];
+    char *out;
+    long base;
+    uint64_t seen;
+
+    fill(8, 8, 30);
+    out = sql1(src, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE"
+                    " VARIABLE_NAME = 'THREADS_CONNECTED'");
+    base = atol(out);
+    free(out);
+    /* The mover's own source connections stay below base + 10. */
+    snprintf(spec, sizeof spec, "Threads_connected=%ld", base + 10);
+    for (int i = 0; i < IDLE; i++) {
+        idle[i] = mysql_init(NULL);
+        ck_assert_ptr_nonnull(mysql_real_connect(idle[i], "127.0.0.1", "shard",
+                                                 getenv("LIBSHARD_PASSWORD"), NULL,
+                                                 (unsigned)harness_port(h, src), NULL, 0));
+    }
+    memset(&b, 0, sizeof b);
+    b.c = copy_ctx_open();
+    b.s = 8;
+    b.to = other_pair(8);
+    b.o = (shard_move_options)SHARD_MOVE_OPTIONS_INIT;
+    b.o.max_load = spec;
+    b.o.progress = pace_seen;
+    b.o.payload = &p;
+    ck_assert_int_eq(pthread_create(&b.thread, NULL, bg_move_main, &b), 0);
+    for (int i = 0; i < 600 && !copy_log_has("copy paused"); i++)
+        usleep(50000);
+    ck_assert_msg(copy_log_has("copy paused"), "%s", copy_log);
+    ck_assert_msg(copy_log_has("Threads_connected="), "%s", copy_log);
+    /* Paused: the copy stays where it is while the source is above. */
+    pthread_mutex_lock(&p.lock);
+    seen = p.done;
+    ck_assert_int_le(p.phase, SHARD_MOVE_COPYING);
+    pthread_mutex_unlock(&p.lock);
+    sleep(2);
+    pthread_mutex_lock(&p.lock);
+    ck_assert_uint_eq(p.done, seen);
+    ck_assert_int_le(p.phase, SHARD_MOVE_COPYING);
+    pthread_mutex_unlock(&p.lock);
+    ck_assert_int_eq(copy_log_has("copy resumed"), 0);
+    for (int i = 0; i < IDLE; i++)
+        mysql_close(idle[i]);
+    pthread_join(b.thread, NULL);
+    ck_assert_msg(b.rc == 0, "move: %s", b.err);
+    ck_assert_msg(copy_log_has("copy resumed"), "%s", copy_log);
+    ck_assert_int_eq(b.r.phase, SHARD_MOVE_DONE);
+    ck_assert_uint_eq(b.r.rows_copied, p.total);
+    ck_assert_uint_eq(p.done, p.total);
+    shard_ctx_free(b.c);
+    ck_assert_str_eq(pair_of(8), b.to);
+    check_rows_on_master(8);
+}
+END_TEST
+
+/* --max-rows-per-second: the progress never runs ahead of the rate by more
+ * than one batch, and the copy completes. */
+START_TEST(copy_rate_limited)
+{
+    static pace p = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, 0, 0};
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    int rc;
+
+    fill(9, 9, 200);
+    o.max_rows_per_second = p.rate = 400;
+    p.batch = 100; /* a quarter of a second's rows (libshard-move(7)) */
+    o.progress = pace_seen;
+    o.payload = &p;
+    rc = shard_move(ctx, 9, 9, other_pair(9), &o, &r, NULL);
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    ck_assert_int_eq(p.over, 0);
+    ck_assert_uint_eq(p.done, p.total);
+    ck_assert_uint_ge(r.rows_copied, 200);
+    check_rows_on_master(9);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_move");
-    TCase *tc = tcase_create("move");
+    TCase *tc = tcase_create("move"), *tcc;
     SRunner *sr;
     int failed;
 
@@ -825,6 +1133,15 @@ int main(void)
     tcase_add_test(tc, transient_failure_retried_in_phase);
     tcase_add_test(tc, unfinished_moves_fail_closed);
     suite_add_tcase(s, tc);
+    /* The copy's own: each picks its shard's current pair, any map will do. */
+    tcc = tcase_create("copy");
+    tcase_set_timeout(tcc, 300);
+    tcase_add_test(tcc, copy_hostile_bytes_exact);
+    tcase_add_test(tcc, copy_without_local_infile);
+    tcase_add_test(tcc, copy_throttle_options_checked);
+    tcase_add_test(tcc, copy_paused_by_max_load);
+    tcase_add_test(tcc, copy_rate_limited);
+    suite_add_tcase(s, tcc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,8 +1,11 @@
 /*
  * The snapshot copy (libshard-move(7), phase copying): every worker opens a
  * consistent snapshot of the source at one commit point, rows are streamed
- * in primary-key order and written in multi-row INSERTs below the
- * target's packet limit. Tables are handed out over the workers.
+ * in primary-key order and written as LOAD DATA LOCAL INFILE (infile.c),
+ * or, where the target refuses that, in multi-row INSERTs below the
+ * target's packet limit. The way is chosen once, before any row is copied.
+ * Tables are handed out over the workers; the throttle (throttle.c) paces
+ * them all.
  */
 #include "move.h"
 
@@ -57,35 +60,97 @@ static int insert_head(sqlbuf *q, const mtable *t, MYSQL_FIELD *f, unsigned n)
     return 0;
 }
 
-/* Send the batch of *rows rows, count them, and start the next batch. */
-static int flush_batch(mv *m, shard_conn *dst, sqlbuf *q, size_t head, unsigned *rows)
+void move_copied(mv *m, uint64_t rows, uint64_t bytes)
 {
     uint64_t done, total;
-    int rc = conn_query(dst, q);
 
-    if (rc)
-        return rc;
     pthread_mutex_lock(&m->lock);
-    m->done += *rows;
-    m->r->rows_copied += *rows;
+    m->done += rows;
+    m->r->rows_copied += rows;
+    m->r->bytes_copied += bytes;
     done = m->done;
     total = m->total;
     pthread_mutex_unlock(&m->lock);
     move_progress(m, SHARD_MOVE_COPYING, done, total);
+}
+
+/* Send the batch of *rows rows, count them, and start the next batch. */
+static int flush_batch(mv *m, shard_conn *dst, sqlbuf *q, size_t head, unsigned *rows,
+                       uint64_t *bytes)
+{
+    int rc = conn_query(dst, q);
+
+    if (rc)
+        return rc;
+    move_copied(m, *rows, *bytes);
     q->len = head;
     *rows = 0;
+    *bytes = 0;
     return 0;
+}
+
+/* Before a batch: wait while the copy is paused, and for the bucket. */
+static int gate(move_throttle *th, uint64_t rows)
+{
+    int rc = move_throttle_wait(th);
+    double wait;
+
+    if (rc)
+        return rc;
+    wait = move_throttle_take(th, rows) - now_seconds();
+    sleep_ms(wait > 0 ? wait * 1000 : 0);
+    return 0;
+}
+
+/* The fallback: multi-row INSERTs of hex literals. */
+static int insert_rows(mv *m, shard_conn *src, shard_conn *dst, const mtable *t,
+                       MYSQL_RES *res)
+{
+    size_t limit = dst->max_packet / 2;
+    MYSQL_FIELD *f = mysql_fetch_fields(res);
+    unsigned n = mysql_num_fields(res), rows = 0;
+    uint64_t batch = move_throttle_batch(m->th, m->o.batch_rows), bytes = 0;
+    MYSQL_ROW row;
+    size_t head;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    rc = insert_head(&q, t, f, n);
+    head = q.len;
+    while (rc == 0 && (rc = rows ? 0 : gate(m->th, batch)) == 0 &&
+           (row = mysql_fetch_row(res))) {
+        unsigned long *lens = mysql_fetch_lengths(res);
+        uint64_t len = 0;
+        for (unsigned i = 0; i < n; i++)
+            len += lens[i];
+        /* Flush first when this row (hex doubles it) would not fit. */
+        if (rows && q.len + 2 * len + 8 * n + 16 >= limit &&
+            (rc = flush_batch(m, dst, &q, head, &rows, &bytes)))
+            break;
+        if (rows)
+            sql_add(&q, ",");
+        if ((rc = add_row(&q, row, lens, f, n)) || (rc = sql_check(&q)))
+            break;
+        rows++;
+        bytes += len;
+        if ((rows >= batch || q.len >= limit) &&
+            (rc = flush_batch(m, dst, &q, head, &rows, &bytes)))
+            break;
+    }
+    if (rc == 0 && mysql_errno(src->my))
+        rc = shard_fail(SHARD_ECONNECT, "reading from the source: %s", mysql_error(src->my));
+    if (rc == 0 && rows)
+        rc = flush_batch(m, dst, &q, head, &rows, &bytes);
+    sql_free(&q);
+    return rc;
 }
 
 static int copy_table(mv *m, shard_conn *src, shard_conn *dst, const mtable *t)
 {
-    size_t limit = dst->max_packet / 2;
     MYSQL_RES *res;
     MYSQL_FIELD *f;
-    MYSQL_ROW row;
-    unsigned n, rows = 0;
-    size_t head;
-    sqlbuf q;
+    unsigned n;
     int rc;
 
     /* The clustered index is the primary key: a plain scan is PK order. */
@@ -95,37 +160,15 @@ static int copy_table(mv *m, shard_conn *src, shard_conn *dst, const mtable *t)
         return shard_fail(SHARD_ESERVER, "%s", mysql_error(src->my));
     n = mysql_num_fields(res);
     f = mysql_fetch_fields(res);
-    sql_init(&q);
-    rc = insert_head(&q, t, f, n);
-    head = q.len;
-    while (rc == 0 && (row = mysql_fetch_row(res))) {
-        unsigned long *lens = mysql_fetch_lengths(res);
-        uint64_t bytes = 0;
-        for (unsigned i = 0; i < n; i++)
-            bytes += lens[i];
-        /* Flush first when this row (hex doubles it) would not fit. */
-        if (rows && q.len + 2 * bytes + 8 * n + 16 >= limit &&
-            (rc = flush_batch(m, dst, &q, head, &rows)))
-            break;
-        if (rows)
-            sql_add(&q, ",");
-        if ((rc = add_row(&q, row, lens, f, n)) || (rc = sql_check(&q)))
-            break;
-        rows++;
-        pthread_mutex_lock(&m->lock);
-        m->r->bytes_copied += bytes;
-        pthread_mutex_unlock(&m->lock);
-        if ((rows >= m->o.batch_rows || q.len >= limit) &&
-            (rc = flush_batch(m, dst, &q, head, &rows)))
-            break;
-    }
-    if (rc == 0 && mysql_errno(src->my))
-        rc = shard_fail(SHARD_ECONNECT, "reading %s.%s: %s", t->db, t->name,
-                        mysql_error(src->my));
-    if (rc == 0 && rows)
-        rc = flush_batch(m, dst, &q, head, &rows);
-    mysql_free_result(res);
-    sql_free(&q);
+    for (unsigned i = 0; rc == 0 && i < n; i++)
+        if (!move_name_ok(f[i].name))
+            rc = shard_fail(SHARD_ESERVER, "unexpected column name");
+    if (rc == 0)
+        rc = m->feed == MOVE_FEED_INFILE ? move_infile_copy(m, m->th, src, dst, t, res)
+                                         : insert_rows(m, src, dst, t, res);
+    mysql_free_result(res); /* reads what is left: a failed copy may wait here */
+    if (rc)
+        move_throttle_fail(m->th);
     return rc ? shard_fail_prefix(rc, "copying %s.%s: ", t->db, t->name) : 0;
 }
 
@@ -221,10 +264,39 @@ static int copy_fn(void *arg, size_t i, unsigned w)
     return copy_table(m, m->wsrc[w], m->wdst[w], &m->tables[i]);
 }
 
+/*
+ * LOAD DATA LOCAL INFILE where the target takes it, else INSERTs: probed
+ * once, with an empty load, before any row is copied, so that no table is
+ * ever copied half one way.
+ */
+static int choose_feed(mv *m)
+{
+    int yes;
+
+    m->feed = MOVE_FEED_INSERT;
+    if (m->ntables == 0)
+        return 0;
+    yes = move_infile_probe(m, m->wdst[0], &m->tables[0]);
+    if (yes < 0)
+        return shard_fail_prefix(yes, "trying LOAD DATA LOCAL INFILE on the target: ");
+    if (yes) {
+        m->feed = MOVE_FEED_INFILE;
+        ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: copying with LOAD DATA LOCAL INFILE",
+                (unsigned long long)m->id);
+    } else {
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: the target master %s refuses LOAD DATA "
+                "LOCAL INFILE (%s; is local_infile OFF?): copying with multi-row INSERTs "
+                "instead, which is slower", (unsigned long long)m->id,
+                m->wdst[0]->srv->label, shard_errmsg());
+    }
+    return 0;
+}
+
 int move_copy(mv *m)
 {
     unsigned n = fanout_workers(m->ntables, move_threads(m));
     double t0 = now_seconds();
+    move_throttle th;
     shard_errsave saved;
     int rc = 0;
 
@@ -232,8 +304,19 @@ int move_copy(mv *m)
         shard_conn *c;
         if ((rc = move_wsrc(m, w, &c)) == 0 && (rc = move_wdst(m, w, &c)) == 0)
             rc = move_runf(c, "SET SESSION time_zone = '+00:00'");
+        /* The source's bytes as they are stored, never converted. */
+        if (rc == 0)
+            rc = move_runf(m->wsrc[w], "SET SESSION character_set_results = binary");
     }
     if (rc == 0)
+        rc = choose_feed(m);
+    /* The throttle's first look at the source before the snapshot: a
+     * paused copy holds no snapshot open yet. */
+    if (rc == 0) {
+        rc = move_throttle_start(m, &th);
+        m->th = &th;
+    }
+    if (rc == 0 && (rc = move_throttle_wait(&th)) == 0)
         rc = open_snapshots(m, n);
     if (rc == 0) {
         m->done = m->total = 0;
@@ -245,6 +328,9 @@ int move_copy(mv *m)
     if (rc == 0)
         rc = fanout_run(m->ntables, n, copy_fn, m);
     shard_error_save(&saved, rc);
+    if (m->th)
+        move_throttle_stop(m->th);
+    m->th = NULL;
     for (unsigned w = 0; w < n; w++)
         if (m->wsrc[w])
             move_runf(m->wsrc[w], "COMMIT"); /* ends the snapshot; may fail on a dead source */
