@@ -951,8 +951,9 @@ static void copy_benches(bool have_mydumper)
     settle();
 
     /* Cut-over under writes: shards 2-3 back to MySQL002 while two threads of
-     * one application context create objects on them. */
-    {
+     * one application context create objects on them (only when its line is
+     * asked for: the copy lines do not depend on it). */
+    if (bench_selected("cutover-pause-ms")) {
         shard_ctx *app = NULL;
         writer w[WRITERS];
         volatile int stop = 0;
