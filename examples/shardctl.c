@@ -4,6 +4,7 @@
  * Exit status: 0 success, 1 the operation failed (not found, server
  * error), 2 bad usage or invalid input. Every error is one line on stderr.
  */
+#include <jansson.h>
 #include <libshard.h>
 
 #include <errno.h>
@@ -38,14 +39,14 @@ static const char usage_text[] =
     "  kv put TABLE KEY VALUE                store a value\n"
     "  kv get TABLE KEY                      print a value\n"
     "  kv delete TABLE KEY                   delete a key\n"
-    "  move --shards A-B --to PAIR [--dry-run] [--yes] [--keep-source] [--threads N]\n"
-    "                                        move shards A..B to another pair, online\n"
+    "  move --shards A-B --to PAIR [--dry-run [--verbose] [--json]] [--yes] [--keep-source]\n"
+    "       [--threads N]                    move shards A..B to another pair, online\n"
     "  move status                           the journaled moves, one JSON line each\n"
     "  move resume [ID]                      finish an interrupted move\n"
     "  move abort [ID]                       undo an interrupted move (before its flip)\n"
     "  failover PAIR [--force]               promote PAIR's standby\n"
     "  map show                              the current map, as JSON\n"
-    "  map publish FILE                      validate FILE and publish it as the new map\n"
+    "  map publish FILE [--force]            validate FILE and publish it as the new map\n"
     "                                        (its version must be above the current one)\n"
     "  import --from URL --table T --as TYPE [--id-column C] [--json-column C]\n"
     "         [--near COLUMN:TYPE] [--threads N] [--dry-run] [--until-clean]\n"
@@ -53,11 +54,18 @@ static const char usage_text[] =
     "  import-mapping --from URL --table T --from-column C:TYPE --to-column C:TYPE\n"
     "         --name MAPPING [--seq-column C] [--threads N] [--dry-run] [--until-clean]\n"
     "                                        one import pass of a legacy join table\n"
-    "  (URL: mysql://USER@HOST[:PORT]/DB; its password from --from-password-env VAR,\n"
-    "  else the map's password variable. --legacy TYPE: the IDs of obj get, update,\n"
-    "  delete and mapping list, count are legacy ids of TYPE, resolved first.)\n"
+    "Import URL: mysql://USER@HOST[:PORT]/DB; its password from --from-password-env\n"
+    "VAR, else the map's password variable. --legacy TYPE: the IDs of obj get, update,\n"
+    "delete and mapping list, count are legacy ids of TYPE, resolved first.\n"
+    "  status [--json]                       every pair's servers, links, shards; the moves\n"
+    "  pair add NAME --master ADDR --standby ADDR\n"
+    "                                        check a new pair and add it to the map\n"
+    "  pair remove NAME                      remove a pair that serves nothing\n"
+    "  shards open N [--pair P]              create shards up to N-1, then open them\n"
+    "  help [COMMAND]                        the usage of a command (or CMD --help)\n"
     "Options for every command: --map FILE (else $LIBSHARD_MAP); --user NAME and\n"
     "--password-env VAR to connect as another account than the map's (an operator's).\n"
+    "shardctl --version prints the library's version.\n"
     "The map is --map FILE, else $LIBSHARD_MAP. TYPE is a name from the map's\n"
     "objects or a number. Exit status: 0 ok, 1 failed, 2 bad usage or input.\n";
 
@@ -93,6 +101,11 @@ enum {
     OPT_NAME,
     OPT_SEQ_COLUMN,
     OPT_LEGACY,
+    OPT_VERSION,
+    OPT_MASTER,
+    OPT_STANDBY,
+    OPT_PAIR,
+    OPT_VERBOSE,
     NOPTS
 };
 
@@ -118,6 +131,9 @@ static const struct option_def {
     [OPT_UNTIL_CLEAN] = {"--until-clean", 0}, [OPT_FROM_COLUMN] = {"--from-column", 1},
     [OPT_TO_COLUMN] = {"--to-column", 1}, [OPT_NAME] = {"--name", 1},
     [OPT_SEQ_COLUMN] = {"--seq-column", 1}, [OPT_LEGACY] = {"--legacy", 1},
+    [OPT_VERSION] = {"--version", 0}, [OPT_MASTER] = {"--master", 1},
+    [OPT_STANDBY] = {"--standby", 1}, [OPT_PAIR] = {"--pair", 1},
+    [OPT_VERBOSE] = {"--verbose", 0},
 };
 
 /* Options and positional arguments, parsed once for every command. */
@@ -1134,6 +1150,193 @@ static int move_options(const args *a, shard_move_options *o, move_progress *p)
     return 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* The dry-run plan, summed up                                         */
+/* ------------------------------------------------------------------ */
+
+/* At most this many lines sum up the databases of a dry run. */
+#define PLAN_RANGE_LINES 16
+
+/* 6.9 MB: bytes for a human. */
+static void human_bytes(json_int_t n, char *buf, size_t size)
+{
+    const char *unit[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+    double v = (double)n;
+    int u = 0;
+
+    while (v >= 1000 && u < 5) {
+        v /= 1000;
+        u++;
+    }
+    snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+}
+
+typedef struct plan_db {
+    char name[65];
+    unsigned long long tables, rows, bytes;
+} plan_db;
+
+/* A plan line "table DB.TABLE: R rows, B bytes on disk"; 0 for any other. */
+static int plan_table(const char *line, size_t len, char *db, unsigned long long *rows,
+                      unsigned long long *bytes)
+{
+    const char *dot = memchr(line, '.', len), *colon;
+
+    if (len < 6 || strncmp(line, "table ", 6) != 0 || !dot || dot - line - 6 >= 65 ||
+        !(colon = strstr(dot, ": ")) || colon >= line + len ||
+        sscanf(colon + 2, "%llu rows, %llu bytes", rows, bytes) != 2)
+        return 0;
+    memcpy(db, line + 6, (size_t)(dot - line - 6));
+    db[dot - line - 6] = '\0';
+    return 1;
+}
+
+/* The databases of the plan's table lines, in order; NULL when none. */
+static plan_db *plan_dbs(const char *plan, size_t *n)
+{
+    plan_db *dbs = NULL;
+    size_t cap = 0;
+
+    *n = 0;
+    for (const char *l = plan; *l;) {
+        const char *end = strchr(l, '\n');
+        size_t len = end ? (size_t)(end - l) : strlen(l);
+        char db[65];
+        unsigned long long rows, bytes;
+        if (plan_table(l, len, db, &rows, &bytes)) {
+            if (!*n || strcmp(dbs[*n - 1].name, db) != 0) {
+                if (*n == cap) {
+                    plan_db *more = realloc(dbs, (cap = cap ? 2 * cap : 64) * sizeof *dbs);
+                    if (!more) {
+                        free(dbs);
+                        *n = 0;
+                        return NULL;
+                    }
+                    dbs = more;
+                }
+                memset(&dbs[*n], 0, sizeof *dbs);
+                snprintf(dbs[(*n)++].name, sizeof dbs->name, "%s", db);
+            }
+            dbs[*n - 1].tables++;
+            dbs[*n - 1].rows += rows;
+            dbs[*n - 1].bytes += bytes;
+        }
+        l += len + (end ? 1 : 0);
+    }
+    return dbs;
+}
+
+/* Databases [i, j) summed up: as a line, or as a JSON object. */
+static void plan_range(const plan_db *d, size_t i, size_t j, json_t *out)
+{
+    unsigned long long tables = 0, rows = 0, bytes = 0;
+    char size[32];
+
+    for (size_t k = i; k < j; k++) {
+        tables += d[k].tables;
+        rows += d[k].rows;
+        bytes += d[k].bytes;
+    }
+    if (out) {
+        json_array_append_new(out, json_pack("{s:s,s:s,s:I,s:I,s:I,s:I}", "first", d[i].name,
+                                             "last", d[j - 1].name, "databases",
+                                             (json_int_t)(j - i), "tables", (json_int_t)tables,
+                                             "rows", (json_int_t)rows, "bytes",
+                                             (json_int_t)bytes));
+        return;
+    }
+    human_bytes((json_int_t)bytes, size, sizeof size);
+    printf("databases %s%s%s: %zu database%s, %llu tables, %llu rows, %s on disk\n",
+           d[i].name, j - i > 1 ? "-" : "", j - i > 1 ? d[j - 1].name : "", j - i,
+           j - i == 1 ? "" : "s", tables, rows, size);
+}
+
+static void plan_json(const char *plan, const plan_db *dbs, size_t n, size_t chunk,
+                      int verbose)
+{
+    json_t *doc = json_object(), *checks = json_array(), *ranges = json_array();
+    json_t *tables = json_array(), *other = json_array();
+    char *text;
+
+    for (const char *l = plan; *l;) {
+        const char *end = strchr(l, '\n');
+        size_t len = end ? (size_t)(end - l) : strlen(l);
+        char db[65];
+        unsigned long long rows, bytes;
+        json_t *line = json_stringn(l, len);
+        if (plan_table(l, len, db, &rows, &bytes))
+            json_array_append(tables, line);
+        else if (len > 6 && strncmp(l, "check ", 6) == 0)
+            json_array_append(checks, line);
+        else if (len > 8 && strncmp(l, "phases: ", 8) == 0)
+            json_object_set_new(doc, "phases", json_stringn(l + 8, len - 8));
+        else if (l == plan)
+            json_object_set(doc, "move", line);
+        else
+            json_array_append(other, line);
+        json_decref(line);
+        l += len + (end ? 1 : 0);
+    }
+    for (size_t i = 0; i < n; i += chunk)
+        plan_range(dbs, i, i + chunk < n ? i + chunk : n, ranges);
+    plan_range(dbs, 0, n, other); /* the whole move, last */
+    json_object_set_new(doc, "checks", checks);
+    json_object_set_new(doc, "ranges", ranges);
+    json_object_set_new(doc, "total", json_incref(json_array_get(other,
+                                                             json_array_size(other) - 1)));
+    json_array_remove(other, json_array_size(other) - 1);
+    json_object_set_new(doc, "notes", other);
+    if (verbose)
+        json_object_set_new(doc, "tables", tables);
+    else
+        json_decref(tables);
+    if ((text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER))) {
+        printf("%s\n", text);
+        free(text);
+    }
+    json_decref(doc);
+}
+
+/*
+ * The plan of move --dry-run: its table lines summed up per range of
+ * databases (at most PLAN_RANGE_LINES lines), every table only with
+ * --verbose, or one JSON document with --json. A plan without table lines
+ * is printed as it is.
+ */
+static void print_plan(const args *a, const char *plan)
+{
+    size_t n = 0, chunk;
+    plan_db *dbs = plan_dbs(plan, &n);
+    int verbose = (a->seen & O(OPT_VERBOSE)) != 0, shown = 0;
+
+    if (!dbs) {
+        fputs(plan, stdout);
+        return;
+    }
+    chunk = (n + PLAN_RANGE_LINES - 1) / PLAN_RANGE_LINES;
+    if (a->seen & O(OPT_JSON)) {
+        plan_json(plan, dbs, n, chunk, verbose);
+        free(dbs);
+        return;
+    }
+    for (const char *l = plan; *l;) {
+        const char *end = strchr(l, '\n');
+        size_t len = end ? (size_t)(end - l) : strlen(l);
+        char db[65];
+        unsigned long long rows, bytes;
+        int table = plan_table(l, len, db, &rows, &bytes);
+        if (table && !shown) {
+            for (size_t i = 0; i < n; i += chunk)
+                plan_range(dbs, i, i + chunk < n ? i + chunk : n, NULL);
+            shown = 1;
+        }
+        if (!table || verbose)
+            printf("%.*s\n", (int)len, l);
+        l += len + (end ? 1 : 0);
+    }
+    free(dbs);
+}
+
 static int cmd_move(const args *a)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
@@ -1160,7 +1363,7 @@ static int cmd_move(const args *a)
     if (p.total)
         move_draw(&p, 1);
     if (plan)
-        fputs(plan, stdout);
+        print_plan(a, plan);
     else if (rc == 0 || r.move_id)
         print_report(&r);
     shard_free(plan);
@@ -1265,6 +1468,40 @@ static int cmd_map_show(const args *a)
     return 0;
 }
 
+/*
+ * A map is published only when its open shards have their databases on
+ * their pairs' masters (shard_schema_check(3)): a context on FILE itself,
+ * so that its own servers and credentials are the ones asked. 0 when the
+ * map may be published, else the exit status.
+ */
+static int publish_check(const args *a, const char *file)
+{
+    shard_options o = SHARD_OPTIONS_INIT;
+    shard_ctx *ctx = NULL;
+    int rc;
+
+    o.refresh_interval_ms = 0;
+    o.user = a->val[OPT_USER];
+    o.password_env = a->val[OPT_PASSWORD_ENV];
+    if (o.password_env && !o.user)
+        return usage_error("--password-env goes with --user");
+    if ((rc = shard_ctx_open(&ctx, file, &o)) == 0)
+        rc = shard_schema_check(ctx, NULL);
+    shard_ctx_free(ctx);
+    if (rc == SHARD_EMAP) {
+        fprintf(stderr, "shardctl: %s not published: %s; create the schema first (shardctl "
+                "shards open, or schema apply on this map), or --force\n", file,
+                shard_errmsg());
+        return EXIT_USAGE;
+    }
+    if (rc) {
+        fprintf(stderr, "shardctl: %s not published: cannot check its schema: %s (--force "
+                "publishes it unchecked)\n", file, shard_errmsg());
+        return exit_code(rc);
+    }
+    return 0;
+}
+
 /* Publish FILE to the store --map names, replacing the version there now. */
 static int cmd_map_publish(const args *a)
 {
@@ -1295,6 +1532,12 @@ static int cmd_map_publish(const args *a)
         shard_map_free(fresh);
         shard_map_free(cur);
         return EXIT_USAGE;
+    }
+    if (!a->val[OPT_FORCE] && (rc = publish_check(a, a->pos[2])) != 0) {
+        shard_store_free(store);
+        shard_map_free(fresh);
+        shard_map_free(cur);
+        return rc;
     }
     rc = shard_store_publish(store, fresh, expected);
     if (rc == 0)
@@ -1515,6 +1758,361 @@ static int cmd_import_mapping(const args *a)
     return rc;
 }
 
+/* The fleet: status and topology                                      */
+/* ------------------------------------------------------------------ */
+
+static const char *jstr(const json_t *o, const char *key)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "";
+}
+
+static json_int_t jint(const json_t *o, const char *key)
+{
+    return json_integer_value(json_object_get(o, key));
+}
+
+/* "0-31, 64-95" from [[0,31],[64,95]]. */
+static void ranges_text(const json_t *ranges, char *buf, size_t size)
+{
+    const json_t *r;
+    size_t i, len = 0;
+
+    buf[0] = '\0';
+    json_array_foreach(ranges, i, r) {
+        json_int_t lo = json_integer_value(json_array_get(r, 0));
+        json_int_t hi = json_integer_value(json_array_get(r, 1));
+        int n = lo == hi ? snprintf(buf + len, size - len, "%s%lld", i ? ", " : "",
+                                    (long long)lo)
+                         : snprintf(buf + len, size - len, "%s%lld-%lld", i ? ", " : "",
+                                    (long long)lo, (long long)hi);
+        if (n < 0 || (size_t)n >= size - len)
+            break;
+        len += (size_t)n;
+    }
+}
+
+/* The state of one replication link, in a few words. */
+static void link_text(const json_t *l, char *buf, size_t size)
+{
+    const json_t *lag = json_object_get(l, "seconds_behind_master");
+    int ok = strcmp(jstr(l, "io_running"), "Yes") == 0 &&
+             strcmp(jstr(l, "sql_running"), "Yes") == 0 && !*jstr(l, "last_io_error") &&
+             !*jstr(l, "last_sql_error");
+
+    if (!ok)
+        snprintf(buf, size, "BROKEN (io %s, sql %s)", jstr(l, "io_running"),
+                 jstr(l, "sql_running"));
+    else if (json_is_integer(lag))
+        snprintf(buf, size, "ok, %lld s behind", (long long)json_integer_value(lag));
+    else
+        snprintf(buf, size, "ok");
+}
+
+/* One server line: role, address, state, and what it serves. */
+static void print_server(const json_t *srv, const json_t *partner, int addr_width)
+{
+    const json_t *links = json_object_get(srv, "links"), *l, *pair_link = NULL;
+    json_int_t dbs = jint(srv, "databases"), bad;
+    const char *version, *dash;
+    char bytes[32], text[200];
+    size_t i;
+
+    printf("  %-8s %-*s ", jstr(srv, "role"), addr_width, jstr(srv, "address"));
+    if (!json_is_true(json_object_get(srv, "reachable"))) {
+        printf("DOWN\n");
+        return;
+    }
+    bad = jint(srv, "databases_missing") + jint(srv, "databases_lacking_tables");
+    human_bytes(jint(srv, "bytes"), bytes, sizeof bytes);
+    /* "10.11.19-MariaDB", without the distribution's suffixes */
+    version = jstr(srv, "version");
+    dash = strchr(version, '-');
+    dash = dash ? strchr(dash + 1, '-') : NULL;
+    printf("up    %s  %-16.*s  ", json_is_true(json_object_get(srv, "read_only")) ? "ro" : "rw",
+           dash ? (int)(dash - version) : (int)strlen(version), version);
+    if (bad)
+        printf("%lld/%lld dbs ", (long long)(dbs - bad), (long long)dbs);
+    else
+        printf("%lld dbs ", (long long)dbs);
+    printf("%9s", bytes);
+    /* The pair link: the one from the partner's server_id, else the unnamed one. */
+    json_array_foreach(links, i, l)
+        if (partner && json_is_true(json_object_get(partner, "reachable")) &&
+            jint(l, "source_server_id") == jint(partner, "server_id"))
+            pair_link = l;
+    json_array_foreach(links, i, l)
+        if (!pair_link && !*jstr(l, "name"))
+            pair_link = l;
+    if (pair_link) {
+        link_text(pair_link, text, sizeof text);
+        printf("  link %s", text);
+    } else if (partner) {
+        printf("  link NONE");
+    }
+    json_array_foreach(links, i, l) {
+        if (l == pair_link)
+            continue;
+        link_text(l, text, sizeof text);
+        printf("; %s %s", *jstr(l, "name") ? jstr(l, "name") : "link", text);
+    }
+    printf("  gtid %.60s%s\n", jstr(srv, "gtid_binlog_pos"),
+           strlen(jstr(srv, "gtid_binlog_pos")) > 60 ? "..." : "");
+}
+
+/* The screen of shardctl status: what is wrong first, then every pair. */
+static void print_status(const json_t *doc)
+{
+    const json_t *problems = json_object_get(doc, "problems");
+    const json_t *pairs = json_object_get(doc, "pairs"), *moves = json_object_get(doc, "moves");
+    const json_t *p, *m, *e;
+    size_t i, k, nproblems = json_array_size(problems);
+    int width = 0;
+
+    printf("status: %s", nproblems ? "UNHEALTHY" : "healthy");
+    if (nproblems)
+        printf(", %zu problem%s", nproblems, nproblems == 1 ? "" : "s");
+    printf(" (map version %lld, %lld open shards, %zu pairs, %zu unfinished move%s)\n",
+           (long long)jint(doc, "map_version"), (long long)jint(doc, "open_shards"),
+           json_array_size(pairs), json_array_size(moves), json_array_size(moves) == 1 ? "" : "s");
+    json_array_foreach(problems, i, e)
+        printf("  ! %s\n", json_string_value(e));
+    json_array_foreach(pairs, i, p)
+        json_array_foreach(json_object_get(p, "servers"), k, e)
+            if ((int)strlen(jstr(e, "address")) > width)
+                width = (int)strlen(jstr(e, "address"));
+    json_array_foreach(pairs, i, p) {
+        const json_t *servers = json_object_get(p, "servers");
+        char ids[200], mods[200];
+        ranges_text(json_object_get(p, "ranges"), ids, sizeof ids);
+        ranges_text(json_object_get(p, "mod_ranges"), mods, sizeof mods);
+        printf("%s: %lld ID shards%s%s, %lld mod shards%s%s\n", jstr(p, "name"),
+               (long long)jint(p, "id_shards"), *ids ? " " : "", ids,
+               (long long)jint(p, "mod_shards"), *mods ? " " : "", mods);
+        json_array_foreach(servers, k, e)
+            print_server(e, json_array_get(servers, json_array_size(servers) - 1 - k) == e
+                                ? NULL : json_array_get(servers, 1 - k), width);
+    }
+    json_array_foreach(moves, i, m)
+        printf("move %lld: shards %lld-%lld %s -> %s, %s, %s (journal updated %s)\n",
+               (long long)jint(m, "id"), (long long)jint(m, "first"),
+               (long long)jint(m, "last"), jstr(m, "source"), jstr(m, "target"),
+               jstr(m, "phase"),
+               json_is_true(json_object_get(m, "running")) ? "running" : "INTERRUPTED",
+               jstr(m, "updated_at"));
+}
+
+static int cmd_status(const args *a)
+{
+    shard_ctx *ctx;
+    char *text = NULL;
+    json_t *doc = NULL;
+    int rc;
+
+    if (a->npos != 1)
+        return usage_error("status takes no arguments");
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    if ((rc = shard_fleet_status(ctx, &text))) {
+        rc = lib_error(rc);
+    } else if (!(doc = json_loads(text, 0, NULL))) {
+        fprintf(stderr, "shardctl: the status report is not JSON\n");
+        rc = EXIT_FAIL;
+    } else {
+        if (a->seen & O(OPT_JSON))
+            printf("%s\n", text);
+        else
+            print_status(doc);
+        rc = json_is_true(json_object_get(doc, "healthy")) ? 0 : EXIT_FAIL;
+    }
+    json_decref(doc);
+    shard_free(text);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+static int cmd_pair_add(const args *a)
+{
+    shard_ctx *ctx;
+    uint64_t version;
+    int rc;
+
+    if (a->npos != 3)
+        return usage_error("pair add needs NAME (and --master ADDR --standby ADDR)");
+    if (!a->val[OPT_MASTER] || !a->val[OPT_STANDBY])
+        return usage_error("pair add needs --master ADDR and --standby ADDR");
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    rc = shard_pair_add(ctx, a->pos[2], a->val[OPT_MASTER], a->val[OPT_STANDBY], &version);
+    if (rc)
+        rc = lib_error(rc);
+    else
+        printf("pair %s added: master %s, standby %s (map version %" PRIu64 "); it serves "
+               "nothing yet: shards open N --pair %s, or move shards to it\n", a->pos[2],
+               a->val[OPT_MASTER], a->val[OPT_STANDBY], version, a->pos[2]);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+static int cmd_pair_remove(const args *a)
+{
+    shard_ctx *ctx;
+    uint64_t version;
+    int rc;
+
+    if (a->npos != 3)
+        return usage_error("pair remove needs exactly one NAME");
+    if ((rc = open_ctx(a, &ctx, NULL)))
+        return rc;
+    if ((rc = shard_pair_remove(ctx, a->pos[2], &version)))
+        rc = lib_error(rc);
+    else
+        printf("pair %s removed (map version %" PRIu64 ")\n", a->pos[2], version);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+/* "8-11 on MySQL002, 12-15 on MySQL003": where shards [from, to) live in map. */
+static void print_placement(const shard_map *map, unsigned from, unsigned to)
+{
+    unsigned run = from;
+
+    for (unsigned s = from; s < to; s++) {
+        const char *p = "?", *q = "?";
+        shard_map_pair_of(map, s, &p);
+        if (s + 1 < to)
+            shard_map_pair_of(map, s + 1, &q);
+        if (s + 1 < to && strcmp(p, q) == 0)
+            continue;
+        printf("%s%u", run == from ? "" : ", ", run);
+        if (s > run)
+            printf("-%u", s);
+        printf(" on %s", p);
+        run = s + 1;
+    }
+}
+
+static int cmd_shards_open(const args *a)
+{
+    unsigned long long n;
+    schema_progress p;
+    shard_ctx *ctx;
+    shard_map *before, *after = NULL;
+    uint64_t version;
+    unsigned from;
+    int rc;
+
+    if (a->npos != 3)
+        return usage_error("shards open needs exactly one N (the new open_shards)");
+    if (parse_num("N", a->pos[2], 1, SHARD_MAX_SHARD + 1, &n))
+        return EXIT_USAGE;
+    if ((rc = open_ctx(a, &ctx, &before)))
+        return rc;
+    memset(&p, 0, sizeof p);
+    p.tty = isatty(STDERR_FILENO);
+    p.npairs = shard_map_pair_count(before) + 1; /* the pair a new range goes to, too */
+    p.last = now_seconds();
+    from = shard_map_open_shards(before);
+    shard_map_free(before);
+    if (!(p.pairs = calloc(p.npairs, sizeof *p.pairs))) {
+        shard_ctx_free(ctx);
+        return usage_error("out of memory");
+    }
+    rc = shard_shards_open(ctx, (unsigned)n, a->val[OPT_PAIR], on_progress, &p, &version);
+    if (p.tty && p.dirty)
+        progress_draw(&p);
+    progress_end_line(&p);
+    if (rc == 0 && (rc = shard_ctx_map(ctx, &after)) == 0) {
+        unsigned first = from < shard_map_open_shards(after) ? from : 0;
+        printf("opened shards ");
+        print_placement(after, first, shard_map_open_shards(after));
+        printf(": open_shards %u, map version %" PRIu64 "\n", shard_map_open_shards(after),
+               version);
+    }
+    if (rc)
+        rc = lib_error(rc);
+    shard_map_free(after);
+    free(p.pairs);
+    shard_ctx_free(ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Help and version                                                    */
+/* ------------------------------------------------------------------ */
+
+/* Whether the usage entry `line` is a command whose words begin with
+ * words[0..n). An entry is two spaces, then the command's words. */
+static int entry_matches(const char *line, char *const *words, int n)
+{
+    const char *s = line + 2;
+
+    if (strncmp(line, "  ", 2) != 0 || !(*s >= 'a' && *s <= 'z'))
+        return 0;
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(words[i]);
+        if (strncmp(s, words[i], len) != 0 || (s[len] != ' ' && s[len] != '\n'))
+            return 0;
+        s += len;
+        while (*s == ' ')
+            s++;
+    }
+    return 1;
+}
+
+/* Prints the usage entries (with their continuation lines) of the command
+ * words[0..n); returns how many there were. */
+static int print_entries(char *const *words, int n, int print)
+{
+    const char *line = usage_text;
+    int found = 0, in = 0;
+
+    while ((line = strchr(line, '\n')) && *++line) {
+        const char *end = strchr(line, '\n');
+        int len = end ? (int)(end - line) : (int)strlen(line);
+        if (strncmp(line, "   ", 3) != 0)
+            in = entry_matches(line, words, n);
+        else if (!in)
+            continue;
+        if (in && print)
+            printf("%.*s\n", len, line);
+        found += in && strncmp(line, "   ", 3) != 0;
+    }
+    return found;
+}
+
+/* The usage of the longest command that words[0..n) start with. */
+static int help_for(char *const *words, int n)
+{
+    for (int k = n; k > 0; k--) {
+        if (!print_entries(words, k, 0))
+            continue;
+        printf("usage: shardctl [--map FILE] COMMAND ...\n");
+        print_entries(words, k, 1);
+        printf("Options for every command: --map FILE, --user NAME, --password-env VAR;\n"
+               "see shardctl --help for all commands, shardctl(1) for the details.\n");
+        return 0;
+    }
+    return usage_error("no command '%s'", n ? words[0] : "");
+}
+
+static int cmd_help(const args *a)
+{
+    if (a->npos == 1) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    return help_for(a->pos + 1, a->npos - 1);
+}
+
+static int print_version(void)
+{
+    printf("shardctl (libshard) %s\n", shard_version());
+    if (strcmp(shard_version(), SHARD_VERSION_STRING) != 0)
+        printf("built with the libshard %s header\n", SHARD_VERSION_STRING);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* Dispatch                                                            */
 /* ------------------------------------------------------------------ */
@@ -1547,10 +2145,15 @@ static const command commands[] = {
     {"move", "abort", cmd_move_abort, 0},
     {"failover", NULL, cmd_failover, O(OPT_FORCE)},
     {"map", "show", cmd_map_show, 0},
-    {"map", "publish", cmd_map_publish, 0},
+    {"map", "publish", cmd_map_publish, O(OPT_FORCE)},
+    {"status", NULL, cmd_status, O(OPT_JSON)},
+    {"pair", "add", cmd_pair_add, O(OPT_MASTER) | O(OPT_STANDBY)},
+    {"pair", "remove", cmd_pair_remove, 0},
+    {"shards", "open", cmd_shards_open, O(OPT_PAIR)},
+    {"help", NULL, cmd_help, 0},
     {"move", NULL, cmd_move,
      O(OPT_SHARDS) | O(OPT_TO) | O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_KEEP_SOURCE) |
-         O(OPT_THREADS)},
+         O(OPT_THREADS) | O(OPT_VERBOSE) | O(OPT_JSON)},
     {"import", NULL, cmd_import, IMPORT_OPTS | O(OPT_AS) | O(OPT_ID_COLUMN) |
          O(OPT_JSON_COLUMN) | O(OPT_NEAR)},
     {"import-mapping", NULL, cmd_import_mapping, IMPORT_OPTS | O(OPT_FROM_COLUMN) |
@@ -1665,7 +2268,11 @@ static int dispatch(const args *a)
     const char *w2 = a->npos > 1 ? a->pos[1] : NULL;
     int known_first = 0;
 
+    if (a->seen & O(OPT_VERSION))
+        return print_version();
     if (a->seen & O(OPT_HELP)) {
+        if (w1 && strcmp(w1, "help") != 0)
+            return help_for(a->pos, a->npos);
         fputs(usage_text, stdout);
         return 0;
     }

@@ -676,6 +676,56 @@ SHARD_EXPORT int shard_import_table(shard_ctx *ctx, const shard_import_options *
  */
 SHARD_EXPORT int shard_import_mapping(shard_ctx *ctx, const shard_import_options *opts,
                                       shard_import_report *report);
+/* The fleet: status and topology                                      */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Ask every server of every pair, all at once, and describe the fleet in
+ * one JSON document (shard_fleet_status(3) lists its fields): per server,
+ * whether it answers, its version, read_only, server_id and GTID
+ * positions, each replication link with its state, lag and last error,
+ * the shard databases the map puts there (how many, which are missing,
+ * their bytes); the map version; the unfinished moves; and "problems",
+ * one line for each thing that is wrong ("healthy" is true when there is
+ * none). A server that does not answer is reported, not an error, within
+ * the connect timeout. *json is the caller's (shard_free).
+ */
+SHARD_EXPORT int shard_fleet_status(shard_ctx *ctx, char **json);
+
+/*
+ * Check that every open ID shard and every mod shard of `map` (NULL: the
+ * context's map) has its database and tables on its pair's master.
+ * SHARD_EMAP names the first shard that lacks them and its pair; a master
+ * that cannot be asked fails the check with its error.
+ */
+SHARD_EXPORT int shard_schema_check(shard_ctx *ctx, const shard_map *map);
+
+/*
+ * Add pair `name` (master and standby addresses as in the map) to the
+ * stored map in a new version, after checking both servers: they answer,
+ * have log_bin, binlog_format=ROW, log_slave_updates and
+ * gtid_ignore_duplicates on, a server_id and gtid_domain_id of their own
+ * (also against every server of the map that answers), a writable master,
+ * and a pair link that runs both ways without error. The new pair serves
+ * nothing until shards are opened or moved there. *version (may be NULL)
+ * gets the version published.
+ */
+SHARD_EXPORT int shard_pair_add(shard_ctx *ctx, const char *name, const char *master,
+                                const char *standby, uint64_t *version);
+/* Remove a pair that serves nothing (no ID or mod shard range, no
+ * unfinished move) from the stored map, in a new version. */
+SHARD_EXPORT int shard_pair_remove(shard_ctx *ctx, const char *name, uint64_t *version);
+/*
+ * Open ID shards [open_shards, n): create their databases and tables on
+ * their pairs' masters and check that they are there, then publish the
+ * stored map with open_shards = n in a new version. Shards that no range
+ * covers yet go to `pair` (a new range), or with pair NULL (or the last
+ * range's pair) extend the last range. progress (may be NULL) is called as
+ * by shard_schema_apply(). *version (may be NULL) gets the version published.
+ */
+SHARD_EXPORT int shard_shards_open(shard_ctx *ctx, unsigned n, const char *pair,
+                                   shard_progress_fn progress, void *payload,
+                                   uint64_t *version);
 
 #ifdef __cplusplus
 }

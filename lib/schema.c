@@ -3,7 +3,7 @@
  * pair's master (replication carries it to the standby), idempotently,
  * pairs in parallel.
  */
-#include "ctx.h"
+#include "schema.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +23,7 @@ typedef struct schema_job {
     void *payload;
 } schema_job;
 
-static void schema_object_table(sqlbuf *q, const char *db, const char *table)
+void schema_object_table(sqlbuf *q, const char *db, const char *table)
 {
     sql_add(q, "CREATE TABLE IF NOT EXISTS ");
     sql_table(q, db, table);
@@ -34,7 +34,7 @@ static void schema_object_table(sqlbuf *q, const char *db, const char *table)
                " PRIMARY KEY (local_id)) ENGINE=InnoDB");
 }
 
-static void schema_mapping_table(sqlbuf *q, const char *db, const char *table)
+void schema_mapping_table(sqlbuf *q, const char *db, const char *table)
 {
     sql_add(q, "CREATE TABLE IF NOT EXISTS ");
     sql_table(q, db, table);

@@ -255,6 +255,34 @@ else
     echo "doc_check: mandoc not installed, skipping mandoc -Tlint (apt-get install mandoc)"
 fi
 
+# ---- shardctl(1) against shardctl --help ----------------------------------
+
+# Every command that `shardctl --help` lists (the leading lowercase words of
+# an entry, before the two spaces that start its description) has a
+# subsection (.SS) of shardctl(1) that starts with those words.
+shardctl=${SHARDCTL:-build/shardctl}
+page1=$mandir/man1/shardctl.1
+if [ ! -x "$shardctl" ]; then
+    problem "cannot run $shardctl (build it, or set SHARDCTL) to compare its --help with $page1"
+elif [ ! -f "$page1" ]; then
+    problem "$page1 is missing"
+else
+    "$shardctl" --help | awk '
+        /^  [a-z]/ {
+            s = substr($0, 3); d = index(s, "  "); if (d) s = substr(s, 1, d - 1)
+            w = ""; n = split(s, t, / +/)
+            for (i = 1; i <= n && t[i] ~ /^[a-z][a-z-]*$/; i++) w = w (w == "" ? "" : " ") t[i]
+            print w
+        }' | sort -u >"$tmp/cmds"
+    [ -s "$tmp/cmds" ] || problem "$shardctl --help lists no commands (is this check out of date?)"
+    sed -n -E 's/^\.SS[[:space:]]+"?//p' "$page1" | sed -e 's/\\-/-/g' -e 's/\\&//g' \
+        >"$tmp/sections"
+    while read -r cmd; do
+        grep -E -q "^$cmd( |\"|\$)" "$tmp/sections" ||
+            problem "$shardctl --help lists \"$cmd\", but $page1 has no .SS section for it"
+    done <"$tmp/cmds"
+fi
+
 if [ "$nproblems" -ne 0 ]; then
     echo "doc_check: $nproblems problem(s)"
     exit 1
