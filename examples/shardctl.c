@@ -41,6 +41,9 @@ static const char usage_text[] =
     "  kv delete TABLE KEY                   delete a key\n"
     "  move --shards A-B --to PAIR [--dry-run [--verbose] [--json]] [--yes] [--keep-source]\n"
     "       [--threads N]                    move shards A..B to another pair, online\n"
+    "       [--max-rows-per-second N] [--max-load VAR=N[,VAR=N]]   (also on move resume)\n"
+    "                                        copy throttle; pause while a source status\n"
+    "                                        variable is above N\n"
     "  move status                           the journaled moves, one JSON line each\n"
     "  move resume [ID]                      finish an interrupted move\n"
     "  move abort [ID]                       undo an interrupted move (before its flip)\n"
@@ -106,6 +109,8 @@ enum {
     OPT_STANDBY,
     OPT_PAIR,
     OPT_VERBOSE,
+    OPT_MAX_ROWS_PER_SECOND,
+    OPT_MAX_LOAD,
     NOPTS
 };
 
@@ -134,6 +139,8 @@ static const struct option_def {
     [OPT_VERSION] = {"--version", 0}, [OPT_MASTER] = {"--master", 1},
     [OPT_STANDBY] = {"--standby", 1}, [OPT_PAIR] = {"--pair", 1},
     [OPT_VERBOSE] = {"--verbose", 0},
+    [OPT_MAX_ROWS_PER_SECOND] = {"--max-rows-per-second", 1},
+    [OPT_MAX_LOAD] = {"--max-load", 1},
 };
 
 /* Options and positional arguments, parsed once for every command. */
@@ -1131,6 +1138,33 @@ static int confirm(unsigned first, unsigned last, const char *to)
     return 0;
 }
 
+/* --max-load VAR=N[,VAR=N...]: VAR letters and _, N a positive integer. */
+static int check_max_load(const char *s)
+{
+    const char *p = s;
+
+    for (;;) {
+        size_t len = 0, digits = 0;
+        while ((p[len] >= 'A' && p[len] <= 'Z') || (p[len] >= 'a' && p[len] <= 'z') ||
+               p[len] == '_')
+            len++;
+        if (len == 0 || p[len] != '=')
+            return usage_error("--max-load '%s': expected VAR=N[,VAR=N...], VAR a status "
+                               "variable name such as Threads_running", s), -1;
+        p += len + 1;
+        while (p[digits] >= '0' && p[digits] <= '9')
+            digits++;
+        if (digits == 0 || digits > 19 || strspn(p, "0") >= digits ||
+            (p[digits] && p[digits] != ','))
+            return usage_error("--max-load '%s': each limit must be a positive integer", s),
+                   -1;
+        p += digits;
+        if (!*p)
+            return 0;
+        p++;
+    }
+}
+
 static int move_options(const args *a, shard_move_options *o, move_progress *p)
 {
     unsigned long long n;
@@ -1139,6 +1173,17 @@ static int move_options(const args *a, shard_move_options *o, move_progress *p)
         if (parse_num("--threads", a->val[OPT_THREADS], 1, 64, &n))
             return -1;
         o->copy_threads = (unsigned)n;
+    }
+    if (a->val[OPT_MAX_ROWS_PER_SECOND]) {
+        if (parse_num("--max-rows-per-second", a->val[OPT_MAX_ROWS_PER_SECOND], 1,
+                      UINT64_MAX, &n))
+            return -1;
+        o->max_rows_per_second = n;
+    }
+    if (a->val[OPT_MAX_LOAD]) {
+        if (check_max_load(a->val[OPT_MAX_LOAD]))
+            return -1;
+        o->max_load = a->val[OPT_MAX_LOAD];
     }
     if (a->val[OPT_KEEP_SOURCE])
         o->flags |= SHARD_MOVE_KEEP_SOURCE;
@@ -2141,7 +2186,8 @@ static const command commands[] = {
     {"kv", "get", cmd_kv_get, 0},
     {"kv", "delete", cmd_kv_delete, 0},
     {"move", "status", cmd_move_status, 0},
-    {"move", "resume", cmd_move_resume, O(OPT_THREADS)},
+    {"move", "resume", cmd_move_resume, O(OPT_THREADS) | O(OPT_MAX_ROWS_PER_SECOND) |
+         O(OPT_MAX_LOAD)},
     {"move", "abort", cmd_move_abort, 0},
     {"failover", NULL, cmd_failover, O(OPT_FORCE)},
     {"map", "show", cmd_map_show, 0},
@@ -2153,7 +2199,8 @@ static const command commands[] = {
     {"help", NULL, cmd_help, 0},
     {"move", NULL, cmd_move,
      O(OPT_SHARDS) | O(OPT_TO) | O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_KEEP_SOURCE) |
-         O(OPT_THREADS) | O(OPT_VERBOSE) | O(OPT_JSON)},
+         O(OPT_THREADS) | O(OPT_VERBOSE) | O(OPT_JSON) | O(OPT_MAX_ROWS_PER_SECOND) |
+         O(OPT_MAX_LOAD)},
     {"import", NULL, cmd_import, IMPORT_OPTS | O(OPT_AS) | O(OPT_ID_COLUMN) |
          O(OPT_JSON_COLUMN) | O(OPT_NEAR)},
     {"import-mapping", NULL, cmd_import_mapping, IMPORT_OPTS | O(OPT_FROM_COLUMN) |
