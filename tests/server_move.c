@@ -928,13 +928,17 @@ START_TEST(copy_hostile_bytes_exact)
 END_TEST
 
 /* local_infile OFF on the target: a warning that says so, the copy done
- * with INSERTs instead, every byte the same. */
+ * with array-bound INSERTs instead, every byte the same. */
 START_TEST(copy_without_local_infile)
 {
     const char *tm = master_of(other_pair(6));
+    char *mp = sql1(tm, "SELECT @@max_allowed_packet");
+    size_t big = (size_t)atol(mp) / 2 - 64 * 1024;
+    free(mp);
     free(sql1(tm, "SET GLOBAL local_infile = 0"));
-    move_exact(6, "refuses LOAD DATA LOCAL INFILE", 1024 * 1024);
+    move_exact(6, "refuses LOAD DATA LOCAL INFILE", big);
     free(sql1(tm, "SET GLOBAL local_infile = 1"));
+    ck_assert_msg(copy_log_has("copying with array-bound prepared INSERTs"), "%s", copy_log);
     ck_assert_int_eq(copy_log_has("copying with LOAD DATA"), 0);
 }
 END_TEST

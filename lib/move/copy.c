@@ -2,8 +2,9 @@
  * The snapshot copy (libshard-move(7), phase copying): every worker opens a
  * consistent snapshot of the source at one commit point, rows are streamed
  * in primary-key order and written as LOAD DATA LOCAL INFILE (infile.c),
- * or, where the target refuses that, in multi-row INSERTs below the
- * target's packet limit. The way is chosen once, before any row is copied.
+ * or, where the target refuses that, with array-bound prepared INSERTs
+ * (bulk.c), or multi-row INSERTs below the target's packet limit. The way
+ * is chosen once, before any row is copied.
  * Tables are handed out over the workers; the throttle (throttle.c) paces
  * them all.
  */
@@ -89,20 +90,8 @@ static int flush_batch(mv *m, shard_conn *dst, sqlbuf *q, size_t head, unsigned 
     return 0;
 }
 
-/* Before a batch: wait while the copy is paused, and for the bucket. */
-static int gate(move_throttle *th, uint64_t rows)
-{
-    int rc = move_throttle_wait(th);
-    double wait;
-
-    if (rc)
-        return rc;
-    wait = move_throttle_take(th, rows) - now_seconds();
-    sleep_ms(wait > 0 ? wait * 1000 : 0);
-    return 0;
-}
-
-/* The fallback: multi-row INSERTs of hex literals. */
+/* The last resort (a server without array binding): multi-row INSERTs of
+ * hex literals. */
 static int insert_rows(mv *m, shard_conn *src, shard_conn *dst, const mtable *t,
                        MYSQL_RES *res)
 {
@@ -118,7 +107,7 @@ static int insert_rows(mv *m, shard_conn *src, shard_conn *dst, const mtable *t,
     sql_init(&q);
     rc = insert_head(&q, t, f, n);
     head = q.len;
-    while (rc == 0 && (rc = rows ? 0 : gate(m->th, batch)) == 0 &&
+    while (rc == 0 && (rc = rows ? 0 : move_throttle_gate(m->th, batch)) == 0 &&
            (row = mysql_fetch_row(res))) {
         unsigned long *lens = mysql_fetch_lengths(res);
         uint64_t len = 0;
@@ -165,6 +154,7 @@ static int copy_table(mv *m, shard_conn *src, shard_conn *dst, const mtable *t)
             rc = shard_fail(SHARD_ESERVER, "unexpected column name");
     if (rc == 0)
         rc = m->feed == MOVE_FEED_INFILE ? move_infile_copy(m, m->th, src, dst, t, res)
+             : m->feed == MOVE_FEED_BULK ? move_bulk_copy(m, m->th, src, dst, t, res)
                                          : insert_rows(m, src, dst, t, res);
     mysql_free_result(res); /* reads what is left: a failed copy may wait here */
     if (rc)
@@ -265,30 +255,34 @@ static int copy_fn(void *arg, size_t i, unsigned w)
 }
 
 /*
- * LOAD DATA LOCAL INFILE where the target takes it, else INSERTs: probed
- * once, with an empty load, before any row is copied, so that no table is
- * ever copied half one way.
+ * The cheapest way the target takes rows, decided once, before any row is
+ * copied, so that no table is ever copied half one way: LOAD DATA LOCAL
+ * INFILE (probed with an empty load), else array binding, else multi-row
+ * INSERTs.
  */
 static int choose_feed(mv *m)
 {
+    shard_conn *dst = m->wdst[0];
     int yes;
 
     m->feed = MOVE_FEED_INSERT;
     if (m->ntables == 0)
         return 0;
-    yes = move_infile_probe(m, m->wdst[0], &m->tables[0]);
+    yes = move_infile_probe(m, dst, &m->tables[0]);
     if (yes < 0)
         return shard_fail_prefix(yes, "trying LOAD DATA LOCAL INFILE on the target: ");
     if (yes) {
         m->feed = MOVE_FEED_INFILE;
         ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: copying with LOAD DATA LOCAL INFILE",
                 (unsigned long long)m->id);
-    } else {
-        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: the target master %s refuses LOAD DATA "
-                "LOCAL INFILE (%s; is local_infile OFF?): copying with multi-row INSERTs "
-                "instead, which is slower", (unsigned long long)m->id,
-                m->wdst[0]->srv->label, shard_errmsg());
+        return 0;
     }
+    if (move_bulk_supported(dst))
+        m->feed = MOVE_FEED_BULK;
+    ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: the target master %s refuses LOAD DATA LOCAL "
+            "INFILE (%s; is local_infile OFF?): copying with %s instead, which is slower",
+            (unsigned long long)m->id, dst->srv->label, shard_errmsg(),
+            m->feed == MOVE_FEED_BULK ? "array-bound prepared INSERTs" : "multi-row INSERTs");
     return 0;
 }
 

@@ -6,6 +6,7 @@
  *   plan.c     pairs, preflight checks, tables, the target's schema, fence rows
  *   copy.c     the snapshot copy
  *   infile.c   feeding the copy to the target as LOAD DATA LOCAL INFILE
+ *   bulk.c     ... or, where that is refused, as array-bound prepared INSERTs
  *   throttle.c the copy's rate limit and its pause on the source's load
  *   catchup.c  the filtered replication connection and catching up
  *   cutover.c  the fence, the flip (publish), lifting the fence
@@ -51,7 +52,8 @@ typedef struct mtable {
 /* How the copy hands rows to the target, decided once per copy. */
 typedef enum move_feed {
     MOVE_FEED_INFILE, /* LOAD DATA LOCAL INFILE, streamed (infile.c) */
-    MOVE_FEED_INSERT  /* multi-row INSERTs of hex literals (local_infile off) */
+    MOVE_FEED_BULK,   /* array-bound prepared INSERTs (bulk.c; local_infile off) */
+    MOVE_FEED_INSERT  /* multi-row INSERTs of hex literals (no array binding) */
 } move_feed;
 
 typedef struct mv {
@@ -213,6 +215,18 @@ int move_throttle_wait(move_throttle *th);
 uint64_t move_throttle_batch(move_throttle *th, uint64_t want);
 /* Take rows from the bucket: the time (now_seconds) they may go at. */
 double move_throttle_take(move_throttle *th, uint64_t rows);
+/* Before a batch outside any statement: wait while paused, then for the
+ * bucket. */
+int move_throttle_gate(move_throttle *th, uint64_t rows);
+
+/* ---- bulk.c ------------------------------------------------------------------------------ */
+
+/* Whether dst's server takes array binding (MariaDB's bulk execution). */
+bool move_bulk_supported(shard_conn *dst);
+/* Copy the rows of res into t on dst, batch_rows rows (and at most half
+ * the packet limit) per execution of one prepared INSERT. */
+int move_bulk_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
+                   const mtable *t, MYSQL_RES *res);
 
 /* ---- infile.c -------------------------------------------------------------------------- */
 

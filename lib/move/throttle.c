@@ -274,3 +274,15 @@ uint64_t move_throttle_batch(move_throttle *th, uint64_t want)
         want = th->rate >= 8 ? (uint64_t)(th->rate / 4) : 1;
     return want ? want : 1;
 }
+
+int move_throttle_gate(move_throttle *th, uint64_t rows)
+{
+    int rc = move_throttle_wait(th);
+    double wait;
+
+    if (rc)
+        return rc;
+    wait = move_throttle_take(th, rows) - now_seconds();
+    sleep_ms(wait > 0 ? wait * 1000 : 0);
+    return 0;
+}
