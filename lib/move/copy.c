@@ -69,6 +69,8 @@ void move_copied(mv *m, uint64_t rows, uint64_t bytes)
     m->done += rows;
     m->r->rows_copied += rows;
     m->r->bytes_copied += bytes;
+    if (m->total < m->done) /* the estimate was low: never past the total */
+        m->total = m->done;
     done = m->done;
     total = m->total;
     pthread_mutex_unlock(&m->lock);
@@ -233,18 +235,25 @@ out:
     return rc ? shard_fail_prefix(rc, "source snapshot: ") : 0;
 }
 
-/* Exact totals for the progress, counted by every worker in its own
- * snapshot (all of one commit point), before anything is copied. */
-static int count_fn(void *arg, size_t i, unsigned w)
+/*
+ * The rows to copy, for the progress: the tables' statistics, an estimate
+ * (counting every table first would read the whole range once more before
+ * the first row is copied). The total grows when the copy passes it, and
+ * is the exact count once the copy is done.
+ */
+static int estimate_rows(mv *m, shard_conn *c)
 {
-    mv *m = arg;
-    int rc = count_table(m->wsrc[w], &m->tables[i]);
+    sqlbuf q;
+    int rc;
 
-    if (rc == 0) {
-        pthread_mutex_lock(&m->lock);
-        m->total += m->tables[i].rows;
-        pthread_mutex_unlock(&m->lock);
-    }
+    sql_init(&q);
+    sql_add(&q, "SELECT IFNULL(SUM(TABLE_ROWS), 0) FROM information_schema.TABLES WHERE"
+                " TABLE_SCHEMA IN (");
+    move_db_list(m, &q, true);
+    sql_add(&q, ")");
+    if ((rc = sql_check(&q)) == 0)
+        rc = repl_value_u64(c, q.s, &m->total);
+    sql_free(&q);
     return rc;
 }
 
@@ -315,12 +324,15 @@ int move_copy(mv *m)
     if (rc == 0) {
         m->done = m->total = 0;
         m->r->rows_copied = m->r->bytes_copied = 0;
-        rc = fanout_run(m->ntables, n, count_fn, m);
-        if (rc)
-            shard_fail_prefix(rc, "counting rows: ");
+        if ((rc = estimate_rows(m, m->src)))
+            shard_fail_prefix(rc, "estimating rows: ");
     }
     if (rc == 0)
         rc = fanout_run(m->ntables, n, copy_fn, m);
+    if (rc == 0) { /* the exact total, now that it is known */
+        m->total = m->done;
+        move_progress(m, SHARD_MOVE_COPYING, m->done, m->total);
+    }
     shard_error_save(&saved, rc);
     if (m->th)
         move_throttle_stop(m->th);
