@@ -1075,8 +1075,8 @@ static void copy_benches(bool have_mydumper)
                    "source %.2f, target %.2f, target standby %.2f vs mover %.2f, source %.2f, "
                    "target %.2f, target standby %.2f; until the target's standby also had "
                    "every row: %.2f s vs %.2f s, ratio %.2f; copy_seconds includes %.2f s "
-                   "(median) from the snapshot to the first batch written (COUNT(*) of every "
-                   "table, then one batch); target >= 1.25)\n",
+                   "(median) from the snapshot to the first batch written (the rows estimate, "
+                   "then one batch); target >= 1.25)\n",
                    median(tools, rounds) / copy_med, rounds, THREADS, median(tools, rounds),
                    THREADS, copy_med, Big_rows, list(b1, sizeof b1, dump, rounds),
                    list(b2, sizeof b2, myl, rounds), list(b3, sizeof b3, copy, rounds), mcl,
@@ -1116,7 +1116,7 @@ static void copy_benches(bool have_mydumper)
             printf("bench mover-rss ratio=%.2f (peak RSS of the mover child process (wait4 "
                    "ru_maxrss), largest of %d moves of %ld rows (%.0f MB) / one move of %ld "
                    "rows: %ld kB / %ld kB; VmHWM before exit %ld / %ld kB; RSS after opening "
-                   "its context %ld kB; %d copy threads, batch 1000 rows; target about 1)\n",
+                   "its context %ld kB; %d copy threads, default batch_rows; target about 1)\n",
                    (double)big / (double)mv_small.maxrss_kb, rounds, Big_rows,
                    (double)mv[0].r.bytes_copied / 1e6, small_rows, big, mv_small.maxrss_kb,
                    mv[0].vmhwm_kb, mv_small.vmhwm_kb, mv_small.rss_start_kb, THREADS);

@@ -137,15 +137,42 @@ static int insert_rows(mv *m, shard_conn *src, shard_conn *dst, const mtable *t,
     return rc;
 }
 
+/* "1, 2": the positions of the leading primary-key columns ("1" if none). */
+static int order_by_key(shard_conn *src, const mtable *t, char *out, size_t size)
+{
+    MYSQL_RES *res;
+    MYSQL_FIELD *f;
+    unsigned n, k = 0;
+    size_t len = 0;
+    int rc;
+
+    if ((rc = move_runf(src, "SELECT * FROM `%s`.`%s` LIMIT 0", t->db, t->name)))
+        return rc;
+    if (!(res = mysql_store_result(src->my)))
+        return shard_fail(SHARD_ESERVER, "%s", mysql_error(src->my));
+    n = mysql_num_fields(res);
+    f = mysql_fetch_fields(res);
+    while (k < n && k < 16 && (f[k].flags & PRI_KEY_FLAG))
+        k++;
+    mysql_free_result(res);
+    for (unsigned i = 1; i <= (k ? k : 1) && len < size; i++)
+        len += (size_t)snprintf(out + len, size - len, "%s%u", i > 1 ? ", " : "", i);
+    return 0;
+}
+
 static int copy_table(mv *m, shard_conn *src, shard_conn *dst, const mtable *t)
 {
+    char order[100];
     MYSQL_RES *res;
     MYSQL_FIELD *f;
     unsigned n;
     int rc;
 
-    /* The clustered index is the primary key: a plain scan is PK order. */
-    if ((rc = move_runf(src, "SELECT * FROM `%s`.`%s` ORDER BY 1", t->db, t->name)))
+    /* Ordered by the whole primary key, so that the server reads the
+     * clustered index (a covering secondary index that starts with the same
+     * column would give another order) and the target appends. */
+    if ((rc = order_by_key(src, t, order, sizeof order)) ||
+        (rc = move_runf(src, "SELECT * FROM `%s`.`%s` ORDER BY %s", t->db, t->name, order)))
         return rc;
     if (!(res = mysql_use_result(src->my)))
         return shard_fail(SHARD_ESERVER, "%s", mysql_error(src->my));
