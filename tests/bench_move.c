@@ -332,6 +332,7 @@ typedef struct moveres {
     /* CPU seconds at the first "copying" and the first "catchup" progress
      * calls: servers s1..s4 in [1..4], the mover itself in [0] */
     double cpu_copy0[5], cpu_copy1[5];
+    char feed[200];     /* the mover's log line that names how it fed the target */
     long vmhwm_kb;      /* /proc/self/status just before exit */
     long rss_start_kb;  /* VmRSS after opening the context */
     long maxrss_kb;     /* wait4() ru_maxrss, filled by the parent */
@@ -387,6 +388,16 @@ static void phase_seen(int phase, uint64_t done, uint64_t total, void *payload)
         Child.t_first_rows = now();
 }
 
+/* The mover's log: keep the line that says how the copy writes. */
+static void mover_log(int level, const char *message, void *payload)
+{
+    const char *p = strstr(message, "copying with");
+    (void)level;
+    (void)payload;
+    if (p && !Child.feed[0])
+        snprintf(Child.feed, sizeof Child.feed, "%s", p);
+}
+
 /* argv: --mover FIRST LAST TARGET MAP; the result goes to fd 3. */
 static int mover_main(char **argv)
 {
@@ -406,6 +417,8 @@ static int mover_main(char **argv)
     if (sb && sscanf(sb, "%d %d", &Child_standby[0], &Child_standby[1]) != 2)
         Child_standby[0] = 0;
     o.refresh_interval_ms = 0;
+    o.log_level = SHARD_LOG_INFO;
+    o.log = mover_log;
     if ((Child.rc = shard_ctx_open(&ctx, argv[5], &o)) == 0) {
         Child.rss_start_kb = status_kb("VmRSS");
         mo.copy_threads = THREADS;
@@ -498,8 +511,9 @@ static void move_child(unsigned first, unsigned last, int target, moveres *out)
     {
         int src = target == 1 ? 2 : 1;
         const double *c0 = out->cpu_copy0, *c1 = out->cpu_copy1;
-        note("move %u-%u -> %s: copy phase [%.3f, %.3f]", first, last, a_target,
-             out->t_phase[SHARD_MOVE_COPYING], out->t_phase[SHARD_MOVE_CATCHUP]);
+        note("move %u-%u -> %s: copy phase [%.3f, %.3f], %s", first, last, a_target,
+             out->t_phase[SHARD_MOVE_COPYING], out->t_phase[SHARD_MOVE_CATCHUP],
+             out->feed[0] ? out->feed : "(the mover did not say how it copied)");
         note("move %u-%u -> %s: %llu rows (%.1f MB) copied in %.2f s (target standby %.2f s "
              "behind; first batch written %.2f s after the snapshot; CPU s during copy: source %.2f, source standby %.2f, "
              "target %.2f, target standby %.2f, mover %.2f), whole move %.2f s (catch-up "
@@ -1099,12 +1113,13 @@ static void copy_benches(bool have_mydumper)
                    "%s s; mean CPU s: LOAD DATA target %.2f, target standby %.2f (it applies "
                    "each table's one transaction after its commit) vs copy target %.2f, "
                    "target standby %.2f; until the target's standby also had every row: "
-                   "%.2f s vs %.2f s, ratio %.2f; target >= 0.75)\n",
+                   "%.2f s vs %.2f s, ratio %.2f; the move was %s; target >= 0.75)\n",
                    median(lds, rounds) / copy_med, Big_rows, THREADS, median(lds, rounds),
                    copy_med, (double)Big_rows / copy_med, list(b1, sizeof b1, lds, rounds),
                    list(b4, sizeof b4, copy, rounds), ldt, ldsb, dst_cpu, sb_cpu,
                    median(lds_sb, rounds), median(copy_sb, rounds),
-                   median(lds_sb, rounds) / median(copy_sb, rounds));
+                   median(lds_sb, rounds) / median(copy_sb, rounds),
+                   mv[0].feed[0] ? mv[0].feed : "(not said)");
         }
 
         /* mover-rss */
