@@ -210,55 +210,97 @@ int move_count_rows(mv *m, shard_conn *src)
     return 0;
 }
 
-/* Open n snapshots of one commit point, and learn its GTID position. */
+/* A snapshot on c, and where it is in the binary log ("FILE,POSITION"). */
+static int snapshot_at(shard_conn *c, char **at)
+{
+    int rc;
+
+    *at = NULL;
+    if ((rc = move_runf(c, "SET SESSION net_write_timeout = 3600, time_zone = '+00:00'")) ||
+        (rc = move_runf(c, "START TRANSACTION WITH CONSISTENT SNAPSHOT")))
+        return rc;
+    return repl_value(c, "SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY VARIABLE_NAME"
+                      " SEPARATOR ',') FROM information_schema.SESSION_STATUS WHERE"
+                      " VARIABLE_NAME IN ('BINLOG_SNAPSHOT_FILE', 'BINLOG_SNAPSHOT_POSITION')",
+                      at);
+}
+
+/* A snapshot on each of the n workers: 1 when all are at one position
+ * (*at, caller frees), 0 when they are not (each ended again). */
+static int snapshots_open(mv *m, unsigned n, char **at)
+{
+    char *other = NULL;
+    bool same = true;
+    int rc;
+
+    free(*at);
+    rc = snapshot_at(m->wsrc[0], at);
+    for (unsigned i = 1; rc == 0 && i < n; i++) {
+        if ((rc = snapshot_at(m->wsrc[i], &other)) == 0 && strcmp(other, *at) != 0)
+            same = false;
+        free(other);
+        other = NULL;
+    }
+    if (rc == 0 && !same)
+        for (unsigned i = 0; i < n; i++)
+            move_runf(m->wsrc[i], "COMMIT");
+    return rc ? rc : same;
+}
+
+/*
+ * Open n snapshots of one commit point, and learn its GTID position. A
+ * consistent snapshot sees exactly the transactions before its binary-log
+ * position, so snapshots at one position see the same rows: while the
+ * source is quiet, opening them one after another is enough. Otherwise
+ * (twice), commits wait under BACKUP STAGE BLOCK_COMMIT while they open.
+ */
 static int open_snapshots(mv *m, unsigned n)
 {
     shard_conn *ctl = NULL;
-    char *file = NULL, *pos = NULL;
+    char *at = NULL, *pos;
     sqlbuf q;
-    int rc;
+    int rc = 0;
 
-    if ((rc = move_conn(m, &move_sp(m)->master, &ctl)))
-        return rc;
-    /* Commits wait while the snapshots open: every one sees the same point. */
-    if ((rc = move_runf(ctl, "BACKUP STAGE START")) ||
-        (rc = move_runf(ctl, "BACKUP STAGE BLOCK_COMMIT")))
-        goto out;
-    for (unsigned i = 0; rc == 0 && i < n; i++)
-        if ((rc = move_runf(m->wsrc[i], "SET SESSION net_write_timeout = 3600,"
-                            " time_zone = '+00:00'")) == 0)
-            rc = move_runf(m->wsrc[i], "START TRANSACTION WITH CONSISTENT SNAPSHOT");
-    if (rc == 0)
-        rc = repl_value(m->wsrc[0], "SELECT VARIABLE_VALUE FROM"
-                        " information_schema.SESSION_STATUS WHERE VARIABLE_NAME ="
-                        " 'BINLOG_SNAPSHOT_FILE'", &file);
-    if (rc == 0)
-        rc = repl_value(m->wsrc[0], "SELECT VARIABLE_VALUE FROM"
-                        " information_schema.SESSION_STATUS WHERE VARIABLE_NAME ="
-                        " 'BINLOG_SNAPSHOT_POSITION'", &pos);
-    if (rc == 0 && (!move_name_ok(pos) || !pos[0] || strpbrk(file, "'\\"))) /* server-made */
-        rc = shard_fail(SHARD_ESERVER, "unexpected binlog snapshot %.200s:%.30s", file, pos);
+    for (int attempt = 0; attempt < 2 && rc == 0; attempt++)
+        rc = snapshots_open(m, n, &at);
     if (rc == 0) {
-        sql_init(&q);
-        sql_add(&q, "SELECT BINLOG_GTID_POS('");
-        sql_add(&q, file);
-        sql_add(&q, "', ");
-        sql_add(&q, pos);
-        sql_add(&q, ")");
-        if ((rc = sql_check(&q)) == 0) {
-            free(m->snap);
-            m->snap = NULL;
-            rc = repl_value(m->wsrc[0], q.s, &m->snap);
-        }
-        sql_free(&q);
+        if ((rc = move_conn(m, &move_sp(m)->master, &ctl)) == 0 &&
+            (rc = move_runf(ctl, "BACKUP STAGE START")) == 0 &&
+            (rc = move_runf(ctl, "BACKUP STAGE BLOCK_COMMIT")) == 0)
+            rc = snapshots_open(m, n, &at);
+        if (ctl)
+            move_runf(ctl, "BACKUP STAGE END");
+        move_close(&ctl);
+        if (rc == 0)
+            rc = shard_fail(SHARD_ESERVER, "snapshots opened under BACKUP STAGE BLOCK_COMMIT "
+                            "differ in their binary-log position");
     }
+    if (rc < 0)
+        goto out;
+    rc = 0;
+    /* "FILE,POSITION", both server-made */
+    if (!at || !(pos = strrchr(at, ',')) || !move_name_ok(pos + 1) || !pos[1] ||
+        strpbrk(at, "'\\")) {
+        rc = shard_fail(SHARD_ESERVER, "unexpected binlog snapshot %.200s", at ? at : "");
+        goto out;
+    }
+    *pos++ = '\0';
+    sql_init(&q);
+    sql_add(&q, "SELECT BINLOG_GTID_POS('");
+    sql_add(&q, at);
+    sql_add(&q, "', ");
+    sql_add(&q, pos);
+    sql_add(&q, ")");
+    if ((rc = sql_check(&q)) == 0) {
+        free(m->snap);
+        m->snap = NULL;
+        rc = repl_value(m->wsrc[0], q.s, &m->snap);
+    }
+    sql_free(&q);
     if (rc == 0)
         rc = repl_gtid_check(m->snap);
-    move_runf(ctl, "BACKUP STAGE END");
 out:
-    free(file);
-    free(pos);
-    move_close(&ctl);
+    free(at);
     return rc ? shard_fail_prefix(rc, "source snapshot: ") : 0;
 }
 
