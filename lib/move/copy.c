@@ -374,8 +374,10 @@ int move_copy(mv *m)
 
     for (unsigned w = 0; rc == 0 && w < n; w++) {
         shard_conn *c;
+        /* Tables are copied in any order: a child's rows may come before
+         * its parent's (the source's rows were consistent at the snapshot). */
         if ((rc = move_wsrc(m, w, &c)) == 0 && (rc = move_wdst(m, w, &c)) == 0)
-            rc = move_runf(c, "SET SESSION time_zone = '+00:00'");
+            rc = move_runf(c, "SET SESSION time_zone = '+00:00', foreign_key_checks = 0");
         /* The source's bytes as they are stored, never converted. */
         if (rc == 0)
             rc = move_runf(m->wsrc[w], "SET SESSION character_set_results = binary");
