@@ -11,10 +11,12 @@
  * backslash; in a value, backslash, tab, newline and NUL are escaped
  * (\\, \t, \n, \0) and NULL is \N. The statement reads the bytes as
  * CHARACTER SET binary, so nothing is converted: every value lands with the
- * bytes the source has. REPLACE keeps the server strict (a LOCAL load is
- * otherwise IGNORE, which would turn a bad value into a warning and a
- * changed row); into the copy's empty tables it only ever inserts, and the
- * server's count of records, deletions and warnings is checked anyway.
+ * bytes the source has. A LOCAL load is IGNORE (the server cannot stop the
+ * stream): a value the column refuses becomes a warning and a changed row,
+ * a duplicate a skipped one. So every statement runs in its own
+ * transaction, and unless the server counts every row sent as a record,
+ * nothing skipped and no warning, it is rolled back and the copy fails.
+ * (REPLACE would keep the server strict, but needs the DELETE privilege.)
  */
 #include "move.h"
 
@@ -199,7 +201,7 @@ static int li_error(void *ptr, char *msg, unsigned size)
 
 static void statement(sqlbuf *q, const mtable *t, MYSQL_FIELD *fields, unsigned n)
 {
-    sql_add(q, "LOAD DATA LOCAL INFILE 'libshard-copy' REPLACE INTO TABLE ");
+    sql_add(q, "LOAD DATA LOCAL INFILE 'libshard-copy' INTO TABLE ");
     sql_table(q, t->db, t->name);
     sql_add(q, " CHARACTER SET binary FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\'"
                " LINES TERMINATED BY '\\n'");
@@ -253,13 +255,28 @@ static int check_info(shard_conn *dst, const mtable *t, uint64_t rows)
     const char *info = mysql_info(dst->my);
     unsigned long long rec, del, skip, warn;
 
+    char what[400] = "";
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
     if (info && sscanf(info, "Records: %llu Deleted: %llu Skipped: %llu Warnings: %llu", &rec,
                        &del, &skip, &warn) == 4 &&
         rec == rows && del == 0 && skip == 0 && warn == 0)
         return 0;
-    return shard_fail(SHARD_ESERVER, "LOAD DATA of %llu rows into %s.%s: the server says "
-                      "\"%.200s\" (expected every row, no warnings)", (unsigned long long)rows,
-                      t->db, t->name, info ? info : "nothing");
+    char said[120];
+
+    snprintf(said, sizeof said, "%s", info ? info : "nothing");
+    snprintf(what, sizeof what, "\"%s\"", said);
+    /* The first warning says which row and why (info is gone after it). */
+    if (mysql_query(dst->my, "SHOW WARNINGS LIMIT 1") == 0 && (res = mysql_store_result(dst->my))) {
+        if ((row = mysql_fetch_row(res)) && row[1] && row[2])
+            snprintf(what, sizeof what, "\"%s\", first warning: %.5s %.200s", said, row[1],
+                     row[2]);
+        mysql_free_result(res);
+    }
+    return shard_fail(SHARD_ESERVER, "LOAD DATA of %llu rows into %s.%s: the server says %s "
+                      "(expected every row, no warnings)", (unsigned long long)rows, t->db,
+                      t->name, what);
 }
 
 int move_infile_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
