@@ -1139,6 +1139,40 @@ START_TEST(copy_rate_limited)
 }
 END_TEST
 
+/* shardctl's throttle options: bad ones are usage errors before anything
+ * starts; good ones reach the move, which completes. */
+START_TEST(copy_throttle_from_shardctl)
+{
+    static const char *const bad[] = {"--max-load=Threads_running", "--max-load=Threads_running=0",
+                                      "--max-load=a-b=1", "--max-rows-per-second=0",
+                                      "--max-rows-per-second=x"};
+    char to[65];
+    run_spec sp = {NULL, NULL, 0, 120};
+
+    fill(10, 10, 20);
+    snprintf(to, sizeof to, "%s", other_pair(10));
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *argv[] = {"--map", harness_map_path(h), "move", "--shards", "10-10", "--to",
+                              to, "--yes", bad[i], NULL};
+        run_result res = run_cmd(&sp, argv);
+        ck_assert_msg(res.status == 2, "%s: exit %d: %s", bad[i], res.status, res.err);
+        ck_assert_msg(strstr(res.err, bad[i] + 2) || strstr(res.err, "--max"), "%s", res.err);
+        run_free(&res);
+    }
+    ck_assert_int_eq(db_exists(master_of(to), 10), 0); /* nothing started */
+    {
+        const char *argv[] = {"--map", harness_map_path(h), "move", "--shards", "10-10", "--to",
+                              to, "--yes", "--max-rows-per-second", "100000", "--max-load",
+                              "Threads_running=100000,Threads_connected=100000", NULL};
+        run_result res = run_cmd(&sp, argv);
+        ck_assert_msg(res.status == 0, "exit %d: %s", res.status, res.err);
+        run_free(&res);
+    }
+    ck_assert_str_eq(pair_of(10), to);
+    check_rows_on_master(10);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_move");
@@ -1188,6 +1222,7 @@ int main(void)
     tcase_add_test(tcc, copy_throttle_options_checked);
     tcase_add_test(tcc, copy_paused_by_max_load);
     tcase_add_test(tcc, copy_rate_limited);
+    tcase_add_test(tcc, copy_throttle_from_shardctl);
     suite_add_tcase(s, tcc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
