@@ -160,7 +160,7 @@ static int li_init(void **ptr, const char *name, void *userdata)
 {
     (void)name; /* only ever the feed: whatever file a server asks for */
     *ptr = userdata;
-    return 0;
+    return userdata ? 0 : 1; /* no feed: no file */
 }
 
 static int li_read(void *ptr, char *out, unsigned size)
@@ -195,7 +195,8 @@ static void li_end(void *ptr)
 static int li_error(void *ptr, char *msg, unsigned size)
 {
     feed *f = ptr;
-    snprintf(msg, size, "%s", f->msg[0] ? f->msg : "the copy's row stream failed");
+    snprintf(msg, size, "%s", !f ? "LOAD DATA LOCAL INFILE outside the copy" : f->msg[0] ? f->msg
+                                 : "the copy's row stream failed");
     return CR_UNKNOWN_ERROR;
 }
 
@@ -213,14 +214,15 @@ static void statement(sqlbuf *q, const mtable *t, MYSQL_FIELD *fields, unsigned 
     }
 }
 
-static int handler(shard_conn *dst, feed *f)
+/* f NULL: the feed is gone, and a server that asks for a file anyway (it
+ * may, after any statement) gets none. */
+static void handler(shard_conn *dst, feed *f)
 {
     unsigned one = 1;
 
     /* The client side of the capability; the handler serves only the feed. */
     mysql_optionsv(dst->my, MYSQL_OPT_LOCAL_INFILE, &one);
     mysql_set_local_infile_handler(dst->my, li_init, li_read, li_end, li_error, f);
-    return 0;
 }
 
 int move_infile_probe(mv *m, shard_conn *dst, const mtable *t)
@@ -237,6 +239,7 @@ int move_infile_probe(mv *m, shard_conn *dst, const mtable *t)
     statement(&q, t, NULL, 0);
     rc = conn_query(dst, &q);
     sql_free(&q);
+    handler(dst, NULL);
     if (rc == 0)
         return 1;
     switch (dst->last_errno) {
@@ -329,6 +332,7 @@ int move_infile_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
     if (rc == 0)
         feed_count(&f);
 out:
+    handler(dst, NULL);
     sql_free(&q);
     free(f.buf);
     return rc;
