@@ -45,9 +45,12 @@ static const char usage_text[] =
     "  move --shards A-B --to PAIR [--dry-run [--verbose] [--json]] [--yes] [--keep-source]\n"
     "       [--threads N] [--max-lag-ms N] [--fence-timeout S] [--cutover-attempts N]\n"
     "       [--postpone-cutover FILE] [--reverse-window DURATION]\n"
+    "       [--max-rows-per-second N] [--max-load VAR=N[,VAR=N]]\n"
     "                                        move shards A..B to another pair, online\n"
     "                                        (DURATION: 3600s, 30m, 2h, 1d: revertible\n"
-    "                                        that long after the flip)\n"
+    "                                        that long after the flip; the throttle\n"
+    "                                        pauses while a source status variable is\n"
+    "                                        above N; also on move resume)\n"
     "  move status                           the journaled moves, one JSON line each\n"
     "  move resume [ID] [--threads N] [cut-over options as for move]\n"
     "                                        finish an interrupted move\n"
@@ -130,11 +133,14 @@ enum {
     OPT_CUTOVER_ATTEMPTS,
     OPT_POSTPONE_CUTOVER,
     OPT_REVERSE_WINDOW,
+    OPT_MAX_ROWS_PER_SECOND,
+    OPT_MAX_LOAD,
     NOPTS
 };
 
 #define O(x) (UINT64_C(1) << (x))
 #define GLOBAL_OPTS (O(OPT_MAP) | O(OPT_HELP) | O(OPT_USER) | O(OPT_PASSWORD_ENV))
+#define THROTTLE_OPTS (O(OPT_MAX_ROWS_PER_SECOND) | O(OPT_MAX_LOAD))
 #define CUTOVER_OPTS (O(OPT_MAX_LAG_MS) | O(OPT_FENCE_TIMEOUT) | O(OPT_CUTOVER_ATTEMPTS) | \
                       O(OPT_POSTPONE_CUTOVER))
 
@@ -167,6 +173,8 @@ static const struct option_def {
     [OPT_CUTOVER_ATTEMPTS] = {"--cutover-attempts", 1},
     [OPT_POSTPONE_CUTOVER] = {"--postpone-cutover", 1},
     [OPT_REVERSE_WINDOW] = {"--reverse-window", 1},
+    [OPT_MAX_ROWS_PER_SECOND] = {"--max-rows-per-second", 1},
+    [OPT_MAX_LOAD] = {"--max-load", 1},
 };
 
 /* Options and positional arguments, parsed once for every command. */
@@ -1283,6 +1291,33 @@ static int parse_duration(const char *what, const char *s, unsigned *out)
     return 0;
 }
 
+/* --max-load VAR=N[,VAR=N...]: VAR letters and _, N a positive integer. */
+static int check_max_load(const char *s)
+{
+    const char *p = s;
+
+    for (;;) {
+        size_t len = 0, digits = 0;
+        while ((p[len] >= 'A' && p[len] <= 'Z') || (p[len] >= 'a' && p[len] <= 'z') ||
+               p[len] == '_')
+            len++;
+        if (len == 0 || p[len] != '=')
+            return usage_error("--max-load '%s': expected VAR=N[,VAR=N...], VAR a status "
+                               "variable name such as Threads_running", s), -1;
+        p += len + 1;
+        while (p[digits] >= '0' && p[digits] <= '9')
+            digits++;
+        if (digits == 0 || digits > 19 || strspn(p, "0") >= digits ||
+            (p[digits] && p[digits] != ','))
+            return usage_error("--max-load '%s': each limit must be a positive integer", s),
+                   -1;
+        p += digits;
+        if (!*p)
+            return 0;
+        p++;
+    }
+}
+
 static int move_options(const args *a, shard_move_options *o, move_progress *p)
 {
     unsigned long long n;
@@ -1294,6 +1329,17 @@ static int move_options(const args *a, shard_move_options *o, move_progress *p)
         if (parse_num("--threads", a->val[OPT_THREADS], 1, 64, &n))
             return -1;
         o->copy_threads = (unsigned)n;
+    }
+    if (a->val[OPT_MAX_ROWS_PER_SECOND]) {
+        if (parse_num("--max-rows-per-second", a->val[OPT_MAX_ROWS_PER_SECOND], 1,
+                      UINT64_MAX, &n))
+            return -1;
+        o->max_rows_per_second = n;
+    }
+    if (a->val[OPT_MAX_LOAD]) {
+        if (check_max_load(a->val[OPT_MAX_LOAD]))
+            return -1;
+        o->max_load = a->val[OPT_MAX_LOAD];
     }
     if (a->val[OPT_KEEP_SOURCE])
         o->flags |= SHARD_MOVE_KEEP_SOURCE;
@@ -2603,7 +2649,7 @@ static const command commands[] = {
     {"kv", "get", cmd_kv_get, 0},
     {"kv", "delete", cmd_kv_delete, 0},
     {"move", "status", cmd_move_status, 0},
-    {"move", "resume", cmd_move_resume, O(OPT_THREADS) | CUTOVER_OPTS},
+    {"move", "resume", cmd_move_resume, O(OPT_THREADS) | CUTOVER_OPTS | THROTTLE_OPTS},
     {"move", "abort", cmd_move_abort, 0},
     {"move", "revert", cmd_move_revert, O(OPT_THREADS)},
     {"move", "finish", cmd_move_finish, O(OPT_THREADS)},
@@ -2617,7 +2663,8 @@ static const command commands[] = {
     {"help", NULL, cmd_help, 0},
     {"move", NULL, cmd_move,
      O(OPT_SHARDS) | O(OPT_TO) | O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_KEEP_SOURCE) |
-         O(OPT_THREADS) | O(OPT_VERBOSE) | O(OPT_JSON) | CUTOVER_OPTS | O(OPT_REVERSE_WINDOW)},
+         O(OPT_THREADS) | O(OPT_VERBOSE) | O(OPT_JSON) | CUTOVER_OPTS | O(OPT_REVERSE_WINDOW) |
+         THROTTLE_OPTS},
     {"import", NULL, cmd_import, IMPORT_OPTS | O(OPT_AS) | O(OPT_ID_COLUMN) |
          O(OPT_JSON_COLUMN) | O(OPT_NEAR)},
     {"import-mapping", NULL, cmd_import_mapping, IMPORT_OPTS | O(OPT_FROM_COLUMN) |

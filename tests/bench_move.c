@@ -332,6 +332,7 @@ typedef struct moveres {
     /* CPU seconds at the first "copying" and the first "catchup" progress
      * calls: servers s1..s4 in [1..4], the mover itself in [0] */
     double cpu_copy0[5], cpu_copy1[5];
+    char feed[200];     /* the mover's log line that names how it fed the target */
     long vmhwm_kb;      /* /proc/self/status just before exit */
     long rss_start_kb;  /* VmRSS after opening the context */
     long maxrss_kb;     /* wait4() ru_maxrss, filled by the parent */
@@ -387,6 +388,16 @@ static void phase_seen(int phase, uint64_t done, uint64_t total, void *payload)
         Child.t_first_rows = now();
 }
 
+/* The mover's log: keep the line that says how the copy writes. */
+static void mover_log(int level, const char *message, void *payload)
+{
+    const char *p = strstr(message, "copying with");
+    (void)level;
+    (void)payload;
+    if (p && !Child.feed[0])
+        snprintf(Child.feed, sizeof Child.feed, "%s", p);
+}
+
 /* argv: --mover FIRST LAST TARGET MAP; the result goes to fd 3. */
 static int mover_main(char **argv)
 {
@@ -407,6 +418,8 @@ static int mover_main(char **argv)
         Child_standby[0] = 0;
     o.refresh_interval_ms = 0;
     harness_admin_options(&o); /* moves are the operators' */
+    o.log_level = SHARD_LOG_INFO;
+    o.log = mover_log;
     if ((Child.rc = shard_ctx_open(&ctx, argv[5], &o)) == 0) {
         Child.rss_start_kb = status_kb("VmRSS");
         mo.copy_threads = THREADS;
@@ -499,8 +512,9 @@ static void move_child(unsigned first, unsigned last, int target, moveres *out)
     {
         int src = target == 1 ? 2 : 1;
         const double *c0 = out->cpu_copy0, *c1 = out->cpu_copy1;
-        note("move %u-%u -> %s: copy phase [%.3f, %.3f]", first, last, a_target,
-             out->t_phase[SHARD_MOVE_COPYING], out->t_phase[SHARD_MOVE_CATCHUP]);
+        note("move %u-%u -> %s: copy phase [%.3f, %.3f], %s", first, last, a_target,
+             out->t_phase[SHARD_MOVE_COPYING], out->t_phase[SHARD_MOVE_CATCHUP],
+             out->feed[0] ? out->feed : "(the mover did not say how it copied)");
         note("move %u-%u -> %s: %llu rows (%.1f MB) copied in %.2f s (target standby %.2f s "
              "behind; first batch written %.2f s after the snapshot; CPU s during copy: source %.2f, source standby %.2f, "
              "target %.2f, target standby %.2f, mover %.2f), whole move %.2f s (catch-up "
@@ -953,8 +967,9 @@ static void copy_benches(bool have_mydumper)
     settle();
 
     /* Cut-over under writes: shards 2-3 back to MySQL002 while two threads of
-     * one application context create objects on them. */
-    {
+     * one application context create objects on them (only when its line is
+     * asked for: the copy lines do not depend on it). */
+    if (bench_selected("cutover-pause-ms")) {
         shard_ctx *app = NULL;
         writer w[WRITERS];
         volatile int stop = 0;
@@ -1076,8 +1091,8 @@ static void copy_benches(bool have_mydumper)
                    "source %.2f, target %.2f, target standby %.2f vs mover %.2f, source %.2f, "
                    "target %.2f, target standby %.2f; until the target's standby also had "
                    "every row: %.2f s vs %.2f s, ratio %.2f; copy_seconds includes %.2f s "
-                   "(median) from the snapshot to the first batch written (COUNT(*) of every "
-                   "table, then one batch); target >= 1.25)\n",
+                   "(median) from the snapshot to the first batch written (the rows estimate, "
+                   "then one batch); target >= 1.25)\n",
                    median(tools, rounds) / copy_med, rounds, THREADS, median(tools, rounds),
                    THREADS, copy_med, Big_rows, list(b1, sizeof b1, dump, rounds),
                    list(b2, sizeof b2, myl, rounds), list(b3, sizeof b3, copy, rounds), mcl,
@@ -1100,12 +1115,13 @@ static void copy_benches(bool have_mydumper)
                    "%s s; mean CPU s: LOAD DATA target %.2f, target standby %.2f (it applies "
                    "each table's one transaction after its commit) vs copy target %.2f, "
                    "target standby %.2f; until the target's standby also had every row: "
-                   "%.2f s vs %.2f s, ratio %.2f; target >= 0.75)\n",
+                   "%.2f s vs %.2f s, ratio %.2f; the move was %s; target >= 0.75)\n",
                    median(lds, rounds) / copy_med, Big_rows, THREADS, median(lds, rounds),
                    copy_med, (double)Big_rows / copy_med, list(b1, sizeof b1, lds, rounds),
                    list(b4, sizeof b4, copy, rounds), ldt, ldsb, dst_cpu, sb_cpu,
                    median(lds_sb, rounds), median(copy_sb, rounds),
-                   median(lds_sb, rounds) / median(copy_sb, rounds));
+                   median(lds_sb, rounds) / median(copy_sb, rounds),
+                   mv[0].feed[0] ? mv[0].feed : "(not said)");
         }
 
         /* mover-rss */
@@ -1117,7 +1133,7 @@ static void copy_benches(bool have_mydumper)
             printf("bench mover-rss ratio=%.2f (peak RSS of the mover child process (wait4 "
                    "ru_maxrss), largest of %d moves of %ld rows (%.0f MB) / one move of %ld "
                    "rows: %ld kB / %ld kB; VmHWM before exit %ld / %ld kB; RSS after opening "
-                   "its context %ld kB; %d copy threads, batch 1000 rows; target about 1)\n",
+                   "its context %ld kB; %d copy threads, default batch_rows; target about 1)\n",
                    (double)big / (double)mv_small.maxrss_kb, rounds, Big_rows,
                    (double)mv[0].r.bytes_copied / 1e6, small_rows, big, mv_small.maxrss_kb,
                    mv[0].vmhwm_kb, mv_small.vmhwm_kb, mv_small.rss_start_kb, THREADS);

@@ -12,6 +12,7 @@
 
 #include <check.h>
 #include <libshard.h>
+#include <mysql.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <signal.h>
@@ -1202,10 +1203,399 @@ START_TEST(shardctl_postpone_cutover)
 }
 END_TEST
 
+/* ---- the copy: how rows reach the target, exactly, and its throttle -------- */
+
+/* The copy's tests start from settled pairs even when a test before them
+ * failed part way: its unfinished moves aborted (or, after their flip,
+ * finished) and every replication link started. */
+static void copy_settle(void)
+{
+    static const char *const servers[] = {"s1", "s2", "s3", "s4", "s5", "s6"};
+    static const char *const masters[] = {"s1", "s3", "s5"};
+
+    for (size_t i = 0; i < sizeof servers / sizeof servers[0]; i++) {
+        char *out = NULL;
+        harness_sql(h, servers[i], "START ALL SLAVES", &out);
+        free(out);
+    }
+    for (size_t i = 0; i < sizeof masters / sizeof masters[0]; i++) {
+        char *out = NULL, *p;
+        if (harness_sql(h, masters[i], "SELECT COUNT(*) FROM information_schema.TABLES WHERE"
+                        " TABLE_SCHEMA = 'libshard_control' AND TABLE_NAME = 'moves'",
+                        &out) != 0 || atoi(out) == 0) {
+            free(out);
+            continue;
+        }
+        free(out);
+        out = NULL;
+        if (harness_sql(h, masters[i], "SELECT id FROM libshard_control.moves WHERE phase < 7",
+                        &out) != 0) {
+            free(out);
+            continue;
+        }
+        for (p = out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+            uint64_t id = strtoull(p, NULL, 10);
+            if (id && shard_move_abort(admin, id) == SHARD_EBUSY)
+                shard_move_resume(admin, id, NULL, NULL);
+        }
+        free(out);
+    }
+}
+
+/* A context of its own whose log the test reads. */
+static char copy_log[16384];
+static pthread_mutex_t copy_log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void copy_log_fn(int level, const char *message, void *payload)
+{
+    size_t len;
+    (void)level;
+    (void)payload;
+    pthread_mutex_lock(&copy_log_lock);
+    len = strlen(copy_log);
+    if (len + strlen(message) + 2 < sizeof copy_log)
+        snprintf(copy_log + len, sizeof copy_log - len, "%s\n", message);
+    pthread_mutex_unlock(&copy_log_lock);
+}
+
+static int copy_log_has(const char *what)
+{
+    int yes;
+    pthread_mutex_lock(&copy_log_lock);
+    yes = strstr(copy_log, what) != NULL;
+    pthread_mutex_unlock(&copy_log_lock);
+    return yes;
+}
+
+static shard_ctx *copy_ctx_open(void)
+{
+    shard_options o = SHARD_OPTIONS_INIT;
+    shard_ctx *c = NULL;
+    harness_admin_options(&o); /* moves are the operators' */
+    o.refresh_interval_ms = 0;
+    o.log_level = SHARD_LOG_INFO;
+    o.log = copy_log_fn;
+    pthread_mutex_lock(&copy_log_lock);
+    copy_log[0] = '\0';
+    pthread_mutex_unlock(&copy_log_lock);
+    ck_assert_msg(shard_ctx_open(&c, harness_map_path(h), &o) == 0, "%s", shard_errmsg());
+    return c;
+}
+
+/* Another pair than the one shard s is on, whose master has no database
+ * of s (a copy a failed test left behind). */
+static const char *copy_other_pair(unsigned s)
+{
+    static char name[65];
+    int p = atoi(pair_of(s) + 5) % 3 + 1; /* the next pair, else the one after */
+
+    snprintf(name, sizeof name, "MySQL%03d", p);
+    if (db_exists(master_of(name), s))
+        snprintf(name, sizeof name, "MySQL%03d", p % 3 + 1);
+    return name;
+}
+
+/* Every row of a shard's pins and user_likes_pins: ids, lengths and digests
+ * of the bytes (what the server holds, not what a client shows). */
+static char *shard_digest(const char *server, unsigned s)
+{
+    char sql[1200];
+    snprintf(sql, sizeof sql,
+             "SET SESSION group_concat_max_len = 1048576;"
+             " SELECT CONCAT((SELECT COUNT(*) FROM db%05u.pins), ' ',"
+             " IFNULL((SELECT GROUP_CONCAT(local_id, ':', LENGTH(data), ':', SHA2(data, 256),"
+             " ':', updated_at ORDER BY local_id) FROM db%05u.pins), ''), ' ',"
+             " IFNULL((SELECT GROUP_CONCAT(from_id, ':', to_id, ':', sequence ORDER BY from_id,"
+             " to_id) FROM db%05u.user_likes_pins), ''))",
+             s, s, s);
+    return sql1(server, sql);
+}
+
+static const char *standby_of(const char *pair)
+{
+    static char sb[16];
+    snprintf(sb, sizeof sb, "s%d", 2 * atoi(pair + 5));
+    return sb;
+}
+
+/* Rows no text format takes lightly, written on shard s's source master. */
+static void hostile_rows(unsigned s, size_t big)
+{
+    char sql[1600];
+    const char *m = master_of(pair_of(s));
+
+    snprintf(sql, sizeof sql,
+             "INSERT INTO db%05u.pins (data) VALUES"
+             /* NUL, tab, newline, CR, backslash, quotes, ^Z, \\N, 4-byte UTF-8 */
+             " (CONCAT('{\"s\":\"', X'00090A0D5C22271A', '\\\\N', X'F09F9880', '\"}')),"
+             " ('\\\\N'), (''), ('\\t\\n\\\\'), (X'5C'), (X'5C5C4E09'),"
+             " ('{\"k\":\"a\\\\u0000b\\\\\"c\\\\\\\\d\\\\n\", \"e\":\"\xC3\xA9\"}'),"
+             " (CONCAT(X'F0908080', REPEAT(X'5C0900', 100), X'0A'))",
+             s);
+    free(sql1(m, sql));
+    if (big) {
+        snprintf(sql, sizeof sql, "INSERT INTO db%05u.pins (data) VALUES (CONCAT('{\"b\":\"',"
+                 " REPEAT(CONCAT('ab', X'5C09', 'cdefgh\\n'), %zu), '\"}'))", s, big / 11);
+        free(sql1(m, sql));
+    }
+    snprintf(sql, sizeof sql, "INSERT INTO db%05u.user_likes_pins (from_id, to_id, sequence)"
+             " VALUES (1, 2, -9223372036854775808), (1, 3, 0), (18446744073709551615, 1,"
+             " 9223372036854775807)", s);
+    free(sql1(m, sql));
+    ck_assert_int_eq(harness_sync_standby(h, atoi(pair_of(s) + 5), 60), 0);
+}
+
+/* The copy's digests on both halves of the target are the source's. */
+static void move_exact(unsigned s, const char *must_log, size_t big)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    shard_ctx *mc;
+    const char *to = copy_other_pair(s);
+    char *before, *after, *after_sb;
+    int rc;
+
+    fill(s, s, 5);
+    hostile_rows(s, big);
+    before = shard_digest(master_of(pair_of(s)), s);
+    mc = copy_ctx_open();
+    rc = shard_move(mc, s, s, to, &o, &r, NULL);
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    ck_assert_uint_eq(r.mismatches, 0);
+    ck_assert_int_eq(r.target_pair_healthy, 1);
+    ck_assert_msg(copy_log_has(must_log), "log lacks \"%s\":\n%s", must_log, copy_log);
+    shard_ctx_free(mc);
+    ck_assert_str_eq(pair_of(s), to);
+    ck_assert_int_eq(harness_sync_standby(h, atoi(to + 5), 60), 0);
+    after = shard_digest(master_of(to), s);
+    after_sb = shard_digest(standby_of(to), s);
+    ck_assert_str_eq(after, before);
+    ck_assert_str_eq(after_sb, before);
+    free(before);
+    free(after);
+    free(after_sb);
+    ck_assert_uint_ge(r.bytes_copied, big);
+}
+
+START_TEST(copy_hostile_bytes_exact)
+{
+    char *mp = sql1(master_of(copy_other_pair(5)), "SELECT @@max_allowed_packet");
+    size_t big = (size_t)atol(mp) / 2 - 64 * 1024;
+    free(mp);
+    move_exact(5, "copying with LOAD DATA LOCAL INFILE", big);
+}
+END_TEST
+
+/* local_infile OFF on the target: a warning that says so, the copy done
+ * with array-bound INSERTs instead, every byte the same. */
+START_TEST(copy_without_local_infile)
+{
+    const char *tm = master_of(copy_other_pair(6));
+    char *mp = sql1(tm, "SELECT @@max_allowed_packet");
+    size_t big = (size_t)atol(mp) / 2 - 64 * 1024;
+    free(mp);
+    free(sql1(tm, "SET GLOBAL local_infile = 0"));
+    move_exact(6, "refuses LOAD DATA LOCAL INFILE", big);
+    free(sql1(tm, "SET GLOBAL local_infile = 1"));
+    ck_assert_msg(copy_log_has("copying with array-bound prepared INSERTs"), "%s", copy_log);
+    ck_assert_int_eq(copy_log_has("copying with LOAD DATA"), 0);
+}
+END_TEST
+
+/* Option strings are refused before anything starts. */
+START_TEST(copy_throttle_options_checked)
+{
+    static const char *const bad[] = {"Threads_running", "Threads_running=0", "Thr-eads=5",
+                                      "Threads_running=5x", "=5", "A=1,", "A=1,,B=2",
+                                      "Threads_running=-1"};
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        o.max_load = bad[i];
+        ck_assert_int_eq(shard_move(admin, 7, 7, copy_other_pair(7), &o, &r, NULL), SHARD_EINVAL);
+        ck_assert_msg(strstr(shard_errmsg(), "max_load"), "%s", shard_errmsg());
+    }
+    /* A variable the server does not have: refused at the copy's start. */
+    o.max_load = "No_such_status_variable=5";
+    ck_assert_int_eq(shard_move(admin, 7, 7, copy_other_pair(7), &o, &r, NULL), SHARD_EINVAL);
+    ck_assert_msg(strstr(shard_errmsg(), "No_such_status_variable"), "%s", shard_errmsg());
+    ck_assert_int_eq(shard_move_abort(admin, 0), 0);
+}
+END_TEST
+
+typedef struct pace {
+    pthread_mutex_t lock;
+    double t0;            /* the copy phase's first call */
+    uint64_t done, total; /* the copy's last call */
+    uint64_t rate, batch; /* max_rows_per_second and its batch */
+    int over;             /* calls that saw more rows than the rate allows */
+    int phase;
+} pace;
+
+static void pace_seen(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    pace *p = payload;
+    pthread_mutex_lock(&p->lock);
+    p->phase = phase;
+    if (phase == SHARD_MOVE_COPYING) {
+        if (p->t0 == 0)
+            p->t0 = now();
+        if (p->rate && (double)done > (now() - p->t0) * (double)p->rate + (double)p->batch)
+            p->over++;
+        p->done = done;
+        p->total = total;
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+typedef struct bg_move {
+    shard_ctx *c;
+    unsigned s;
+    const char *to;
+    shard_move_options o;
+    shard_move_report r;
+    int rc;
+    char err[512];
+    pthread_t thread;
+} bg_move;
+
+static void *bg_move_main(void *arg)
+{
+    bg_move *b = arg;
+    b->rc = shard_move(b->c, b->s, b->s, b->to, &b->o, &b->r, NULL);
+    snprintf(b->err, sizeof b->err, "%s", shard_errmsg());
+    return NULL;
+}
+
+/* --max-load: a source above the limit copies nothing until it is below. */
+START_TEST(copy_paused_by_max_load)
+{
+    enum { IDLE = 32 };
+    static pace p = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, 0, 0};
+    static bg_move b;
+    static char spec[64];
+    const char *from = pair_of(8), *src = master_of(from);
+    MYSQL *idle[IDLE];
+    char *out;
+    long base;
+    uint64_t seen;
+
+    fill(8, 8, 30);
+    out = sql1(src, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE"
+                    " VARIABLE_NAME = 'THREADS_CONNECTED'");
+    base = atol(out);
+    free(out);
+    /* The mover's own source connections (about copy_threads + 4) stay
+     * well below base + 20; the idle ones take it above. */
+    snprintf(spec, sizeof spec, "Threads_connected=%ld", base + 20);
+    for (int i = 0; i < IDLE; i++) {
+        idle[i] = mysql_init(NULL);
+        ck_assert_ptr_nonnull(mysql_real_connect(idle[i], "127.0.0.1", "shard",
+                                                 getenv("LIBSHARD_PASSWORD"), NULL,
+                                                 (unsigned)harness_port(h, src), NULL, 0));
+    }
+    memset(&b, 0, sizeof b);
+    b.c = copy_ctx_open();
+    b.s = 8;
+    b.to = copy_other_pair(8);
+    b.o = (shard_move_options)SHARD_MOVE_OPTIONS_INIT;
+    b.o.max_load = spec;
+    b.o.progress = pace_seen;
+    b.o.payload = &p;
+    ck_assert_int_eq(pthread_create(&b.thread, NULL, bg_move_main, &b), 0);
+    for (int i = 0; i < 600 && !copy_log_has("copy paused"); i++)
+        usleep(50000);
+    ck_assert_msg(copy_log_has("copy paused"), "%s", copy_log);
+    ck_assert_msg(copy_log_has("Threads_connected="), "%s", copy_log);
+    /* Paused: the copy stays where it is while the source is above. */
+    pthread_mutex_lock(&p.lock);
+    seen = p.done;
+    ck_assert_int_le(p.phase, SHARD_MOVE_COPYING);
+    pthread_mutex_unlock(&p.lock);
+    sleep(2);
+    pthread_mutex_lock(&p.lock);
+    ck_assert_uint_eq(p.done, seen);
+    ck_assert_int_le(p.phase, SHARD_MOVE_COPYING);
+    pthread_mutex_unlock(&p.lock);
+    ck_assert_int_eq(copy_log_has("copy resumed"), 0);
+    for (int i = 0; i < IDLE; i++)
+        mysql_close(idle[i]);
+    pthread_join(b.thread, NULL);
+    ck_assert_msg(b.rc == 0, "move: %s", b.err);
+    ck_assert_msg(copy_log_has("copy resumed"), "%s", copy_log);
+    ck_assert_int_eq(b.r.phase, SHARD_MOVE_DONE);
+    ck_assert_uint_eq(b.r.rows_copied, p.total);
+    ck_assert_uint_eq(p.done, p.total);
+    shard_ctx_free(b.c);
+    ck_assert_str_eq(pair_of(8), b.to);
+    check_rows_on_master(8);
+}
+END_TEST
+
+/* --max-rows-per-second: the progress never runs ahead of the rate by more
+ * than one batch, and the copy completes. */
+START_TEST(copy_rate_limited)
+{
+    static pace p = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, 0, 0};
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    int rc;
+
+    fill(9, 9, 200);
+    o.max_rows_per_second = p.rate = 400;
+    p.batch = 100; /* a quarter of a second's rows (libshard-move(7)) */
+    o.progress = pace_seen;
+    o.payload = &p;
+    rc = shard_move(admin, 9, 9, copy_other_pair(9), &o, &r, NULL);
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    ck_assert_int_eq(p.over, 0);
+    ck_assert_uint_eq(p.done, p.total);
+    ck_assert_uint_ge(r.rows_copied, 200);
+    check_rows_on_master(9);
+}
+END_TEST
+
+/* shardctl's throttle options: bad ones are usage errors before anything
+ * starts; good ones reach the move, which completes. */
+START_TEST(copy_throttle_from_shardctl)
+{
+    static const char *const bad[] = {"--max-load=Threads_running", "--max-load=Threads_running=0",
+                                      "--max-load=a-b=1", "--max-rows-per-second=0",
+                                      "--max-rows-per-second=x"};
+    char to[65];
+    run_spec sp = {NULL, NULL, 0, 120};
+
+    fill(10, 10, 20);
+    snprintf(to, sizeof to, "%s", copy_other_pair(10));
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *argv[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move", "--shards", "10-10", "--to",
+                              to, "--yes", bad[i], NULL};
+        run_result res = run_cmd(&sp, argv);
+        ck_assert_msg(res.status == 2, "%s: exit %d: %s", bad[i], res.status, res.err);
+        ck_assert_msg(strstr(res.err, bad[i] + 2) || strstr(res.err, "--max"), "%s", res.err);
+        run_free(&res);
+    }
+    ck_assert_int_eq(db_exists(master_of(to), 10), 0); /* nothing started */
+    {
+        const char *argv[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move", "--shards", "10-10", "--to",
+                              to, "--yes", "--max-rows-per-second", "100000", "--max-load",
+                              "Threads_running=100000,Threads_connected=100000", NULL};
+        run_result res = run_cmd(&sp, argv);
+        ck_assert_msg(res.status == 0, "exit %d: %s", res.status, res.err);
+        run_free(&res);
+    }
+    ck_assert_str_eq(pair_of(10), to);
+    check_rows_on_master(10);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_move");
-    TCase *tc = tcase_create("move");
+    TCase *tc = tcase_create("move"), *tcc;
     SRunner *sr;
     int failed;
 
@@ -1248,6 +1638,17 @@ int main(void)
     tcase_add_test(tc, resumed_after_flip_ignores_later_writes);
     tcase_add_test(tc, shardctl_postpone_cutover);
     suite_add_tcase(s, tc);
+    /* The copy's own: each picks its shard's current pair, any map will do. */
+    tcc = tcase_create("copy");
+    tcase_set_timeout(tcc, 300);
+    tcase_add_unchecked_fixture(tcc, copy_settle, NULL);
+    tcase_add_test(tcc, copy_hostile_bytes_exact);
+    tcase_add_test(tcc, copy_without_local_infile);
+    tcase_add_test(tcc, copy_throttle_options_checked);
+    tcase_add_test(tcc, copy_paused_by_max_load);
+    tcase_add_test(tcc, copy_rate_limited);
+    tcase_add_test(tcc, copy_throttle_from_shardctl);
+    suite_add_tcase(s, tcc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,8 +1,12 @@
 /*
  * The snapshot copy (libshard-move(7), phase copying): every worker opens a
  * consistent snapshot of the source at one commit point, rows are streamed
- * in primary-key order and written in multi-row INSERTs below the
- * target's packet limit. Tables are handed out over the workers.
+ * in primary-key order and written as LOAD DATA LOCAL INFILE (infile.c),
+ * or, where the target refuses that, with array-bound prepared INSERTs
+ * (bulk.c), or multi-row INSERTs below the target's packet limit. The way
+ * is chosen once, before any row is copied.
+ * Tables are handed out over the workers; the throttle (throttle.c) paces
+ * them all.
  */
 #include "move.h"
 
@@ -57,75 +61,133 @@ static int insert_head(sqlbuf *q, const mtable *t, MYSQL_FIELD *f, unsigned n)
     return 0;
 }
 
-/* Send the batch of *rows rows, count them, and start the next batch. */
-static int flush_batch(mv *m, shard_conn *dst, sqlbuf *q, size_t head, unsigned *rows)
+void move_copied(mv *m, uint64_t rows, uint64_t bytes)
 {
     uint64_t done, total;
-    int rc = conn_query(dst, q);
 
-    if (rc)
-        return rc;
     pthread_mutex_lock(&m->lock);
-    m->done += *rows;
-    m->r->rows_copied += *rows;
+    m->done += rows;
+    m->r->rows_copied += rows;
+    m->r->bytes_copied += bytes;
+    if (m->total < m->done) /* the estimate was low: never past the total */
+        m->total = m->done;
     done = m->done;
     total = m->total;
     pthread_mutex_unlock(&m->lock);
     move_progress(m, SHARD_MOVE_COPYING, done, total);
+}
+
+/* Send the batch of *rows rows, count them, and start the next batch. */
+static int flush_batch(mv *m, shard_conn *dst, sqlbuf *q, size_t head, unsigned *rows,
+                       uint64_t *bytes)
+{
+    int rc = conn_query(dst, q);
+
+    if (rc)
+        return rc;
+    move_copied(m, *rows, *bytes);
     q->len = head;
     *rows = 0;
+    *bytes = 0;
     return 0;
 }
 
-static int copy_table(mv *m, shard_conn *src, shard_conn *dst, const mtable *t)
+/* The last resort (a server without array binding): multi-row INSERTs of
+ * hex literals. */
+static int insert_rows(mv *m, shard_conn *src, shard_conn *dst, const mtable *t,
+                       MYSQL_RES *res)
 {
     size_t limit = dst->max_packet / 2;
-    MYSQL_RES *res;
-    MYSQL_FIELD *f;
+    MYSQL_FIELD *f = mysql_fetch_fields(res);
+    unsigned n = mysql_num_fields(res), rows = 0;
+    uint64_t batch = move_throttle_batch(m->th, m->o.batch_rows), bytes = 0;
     MYSQL_ROW row;
-    unsigned n, rows = 0;
     size_t head;
     sqlbuf q;
     int rc;
 
-    /* The clustered index is the primary key: a plain scan is PK order. */
-    if ((rc = move_runf(src, "SELECT * FROM `%s`.`%s` ORDER BY 1", t->db, t->name)))
-        return rc;
-    if (!(res = mysql_use_result(src->my)))
-        return shard_fail(SHARD_ESERVER, "%s", mysql_error(src->my));
-    n = mysql_num_fields(res);
-    f = mysql_fetch_fields(res);
     sql_init(&q);
     rc = insert_head(&q, t, f, n);
     head = q.len;
-    while (rc == 0 && (row = mysql_fetch_row(res))) {
+    while (rc == 0 && (rc = rows ? 0 : move_throttle_gate(m->th, batch)) == 0 &&
+           (row = mysql_fetch_row(res))) {
         unsigned long *lens = mysql_fetch_lengths(res);
-        uint64_t bytes = 0;
+        uint64_t len = 0;
         for (unsigned i = 0; i < n; i++)
-            bytes += lens[i];
+            len += lens[i];
         /* Flush first when this row (hex doubles it) would not fit. */
-        if (rows && q.len + 2 * bytes + 8 * n + 16 >= limit &&
-            (rc = flush_batch(m, dst, &q, head, &rows)))
+        if (rows && q.len + 2 * len + 8 * n + 16 >= limit &&
+            (rc = flush_batch(m, dst, &q, head, &rows, &bytes)))
             break;
         if (rows)
             sql_add(&q, ",");
         if ((rc = add_row(&q, row, lens, f, n)) || (rc = sql_check(&q)))
             break;
         rows++;
-        pthread_mutex_lock(&m->lock);
-        m->r->bytes_copied += bytes;
-        pthread_mutex_unlock(&m->lock);
-        if ((rows >= m->o.batch_rows || q.len >= limit) &&
-            (rc = flush_batch(m, dst, &q, head, &rows)))
+        bytes += len;
+        if ((rows >= batch || q.len >= limit) &&
+            (rc = flush_batch(m, dst, &q, head, &rows, &bytes)))
             break;
     }
     if (rc == 0 && mysql_errno(src->my))
-        rc = shard_fail(SHARD_ECONNECT, "reading %s.%s: %s", t->db, t->name,
-                        mysql_error(src->my));
+        rc = shard_fail(SHARD_ECONNECT, "reading from the source: %s", mysql_error(src->my));
     if (rc == 0 && rows)
-        rc = flush_batch(m, dst, &q, head, &rows);
-    mysql_free_result(res);
+        rc = flush_batch(m, dst, &q, head, &rows, &bytes);
     sql_free(&q);
+    return rc;
+}
+
+/* "1, 2": the positions of the leading primary-key columns ("1" if none). */
+static int order_by_key(shard_conn *src, const mtable *t, char *out, size_t size)
+{
+    MYSQL_RES *res;
+    MYSQL_FIELD *f;
+    unsigned n, k = 0;
+    size_t len = 0;
+    int rc;
+
+    if ((rc = move_runf(src, "SELECT * FROM `%s`.`%s` LIMIT 0", t->db, t->name)))
+        return rc;
+    if (!(res = mysql_store_result(src->my)))
+        return shard_fail(SHARD_ESERVER, "%s", mysql_error(src->my));
+    n = mysql_num_fields(res);
+    f = mysql_fetch_fields(res);
+    while (k < n && k < 16 && (f[k].flags & PRI_KEY_FLAG))
+        k++;
+    mysql_free_result(res);
+    for (unsigned i = 1; i <= (k ? k : 1) && len < size; i++)
+        len += (size_t)snprintf(out + len, size - len, "%s%u", i > 1 ? ", " : "", i);
+    return 0;
+}
+
+static int copy_table(mv *m, shard_conn *src, shard_conn *dst, const mtable *t)
+{
+    char order[100];
+    MYSQL_RES *res;
+    MYSQL_FIELD *f;
+    unsigned n;
+    int rc;
+
+    /* Ordered by the whole primary key, so that the server reads the
+     * clustered index (a covering secondary index that starts with the same
+     * column would give another order) and the target appends. */
+    if ((rc = order_by_key(src, t, order, sizeof order)) ||
+        (rc = move_runf(src, "SELECT * FROM `%s`.`%s` ORDER BY %s", t->db, t->name, order)))
+        return rc;
+    if (!(res = mysql_use_result(src->my)))
+        return shard_fail(SHARD_ESERVER, "%s", mysql_error(src->my));
+    n = mysql_num_fields(res);
+    f = mysql_fetch_fields(res);
+    for (unsigned i = 0; rc == 0 && i < n; i++)
+        if (!move_name_ok(f[i].name))
+            rc = shard_fail(SHARD_ESERVER, "unexpected column name");
+    if (rc == 0)
+        rc = m->feed == MOVE_FEED_INFILE ? move_infile_copy(m, m->th, src, dst, t, res)
+             : m->feed == MOVE_FEED_BULK ? move_bulk_copy(m, m->th, src, dst, t, res)
+                                         : insert_rows(m, src, dst, t, res);
+    mysql_free_result(res); /* reads what is left: a failed copy may wait here */
+    if (rc)
+        move_throttle_fail(m->th);
     return rc ? shard_fail_prefix(rc, "copying %s.%s: ", t->db, t->name) : 0;
 }
 
@@ -148,70 +210,119 @@ int move_count_rows(mv *m, shard_conn *src)
     return 0;
 }
 
-/* Open n snapshots of one commit point, and learn its GTID position. */
+/* A snapshot on c, and where it is in the binary log ("FILE,POSITION"). */
+static int snapshot_at(shard_conn *c, char **at)
+{
+    int rc;
+
+    *at = NULL;
+    if ((rc = move_runf(c, "SET SESSION net_write_timeout = 3600, time_zone = '+00:00'")) ||
+        (rc = move_runf(c, "START TRANSACTION WITH CONSISTENT SNAPSHOT")))
+        return rc;
+    return repl_value(c, "SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY VARIABLE_NAME"
+                      " SEPARATOR ',') FROM information_schema.SESSION_STATUS WHERE"
+                      " VARIABLE_NAME IN ('BINLOG_SNAPSHOT_FILE', 'BINLOG_SNAPSHOT_POSITION')",
+                      at);
+}
+
+/* A snapshot on each of the n workers: 1 when all are at one position
+ * (*at, caller frees), 0 when they are not (each ended again). */
+static int snapshots_open(mv *m, unsigned n, char **at)
+{
+    char *other = NULL;
+    bool same = true;
+    int rc;
+
+    free(*at);
+    rc = snapshot_at(m->wsrc[0], at);
+    for (unsigned i = 1; rc == 0 && i < n; i++) {
+        if ((rc = snapshot_at(m->wsrc[i], &other)) == 0 && strcmp(other, *at) != 0)
+            same = false;
+        free(other);
+        other = NULL;
+    }
+    if (rc == 0 && !same)
+        for (unsigned i = 0; i < n; i++)
+            move_runf(m->wsrc[i], "COMMIT");
+    return rc ? rc : same;
+}
+
+/*
+ * Open n snapshots of one commit point, and learn its GTID position. A
+ * consistent snapshot sees exactly the transactions before its binary-log
+ * position, so snapshots at one position see the same rows: while the
+ * source is quiet, opening them one after another is enough. Otherwise
+ * (twice), commits wait under BACKUP STAGE BLOCK_COMMIT while they open.
+ */
 static int open_snapshots(mv *m, unsigned n)
 {
     shard_conn *ctl = NULL;
-    char *file = NULL, *pos = NULL;
+    char *at = NULL, *pos;
     sqlbuf q;
-    int rc;
+    int rc = 0;
 
-    if ((rc = move_conn(m, &move_sp(m)->master, &ctl)))
-        return rc;
-    /* Commits wait while the snapshots open: every one sees the same point. */
-    if ((rc = move_runf(ctl, "BACKUP STAGE START")) ||
-        (rc = move_runf(ctl, "BACKUP STAGE BLOCK_COMMIT")))
-        goto out;
-    for (unsigned i = 0; rc == 0 && i < n; i++)
-        if ((rc = move_runf(m->wsrc[i], "SET SESSION net_write_timeout = 3600,"
-                            " time_zone = '+00:00'")) == 0)
-            rc = move_runf(m->wsrc[i], "START TRANSACTION WITH CONSISTENT SNAPSHOT");
-    if (rc == 0)
-        rc = repl_value(m->wsrc[0], "SELECT VARIABLE_VALUE FROM"
-                        " information_schema.SESSION_STATUS WHERE VARIABLE_NAME ="
-                        " 'BINLOG_SNAPSHOT_FILE'", &file);
-    if (rc == 0)
-        rc = repl_value(m->wsrc[0], "SELECT VARIABLE_VALUE FROM"
-                        " information_schema.SESSION_STATUS WHERE VARIABLE_NAME ="
-                        " 'BINLOG_SNAPSHOT_POSITION'", &pos);
-    if (rc == 0 && (!move_name_ok(pos) || !pos[0] || strpbrk(file, "'\\"))) /* server-made */
-        rc = shard_fail(SHARD_ESERVER, "unexpected binlog snapshot %.200s:%.30s", file, pos);
+    for (int attempt = 0; attempt < 2 && rc == 0; attempt++)
+        rc = snapshots_open(m, n, &at);
     if (rc == 0) {
-        sql_init(&q);
-        sql_add(&q, "SELECT BINLOG_GTID_POS('");
-        sql_add(&q, file);
-        sql_add(&q, "', ");
-        sql_add(&q, pos);
-        sql_add(&q, ")");
-        if ((rc = sql_check(&q)) == 0) {
-            free(m->snap);
-            m->snap = NULL;
-            rc = repl_value(m->wsrc[0], q.s, &m->snap);
-        }
-        sql_free(&q);
+        if ((rc = move_conn(m, &move_sp(m)->master, &ctl)) == 0 &&
+            (rc = move_runf(ctl, "BACKUP STAGE START")) == 0 &&
+            (rc = move_runf(ctl, "BACKUP STAGE BLOCK_COMMIT")) == 0)
+            rc = snapshots_open(m, n, &at);
+        if (ctl)
+            move_runf(ctl, "BACKUP STAGE END");
+        move_close(&ctl);
+        if (rc == 0)
+            rc = shard_fail(SHARD_ESERVER, "snapshots opened under BACKUP STAGE BLOCK_COMMIT "
+                            "differ in their binary-log position");
     }
+    if (rc < 0)
+        goto out;
+    rc = 0;
+    /* "FILE,POSITION", both server-made */
+    if (!at || !(pos = strrchr(at, ',')) || !move_name_ok(pos + 1) || !pos[1] ||
+        strpbrk(at, "'\\")) {
+        rc = shard_fail(SHARD_ESERVER, "unexpected binlog snapshot %.200s", at ? at : "");
+        goto out;
+    }
+    *pos++ = '\0';
+    sql_init(&q);
+    sql_add(&q, "SELECT BINLOG_GTID_POS('");
+    sql_add(&q, at);
+    sql_add(&q, "', ");
+    sql_add(&q, pos);
+    sql_add(&q, ")");
+    if ((rc = sql_check(&q)) == 0) {
+        free(m->snap);
+        m->snap = NULL;
+        rc = repl_value(m->wsrc[0], q.s, &m->snap);
+    }
+    sql_free(&q);
     if (rc == 0)
         rc = repl_gtid_check(m->snap);
-    move_runf(ctl, "BACKUP STAGE END");
 out:
-    free(file);
-    free(pos);
-    move_close(&ctl);
+    free(at);
     return rc ? shard_fail_prefix(rc, "source snapshot: ") : 0;
 }
 
-/* Exact totals for the progress, counted by every worker in its own
- * snapshot (all of one commit point), before anything is copied. */
-static int count_fn(void *arg, size_t i, unsigned w)
+/*
+ * The rows to copy, for the progress: the tables' statistics, an estimate
+ * (counting every table first would read the whole range once more before
+ * the first row is copied). The total grows when the copy passes it, and
+ * is the exact count once the copy is done.
+ */
+static int estimate_rows(mv *m, shard_conn *c)
 {
-    mv *m = arg;
-    int rc = count_table(m->wsrc[w], &m->tables[i]);
+    sqlbuf q;
+    int rc;
 
-    if (rc == 0) {
-        pthread_mutex_lock(&m->lock);
-        m->total += m->tables[i].rows;
-        pthread_mutex_unlock(&m->lock);
-    }
+    sql_init(&q);
+    sql_add(&q, "SELECT IFNULL(SUM(TABLE_ROWS), 0) FROM information_schema.TABLES WHERE"
+                " TABLE_SCHEMA IN (");
+    move_db_list(m, &q, true);
+    sql_add(&q, ")");
+    if ((rc = sql_check(&q)) == 0)
+        rc = repl_value_u64(c, q.s, &m->total);
+    sql_free(&q);
     return rc;
 }
 
@@ -221,30 +332,82 @@ static int copy_fn(void *arg, size_t i, unsigned w)
     return copy_table(m, m->wsrc[w], m->wdst[w], &m->tables[i]);
 }
 
+/*
+ * The cheapest way the target takes rows, decided once, before any row is
+ * copied, so that no table is ever copied half one way: LOAD DATA LOCAL
+ * INFILE (probed with an empty load), else array binding, else multi-row
+ * INSERTs.
+ */
+static int choose_feed(mv *m)
+{
+    shard_conn *dst = m->wdst[0];
+    int yes;
+
+    m->feed = MOVE_FEED_INSERT;
+    if (m->ntables == 0)
+        return 0;
+    yes = move_infile_probe(m, dst, &m->tables[0]);
+    if (yes < 0)
+        return shard_fail_prefix(yes, "trying LOAD DATA LOCAL INFILE on the target: ");
+    if (yes) {
+        m->feed = MOVE_FEED_INFILE;
+        ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: copying with LOAD DATA LOCAL INFILE",
+                (unsigned long long)m->id);
+        return 0;
+    }
+    if (move_bulk_supported(dst))
+        m->feed = MOVE_FEED_BULK;
+    ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: the target master %s refuses LOAD DATA LOCAL "
+            "INFILE (%s; is local_infile OFF?): copying with %s instead, which is slower",
+            (unsigned long long)m->id, dst->srv->label, shard_errmsg(),
+            m->feed == MOVE_FEED_BULK ? "array-bound prepared INSERTs" : "multi-row INSERTs");
+    return 0;
+}
+
 int move_copy(mv *m)
 {
     unsigned n = fanout_workers(m->ntables, move_threads(m));
     double t0 = now_seconds();
+    move_throttle th;
     shard_errsave saved;
     int rc = 0;
 
     for (unsigned w = 0; rc == 0 && w < n; w++) {
         shard_conn *c;
+        /* Tables are copied in any order: a child's rows may come before
+         * its parent's (the source's rows were consistent at the snapshot). */
         if ((rc = move_wsrc(m, w, &c)) == 0 && (rc = move_wdst(m, w, &c)) == 0)
-            rc = move_runf(c, "SET SESSION time_zone = '+00:00'");
+            rc = move_runf(c, "SET SESSION time_zone = '+00:00', foreign_key_checks = 0");
+        /* The source's bytes as they are stored, never converted. */
+        if (rc == 0)
+            rc = move_runf(m->wsrc[w], "SET SESSION character_set_results = binary");
     }
     if (rc == 0)
+        rc = choose_feed(m);
+    /* The throttle's first look at the source before the snapshot: a
+     * paused copy holds no snapshot open yet. */
+    if (rc == 0) {
+        rc = move_throttle_start(m, &th);
+        m->th = &th;
+    }
+    if (rc == 0 && (rc = move_throttle_wait(&th)) == 0)
         rc = open_snapshots(m, n);
     if (rc == 0) {
         m->done = m->total = 0;
         m->r->rows_copied = m->r->bytes_copied = 0;
-        rc = fanout_run(m->ntables, n, count_fn, m);
-        if (rc)
-            shard_fail_prefix(rc, "counting rows: ");
+        if ((rc = estimate_rows(m, m->src)))
+            shard_fail_prefix(rc, "estimating rows: ");
     }
     if (rc == 0)
         rc = fanout_run(m->ntables, n, copy_fn, m);
+    if (rc == 0) { /* the exact total, now that it is known */
+        m->total = m->done;
+        move_progress(m, SHARD_MOVE_COPYING, m->done, m->total);
+    }
     shard_error_save(&saved, rc);
+    if (m->th)
+        move_throttle_stop(m->th);
+    m->th = NULL;
     for (unsigned w = 0; w < n; w++)
         if (m->wsrc[w])
             move_runf(m->wsrc[w], "COMMIT"); /* ends the snapshot; may fail on a dead source */

@@ -646,7 +646,7 @@ static int options(mv *m, const shard_move_options *opts)
     if (!m->o.catchup_timeout_s)
         m->o.catchup_timeout_s = defaults.catchup_timeout_s;
     m->window_s = m->o.reverse_window_s;
-    return 0;
+    return move_load_parse(m->o.max_load, NULL, NULL); /* refused before anything starts */
 }
 
 static void mv_init(mv *m, shard_ctx *ctx, shard_move_report *r)

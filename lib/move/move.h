@@ -5,6 +5,9 @@
  *   journal.c  the durable move record, entering a phase, finding moves
  *   plan.c     pairs, preflight checks, tables, the target's schema, fence rows
  *   copy.c     the snapshot copy
+ *   infile.c   feeding the copy to the target as LOAD DATA LOCAL INFILE
+ *   bulk.c     ... or, where that is refused, as array-bound prepared INSERTs
+ *   throttle.c the copy's rate limit and its pause on the source's load
  *   catchup.c  the filtered replication connections (shared per source
  *              master, forward and reverse) and catching up
  *   cutover.c  the fence, the flip (publish), lifting the fence
@@ -58,6 +61,13 @@ typedef struct mtable {
     uint64_t rows;
 } mtable;
 
+/* How the copy hands rows to the target, decided once per copy. */
+typedef enum move_feed {
+    MOVE_FEED_INFILE, /* LOAD DATA LOCAL INFILE, streamed (infile.c) */
+    MOVE_FEED_BULK,   /* array-bound prepared INSERTs (bulk.c; local_infile off) */
+    MOVE_FEED_INSERT  /* multi-row INSERTs of hex literals (no array binding) */
+} move_feed;
+
 typedef struct mv {
     shard_ctx *ctx;
     shard_move_options o;
@@ -105,6 +115,8 @@ typedef struct mv {
     char flip_at[64];  /* the target's clock at the fence, UTC text ("": unknown) */
     uint64_t verify_unchecked; /* rows a live verification could not compare */
     uint64_t verify_missing;   /* of those, source rows absent on the target */
+    move_feed feed;              /* the copy's way of writing (copy.c) */
+    struct move_throttle *th;    /* the copy's throttle, while it runs */
 } mv;
 
 /* ---- helpers (driver.c) ------------------------------------------------------ */
@@ -193,6 +205,77 @@ int move_fence_delete(mv *m);
 
 int move_copy(mv *m);
 int move_count_rows(mv *m, shard_conn *src);
+
+/* ---- throttle.c ------------------------------------------------------------------------ */
+
+#define MOVE_LOAD_MAX 8       /* variables in one max_load */
+#define MOVE_LOAD_NAME_MAX 64
+
+typedef struct move_loadvar {
+    char name[MOVE_LOAD_NAME_MAX + 1];
+    uint64_t limit;
+} move_loadvar;
+
+/* One copy's throttle, shared by its workers. */
+typedef struct move_throttle {
+    mv *m;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    double rate;      /* rows per second (0: no limit) */
+    double next;      /* the token bucket: when the next batch may go */
+    move_loadvar load[MOVE_LOAD_MAX];
+    unsigned nload;
+    shard_conn *mon;  /* the watcher's connection to the source master */
+    pthread_t monitor;
+    bool running, stop;
+    bool paused;      /* a variable is above its limit: no batch starts */
+    bool failed;      /* a worker failed: the others stop waiting */
+    unsigned pauses;
+} move_throttle;
+
+/* Check "VAR=N[,VAR=N...]" (NULL or "": none); out (MOVE_LOAD_MAX of
+ * them) and n may be NULL. SHARD_EINVAL with the reason. */
+int move_load_parse(const char *spec, move_loadvar *out, unsigned *n);
+/* Set up th from m->o; with max_load, look at the source once and start
+ * the thread that keeps looking. Stop it with move_throttle_stop, also
+ * after a failure. */
+int move_throttle_start(mv *m, move_throttle *th);
+void move_throttle_stop(move_throttle *th);
+/* A worker failed: nobody waits for the load to drop any more. */
+void move_throttle_fail(move_throttle *th);
+bool move_throttle_paused(move_throttle *th);
+/* Wait while the copy is paused (an error once another worker failed). */
+int move_throttle_wait(move_throttle *th);
+/* Rows per batch under the rate (want, or fewer for a low rate). */
+uint64_t move_throttle_batch(move_throttle *th, uint64_t want);
+/* Take rows from the bucket: the time (now_seconds) they may go at. */
+double move_throttle_take(move_throttle *th, uint64_t rows);
+/* Before a batch outside any statement: wait while paused, then for the
+ * bucket. */
+int move_throttle_gate(move_throttle *th, uint64_t rows);
+
+/* ---- bulk.c ------------------------------------------------------------------------------ */
+
+/* Whether dst's server takes array binding (MariaDB's bulk execution). */
+bool move_bulk_supported(shard_conn *dst);
+/* Copy the rows of res into t on dst, batch_rows rows (and at most half
+ * the packet limit) per execution of one prepared INSERT. */
+int move_bulk_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
+                   const mtable *t, MYSQL_RES *res);
+
+/* ---- infile.c -------------------------------------------------------------------------- */
+
+/* Whether dst takes LOAD DATA LOCAL INFILE (probed with an empty one into
+ * table t): 1 yes, 0 refused (the reason in the thread's message), <0 an
+ * error. */
+int move_infile_probe(mv *m, shard_conn *dst, const mtable *t);
+/* Copy the rows of res (a SELECT * in primary-key order, being read with
+ * mysql_use_result) into t on dst, in LOAD DATA statements of bounded
+ * size, each its own transaction. */
+int move_infile_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
+                     const mtable *t, MYSQL_RES *res);
+/* Count rows and bytes as copied, and tell the progress callback. */
+void move_copied(mv *m, uint64_t rows, uint64_t bytes);
 
 /* ---- catchup.c ------------------------------------------------------------------------ */
 
