@@ -222,6 +222,36 @@ static int take_credentials(conn_config *cf, MYSQL *my, const char *label, char 
     return rc;
 }
 
+
+/* The local-infile handler of every connection: no file is ever sent. */
+static int refuse_infile_init(void **ptr, const char *name, void *payload)
+{
+    (void)name;
+    (void)payload;
+    *ptr = NULL;
+    return 1;
+}
+
+static int refuse_infile_read(void *ptr, char *buf, unsigned int len)
+{
+    (void)ptr;
+    (void)buf;
+    (void)len;
+    return -1;
+}
+
+static void refuse_infile_end(void *ptr)
+{
+    (void)ptr;
+}
+
+static int refuse_infile_error(void *ptr, char *msg, unsigned int len)
+{
+    (void)ptr;
+    snprintf(msg, len, "libshard sends no local file to a server that asks for one");
+    return 2000; /* CR_UNKNOWN_ERROR */
+}
+
 static int conn_open(shard_server *srv, shard_conn **out)
 {
     conn_config *cf = srv->conf;
@@ -249,6 +279,12 @@ static int conn_open(shard_server *srv, shard_conn **out)
     mysql_optionsv(c->my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     mysql_optionsv(c->my, MYSQL_OPT_MAX_ALLOWED_PACKET, &client_max);
     mysql_optionsv(c->my, MYSQL_OPT_RECONNECT, &no);
+    /* A server may answer any statement with a request for a local file;
+     * the library's default handler would read it from disk. Only a move's
+     * copy feeds LOAD DATA LOCAL, through a handler of its own (its
+     * lib/move/infile.c); every other request is refused. */
+    mysql_set_local_infile_handler(c->my, refuse_infile_init, refuse_infile_read,
+                                   refuse_infile_end, refuse_infile_error, NULL);
     mysql_optionsv(c->my, MYSQL_INIT_COMMAND,
                    "SET SESSION sql_mode='STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,"
                    "NO_AUTO_VALUE_ON_ZERO'");

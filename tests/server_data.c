@@ -19,6 +19,7 @@
 #include <check.h>
 #include <jansson.h> /* before libshard.h: declares the jansson calls */
 #include <libshard.h>
+#include "ctx.h" /* private: a connection of the pool itself (tests link libshard_internal.a) */
 #include <mysql.h>
 
 #include <pthread.h>
@@ -74,7 +75,7 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void sleep_ms(long ms)
+static void nap_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -1968,7 +1969,7 @@ static void *pound(void *arg)
             p->first_rc[ph] = rc;
             snprintf(p->first_err[ph], sizeof p->first_err[ph], "%s", shard_errmsg());
         }
-        sleep_ms(5);
+        nap_ms(5);
     }
     return NULL;
 }
@@ -2009,7 +2010,7 @@ START_TEST(test_master_killed)
     pthread_t t1, t2;
     ck_assert_int_eq(pthread_create(&t1, NULL, pound, &p1), 0);
     ck_assert_int_eq(pthread_create(&t2, NULL, pound, &p2), 0);
-    sleep_ms(300);
+    nap_ms(300);
 
     atomic_store(&phase, KILLING);
     ck_assert_int_eq(harness_kill(H, "s1"), 0);
@@ -2093,7 +2094,7 @@ START_TEST(test_master_killed)
     OK(shard_txn_object_create(t, PINS, "{}", 2, &id));
     OK(shard_txn_commit(t));
     assert_get_is(id, "{}");
-    sleep_ms(200);
+    nap_ms(200);
     atomic_store(&phase, STOP);
     pthread_join(t1, NULL);
     pthread_join(t2, NULL);
@@ -2136,7 +2137,7 @@ START_TEST(test_standbys_hold_every_write)
             s = pair_checksum(p, 2 * p);
             if (strcmp(m, s) == 0 || now_s() - t0 > WAIT_SECS)
                 break;
-            sleep_ms(200);
+            nap_ms(200);
         }
         ck_assert_msg(strcmp(m, s) == 0,
                       "pair %d: standby %s differs from master %s after %.0fs:\n%s\n--\n%s", p,
@@ -2161,7 +2162,7 @@ START_TEST(test_standbys_hold_every_write)
                       (unsigned long long)shard_id_local(y));
         if (got == 2)
             break;
-        sleep_ms(100);
+        nap_ms(100);
     }
     ck_assert_int_eq(got, 2);
 }
@@ -2480,8 +2481,8 @@ START_TEST(test_fence)
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, create_waiting, &w), 0);
     while (!atomic_load(&w.started))
-        sleep_ms(1);
-    sleep_ms(200); /* let it meet the fence: not an assertion, it may be later */
+        nap_ms(1);
+    nap_ms(200); /* let it meet the fence: not an assertion, it may be later */
     publish(moved);
     pthread_join(th, NULL);
     ck_assert_msg(w.rc == 0, "the waiting create: %s", shard_strerror(w.rc));
@@ -2539,6 +2540,30 @@ START_TEST(test_fence_table_missing)
 }
 END_TEST
 
+/* A server that answers with a request for a local file gets none: a
+ * connection of the pool runs LOAD DATA LOCAL of a readable client file,
+ * and nothing of it reaches the table. */
+START_TEST(test_no_local_file_sent)
+{
+    shard_map *map = NULL;
+    shard_server *srv;
+    shard_conn *c = NULL;
+    int rc;
+
+    free(sql_on("s3", "CREATE TABLE IF NOT EXISTS db00012.li (t LONGTEXT)"));
+    OK(shard_ctx_map(C, &map));
+    srv = ctx_server(C, map, (size_t)shard_map_pair_index(map, 12));
+    ck_assert_ptr_nonnull(srv);
+    OK(conn_get(C, srv, &c));
+    rc = conn_query_str(c, "LOAD DATA LOCAL INFILE '/etc/passwd' INTO TABLE db00012.li");
+    conn_put(c, false);
+    shard_map_free(map);
+    ck_assert_int_ne(rc, 0);
+    ck_assert_int_eq(sql_num("s3", "SELECT COUNT(*) FROM db00012.li"), 0);
+    free(sql_on("s3", "DROP TABLE db00012.li"));
+}
+END_TEST
+
 /* ------------------------------------------------------------ main */
 
 static Suite *data_suite(void)
@@ -2570,6 +2595,7 @@ static Suite *data_suite(void)
     tcase_add_test(tc, test_mapping_add_validates_first);
     tcase_add_test(tc, test_fence);
     tcase_add_test(tc, test_fence_table_missing);
+    tcase_add_test(tc, test_no_local_file_sent);
     tcase_add_test(tc, test_standbys_hold_every_write);
     suite_add_tcase(s, tc);
     return s;
