@@ -108,7 +108,8 @@ _OPTIONS_VERSION = 2
 _MOVE_OPTIONS_VERSION = 1
 _DBNAME_SIZE = 65           # a database name is at most 64 bytes (man page)
 MOVE_PHASES = ("planned", "copying", "catchup", "fenced", "flipped",
-               "verifying", "cleaning", "done", "aborted")
+               "verifying", "cleaning", "done", "aborted", "reversible",
+               "reverting", "reverted")
 
 _U32 = (1 << 32) - 1
 _U64 = (1 << 64) - 1

@@ -189,6 +189,11 @@ class NoServerTests(Case):
         self.assertEqual(ls.version_num(), (major << 16) | (minor << 8) | patch)
         ls.global_init()
 
+    def test_move_phases_match_the_library(self):
+        for i, name in enumerate(ls.MOVE_PHASES):
+            self.assertEqual(ls._phase_name(i), name)
+        self.assertEqual(ls._phase_name(len(ls.MOVE_PHASES)), "unknown")
+
     def import_fails(self, env):
         """The ImportError text of `import libshard` (this module) under env."""
         code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
