@@ -222,6 +222,35 @@ static int get_group(void *arg, size_t i, unsigned worker)
     return ctx_exec(j->ctx, j->groups[i].slots[0].modshard, EXEC_MOD, get_fn, &j->groups[i]);
 }
 
+/*
+ * The keys' slots (kv_slots) cut into groups of one pair each (by_pair) or
+ * of one mod shard each: *slots and *groups are the caller's to free.
+ */
+static int kv_groups(shard_ctx *ctx, const char *table, char *const *keys, size_t n,
+                     bool by_pair, char **vals, kv_slot **slots, kv_group **groups,
+                     size_t *ng)
+{
+    int rc;
+
+    *ng = 0;
+    if ((rc = kv_slots(ctx, table, keys, n, slots)))
+        return rc;
+    if (!(*groups = shard_calloc(n, sizeof **groups))) {
+        free(*slots);
+        return shard_fail(SHARD_ENOMEM, "out of memory for %zu lookup keys", n);
+    }
+    for (size_t i = 0; i < n;) {
+        kv_slot *sl = *slots;
+        size_t k = i;
+        while (k < n && (by_pair ? sl[k].pair == sl[i].pair
+                                 : sl[k].modshard == sl[i].modshard))
+            k++;
+        (*groups)[(*ng)++] = (kv_group){table, sl + i, k - i, vals};
+        i = k;
+    }
+    return 0;
+}
+
 int legacy_kv_get_many(shard_ctx *ctx, const char *table, char *const *keys, size_t n,
                        char **vals)
 {
@@ -234,19 +263,8 @@ int legacy_kv_get_many(shard_ctx *ctx, const char *table, char *const *keys, siz
         vals[i] = NULL;
     if (n == 0)
         return 0;
-    if ((rc = kv_slots(ctx, table, keys, n, &slots)))
+    if ((rc = kv_groups(ctx, table, keys, n, true, vals, &slots, &groups, &ng)))
         return rc;
-    if (!(groups = shard_calloc(n, sizeof *groups))) {
-        free(slots);
-        return shard_fail(SHARD_ENOMEM, "out of memory for %zu lookup keys", n);
-    }
-    for (size_t i = 0; i < n;) {
-        size_t k = i;
-        while (k < n && slots[k].pair == slots[i].pair)
-            k++;
-        groups[ng++] = (kv_group){table, slots + i, k - i, vals};
-        i = k;
-    }
     kv_job j = {ctx, groups, NULL, false};
     /* Every server at once: their number is small (the pairs). */
     rc = fanout_run(ng, (unsigned)ng, get_group, &j);
@@ -322,19 +340,8 @@ static int write_many(shard_ctx *ctx, const char *table, char *const *keys,
 
     if (n == 0)
         return 0;
-    if ((rc = kv_slots(ctx, table, keys, n, &slots)))
+    if ((rc = kv_groups(ctx, table, keys, n, false, NULL, &slots, &groups, &ng)))
         return rc;
-    if (!(groups = shard_calloc(n, sizeof *groups))) {
-        free(slots);
-        return shard_fail(SHARD_ENOMEM, "out of memory for %zu lookup keys", n);
-    }
-    for (size_t i = 0; i < n;) {
-        size_t k = i;
-        while (k < n && slots[k].modshard == slots[i].modshard)
-            k++;
-        groups[ng++] = (kv_group){table, slots + i, k - i, NULL};
-        i = k;
-    }
     kv_job j = {ctx, groups, vals, remove};
     rc = fanout_run(ng, threads, put_group, &j);
     free(groups);
