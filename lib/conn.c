@@ -474,6 +474,26 @@ static int query_n(shard_conn *c, const char *sql, size_t len)
     return conn_fail(c->my, c->srv->label, t0, c->read_timeout_ms, &c->last_errno);
 }
 
+int conn_send(shard_conn *c, const sqlbuf *sql)
+{
+    double t0 = now_seconds();
+    int rc;
+
+    if ((rc = sql_check(sql)) || (rc = conn_fits(c, sql->len)))
+        return rc;
+    c->sent_at = t0;
+    if (mysql_send_query(c->my, sql->s, (unsigned long)sql->len) == 0)
+        return 0;
+    return conn_fail(c->my, c->srv->label, t0, c->read_timeout_ms, &c->last_errno);
+}
+
+int conn_read(shard_conn *c)
+{
+    if (mysql_read_query_result(c->my) == 0)
+        return 0;
+    return conn_fail(c->my, c->srv->label, c->sent_at, c->read_timeout_ms, &c->last_errno);
+}
+
 int conn_query(shard_conn *c, const sqlbuf *sql)
 {
     int rc = sql_check(sql);

@@ -58,6 +58,7 @@ typedef struct shard_conn {
     struct shard_conn *next;    /* in the idle list */
     unsigned long max_packet;   /* the server's max_allowed_packet */
     double idle_since;          /* monotonic seconds */
+    double sent_at;             /* when conn_send sent the statement in flight */
     unsigned last_errno;        /* server/client error number of the last failure */
     unsigned read_timeout_ms;
     uint64_t affected;          /* rows the last conn_stmt_run changed */
@@ -103,6 +104,11 @@ void server_close_all(shard_server *srv);
 /* Run one statement; on failure the message names the server and error. */
 int conn_query(shard_conn *c, const sqlbuf *sql);
 int conn_query_str(shard_conn *c, const char *sql);
+/* One statement in two halves, so that several servers work on theirs at
+ * once: conn_send sends it, conn_read waits for its outcome (then read the
+ * result as after conn_query). */
+int conn_send(shard_conn *c, const sqlbuf *sql);
+int conn_read(shard_conn *c);
 /* Run a statement and store its whole result (*res: mysql_free_result). */
 int conn_select(shard_conn *c, const sqlbuf *sql, MYSQL_RES **res);
 /* Writes a statement's text into q (called only when it must be prepared). */

@@ -1334,6 +1334,16 @@ static void scale_tools(int src, int dst, unsigned first, unsigned last, scale_t
 
 static double scale_phase_t[SHARD_MOVE_ABORTED + 1];
 
+/* The mover's log in the scale run: where each phase's time goes (its
+ * debug-level "... in S s" lines) and every warning. */
+static void scale_log(int level, const char *message, void *payload)
+{
+    (void)payload;
+    size_t n = strlen(message);
+    if (level <= SHARD_LOG_WARN || (n > 2 && strcmp(message + n - 2, " s") == 0))
+        note("scale mover: %s", message);
+}
+
 static void scale_phase(int phase, uint64_t done, uint64_t total, void *payload)
 {
     (void)done;
@@ -1384,8 +1394,11 @@ static void scale_bench(bool have_mydumper)
     note("scale: servers in %s", harness_dir(H));
     servers_of(3);
     so.refresh_interval_ms = 0; /* the writers follow the move through the fence alone */
-    if (shard_ctx_open(&app, harness_map_path(H), &so) ||
-        harness_open_admin(H, &mover, &so))
+    if (shard_ctx_open(&app, harness_map_path(H), &so))
+        die("open: %s", shard_errmsg());
+    so.log_level = SHARD_LOG_DEBUG;
+    so.log = scale_log;
+    if (harness_open_admin(H, &mover, &so))
         die("open: %s", shard_errmsg());
     if (shard_schema_apply(mover, NULL, NULL))
         die("schema: %s", shard_errmsg());
@@ -1397,7 +1410,7 @@ static void scale_bench(bool have_mydumper)
     note("scale: %u pins on each of shards %u-%u (MySQL001) in %.1f s", SCALE_PINS, first,
          last, now() - t0);
 
-    if (have_mydumper)
+    if (have_mydumper && bench_selected("move-scale-vs-myloader"))
         scale_tools(1, 3, first, last, &tr);
 
     for (int i = 0; i < SCALE_WRITERS; i++) {

@@ -120,6 +120,14 @@ void move_progress(mv *m, int phase, uint64_t done, uint64_t total)
     pthread_mutex_unlock(&m->lock);
 }
 
+void move_step(mv *m, double *t0, const char *step)
+{
+    double t = now_seconds();
+    ctx_log(m->ctx, SHARD_LOG_DEBUG, "move %llu: %s in %.3f s", (unsigned long long)m->id,
+            step, t - *t0);
+    *t0 = t;
+}
+
 int move_db_list(const mv *m, sqlbuf *q, bool quoted)
 {
     for (unsigned s = m->first; s <= m->last; s++) {
@@ -212,17 +220,21 @@ static int lift_fence(mv *m, int rc)
 static int state_planned(mv *m)
 {
     shard_errsave why;
+    double t0 = now_seconds();
     int rc;
 
     if ((rc = move_list_tables(m)))
         return rc;
+    move_step(m, &t0, "listing the tables");
     /* A resumed copy starts again; the earlier runs' copies are this
      * move's own. A fresh move never drops anything on the target. */
     if (m->resumed && ((rc = move_repl_remove(m)) || (rc = move_drop_target(m))))
         return rc;
     if ((rc = move_fence_prepare(m)))
         return rc;
+    move_step(m, &t0, "preparing the fence");
     rc = move_create_target(m);
+    move_step(m, &t0, "creating the target's tables");
     if (rc == SHARD_EEXISTS && !m->resumed) {
         /* Not ours: end the move here, so that no resume ever drops it. */
         shard_error_save(&why, rc);
@@ -450,12 +462,19 @@ static int state_verifying(mv *m)
 /* cleaning: once both halves of the target hold everything, the source goes. */
 static int state_cleaning(mv *m)
 {
+    double t0 = now_seconds();
     int rc;
 
-    if (m->o.flags & SHARD_MOVE_KEEP_SOURCE)
+    if (m->o.flags & SHARD_MOVE_KEEP_SOURCE) {
         move_check_target_pair(m); /* nothing is dropped: a warning is enough */
-    else if ((rc = move_target_pair_ready(m)) || (rc = move_drop_source(m)))
-        return rc;
+    } else {
+        if ((rc = move_target_pair_ready(m)))
+            return rc;
+        move_step(m, &t0, "waiting for both halves of the target");
+        if ((rc = move_drop_source(m)))
+            return rc;
+        move_step(m, &t0, "dropping the source");
+    }
     return move_enter(m, MOVE_DONE, NULL);
 }
 

@@ -135,6 +135,9 @@ void move_close_workers(mv *m);
 unsigned move_threads(const mv *m);
 int move_runf(shard_conn *c, const char *fmt, ...) SHARD_PRINTF(2, 3);
 void move_progress(mv *m, int phase, uint64_t done, uint64_t total);
+/* A debug-level log line "move ID: STEP in S s" (since *t0), and *t0 = now:
+ * where a phase's time goes, for operators and benchmarks. */
+void move_step(mv *m, double *t0, const char *step);
 /* The moved databases as "db00002,db00003" (or quoted for IN (...)). */
 int move_db_list(const mv *m, sqlbuf *q, bool quoted);
 bool move_name_ok(const char *s);

@@ -466,6 +466,7 @@ static int create_table_fn(void *arg, size_t i, unsigned w)
 
 int move_create_target(mv *m)
 {
+    double t0 = now_seconds();
     uint64_t exists = 0;
     sqlbuf q;
     int rc;
@@ -484,8 +485,10 @@ int move_create_target(mv *m)
         return shard_fail(SHARD_EEXISTS, "target %s already has %llu table(s) in shards %u-%u: "
                           "drop them (or abort the move that left them) first",
                           move_dp(m)->name, (unsigned long long)exists, m->first, m->last);
-    if ((rc = fanout_run((size_t)(m->last - m->first) + 1, move_threads(m), create_db_fn, m)) ||
-        (rc = fanout_run(m->ntables, move_threads(m), create_table_fn, m)))
+    if ((rc = fanout_run((size_t)(m->last - m->first) + 1, move_threads(m), create_db_fn, m)))
+        return rc;
+    move_step(m, &t0, "creating the target's databases");
+    if ((rc = fanout_run(m->ntables, move_threads(m), create_table_fn, m)))
         return rc;
     m->target_made = true;
     return 0;

@@ -238,25 +238,26 @@ static void add_checksum(sqlbuf *q, const vtable *vt, const vchunk *ch, size_t k
     sql_add(q, ch->where);
 }
 
-/* The checksums of a group's chunks on c, as the server prints them:
- * "count sum" per chunk, in sums[k]. */
-static int checksums(shard_conn *c, const vrun *vr, const vgroup *g, char (*sums)[112])
+/* The checksum statement of a group's chunks: the same text on both sides. */
+static void checksum_sql(sqlbuf *q, const vrun *vr, const vgroup *g)
+{
+    for (size_t k = 0; k < g->n; k++) {
+        const vchunk *ch = &vr->chunks[g->first + k];
+        add_checksum(q, &vr->tables[ch->table], ch, k);
+    }
+}
+
+/* The checksums of a group's chunks on c, whose statement was sent, as
+ * the server prints them: "count sum" per chunk, in sums[k]. */
+static int checksums(shard_conn *c, const vgroup *g, char (*sums)[112])
 {
     MYSQL_RES *res;
     MYSQL_ROW row;
-    sqlbuf q;
     int rc;
 
-    sql_init(&q);
-    for (size_t k = 0; k < g->n; k++) {
-        const vchunk *ch = &vr->chunks[g->first + k];
-        add_checksum(&q, &vr->tables[ch->table], ch, k);
+    for (size_t k = 0; k < g->n; k++)
         sums[k][0] = '\0';
-    }
-    if ((rc = sql_check(&q)) == 0)
-        rc = conn_query(c, &q);
-    sql_free(&q);
-    if (rc)
+    if ((rc = conn_read(c)))
         return rc;
     if (!(res = mysql_store_result(c->my)))
         return shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
@@ -279,14 +280,31 @@ static int group_fn(void *arg, size_t i, unsigned w)
     vcount n = {0, 0, 0, 0};
     uint64_t rows = 0, done, total;
     shard_conn *src;
+    sqlbuf q;
     int rc;
 
     ss = shard_calloc(g->n, sizeof *ss);
     ts = shard_calloc(g->n, sizeof *ts);
+    sql_init(&q);
+    checksum_sql(&q, vr, g);
+    /* Both servers compute their sums at once: sent to both, then read. */
     if (!ss || !ts)
         rc = shard_fail(SHARD_ENOMEM, "out of memory");
-    else if ((rc = move_wsrc(m, w, &src)) == 0 && (rc = checksums(src, vr, g, ss)) == 0)
-        rc = checksums(m->vsnap[w], vr, g, ts);
+    else if ((rc = move_wsrc(m, w, &src)) == 0 && (rc = conn_send(src, &q)) == 0) {
+        if ((rc = conn_send(m->vsnap[w], &q)) == 0) {
+            shard_errsave why;
+            shard_error_save(&why, checksums(src, g, ss));
+            rc = checksums(m->vsnap[w], g, ts); /* read even after a failure */
+            if (why.code)
+                rc = shard_error_restore(&why);
+        } else {
+            shard_errsave why;
+            shard_error_save(&why, rc);
+            checksums(src, g, ss); /* the source's answer is read, never left */
+            rc = shard_error_restore(&why);
+        }
+    }
+    sql_free(&q);
     for (size_t k = 0; rc == 0 && k < g->n; k++) {
         const vchunk *ch = &vr->chunks[g->first + k];
         const vtable *vt = &vr->tables[ch->table];
@@ -720,7 +738,7 @@ static int keep_source_for_missing(mv *m)
 
 int move_verify(mv *m)
 {
-    double t0 = now_seconds();
+    double t0 = now_seconds(), t1 = t0;
     vrun vr = {m, NULL, NULL, 0, 0, NULL, 0};
     unsigned n;
     int rc = 0;
@@ -751,16 +769,20 @@ int move_verify(mv *m)
         sql_init(&vt->tcols);
         sql_add(&vt->hash, "MD5(CONCAT_WS(','");
     }
+    move_step(m, &t1, "opening the verification's connections");
     if (rc == 0 && (rc = describe_tables(&vr, m->wsrc[0], false)) == 0 &&
         (rc = describe_tables(&vr, m->vsnap[0], true)) == 0)
         rc = finish_tables(&vr);
+    move_step(m, &t1, "reading the tables' columns");
     if (rc == 0)
         rc = fanout_run((m->ntables + MOVE_VERIFY_GROUP - 1) / MOVE_VERIFY_GROUP, n,
                         table_group_fn, &vr);
+    move_step(m, &t1, "cutting the tables into chunks");
     if (rc == 0 && (rc = make_groups(&vr)) == 0) {
         move_progress(m, SHARD_MOVE_VERIFYING, 0, m->total);
         rc = fanout_run(vr.ngroups, n, group_fn, &vr);
     }
+    move_step(m, &t1, "comparing the chunks' checksums");
     move_close_vsnaps(m);
     move_close_workers(m);
     for (size_t i = 0; vr.tables && i < m->ntables; i++) {
