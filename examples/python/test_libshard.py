@@ -1094,10 +1094,11 @@ class TwoPairTests(ServerCase):
         max_load the library refuses is Invalid before the move starts."""
         a = self.admin
         status, version = a.move_status(), self.map_version()
-        src = self.pair_of(2)
+        # Shard 6 stays on MySQL002 in every other test.
+        self.assertEqual(self.pair_of(6), "MySQL002")
         for kwargs, cls, text in BAD_MOVE_OPTIONS:
-            for call in (lambda: a.move(2, 2, "MySQL002", **kwargs),
-                         lambda: a.move(2, 2, "MySQL002", dry_run=True,
+            for call in (lambda: a.move(6, 6, "MySQL001", **kwargs),
+                         lambda: a.move(6, 6, "MySQL001", dry_run=True,
                                         **kwargs),
                          lambda: a.move_revert(**kwargs),
                          lambda: a.move_finish(**kwargs),
@@ -1111,8 +1112,8 @@ class TwoPairTests(ServerCase):
                            (",".join(f"V{c}=1" for c in "abcdefghi"),
                             "at most 8")):
             for dry_run in (False, True):
-                e = self.assertRaisesShard(ls.Invalid, -1, a.move, 2, 2,
-                                           "MySQL002", dry_run=dry_run,
+                e = self.assertRaisesShard(ls.Invalid, -1, a.move, 6, 6,
+                                           "MySQL001", dry_run=dry_run,
                                            max_load=load)
                 self.assertIn(text, e.message)
         self.assertRaises(TypeError, a.move_revert, dry_run=True)
@@ -1122,9 +1123,10 @@ class TwoPairTests(ServerCase):
             e = self.assertRaisesShard(ls.NotFound, -5, fn, 987654321)
             self.assertIsInstance(e.report, ls.MoveReport)
         self.assertEqual(a.move_status(), status)
-        self.assertEqual(self.pair_of(2), src)
+        self.assertEqual(self.pair_of(6), "MySQL002")
         self.assertEqual(self.map_version(), version)
-        self.assertTrue(self.db_exists(src, 2))
+        self.assertTrue(self.db_exists("MySQL002", 6))
+        self.assertFalse(self.db_exists("MySQL001", 6))
 
     def test_move_throttled_and_postponed(self):
         """max_rows_per_second, max_load and postpone_cutover_file reach the
