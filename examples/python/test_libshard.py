@@ -1175,6 +1175,7 @@ class TwoPairTests(ServerCase):
         self.assertEqual(rep.rows_verified, rep.rows_copied)
         self.assertEqual(rep.mismatches, 0)
         self.assertTrue(rep.source_dropped)
+        self.assertTrue(rep.target_pair_healthy)
         self.assertEqual(self.pair_of(2), "MySQL002")
         self.assertEqual(self.rows("MySQL002", 2), 30)
         self.assertFalse(self.db_exists("MySQL001", 2))
