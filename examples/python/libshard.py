@@ -65,6 +65,7 @@ import threading
 import warnings
 import weakref
 from collections import namedtuple
+from collections.abc import Mapping
 from ctypes import (POINTER, CFUNCTYPE, Structure, byref, c_char, c_char_p,
                     c_double, c_int, c_int64, c_size_t, c_uint, c_uint32,
                     c_uint64, c_void_p)
@@ -105,7 +106,7 @@ _MOVE_DRY_RUN = 1
 _MOVE_KEEP_SOURCE = 2
 _FAILOVER_FORCE = 1
 _OPTIONS_VERSION = 2
-_MOVE_OPTIONS_VERSION = 1
+_MOVE_OPTIONS_VERSION = 2
 _DBNAME_SIZE = 65           # a database name is at most 64 bytes (man page)
 MOVE_PHASES = ("planned", "copying", "catchup", "fenced", "flipped",
                "verifying", "cleaning", "done", "aborted", "reversible",
@@ -337,7 +338,10 @@ class _MoveOptions(Structure):
                 ("copy_threads", c_uint), ("batch_rows", c_uint),
                 ("max_lag_ms", c_uint), ("fence_timeout_s", c_uint),
                 ("cutover_attempts", c_uint), ("catchup_timeout_s", c_uint),
-                ("progress", _MOVE_PROGRESS_FN), ("payload", c_void_p)]
+                ("progress", _MOVE_PROGRESS_FN), ("payload", c_void_p),
+                # version 2
+                ("reverse_window_s", c_uint), ("max_rows_per_second", c_uint64),
+                ("max_load", c_char_p), ("postpone_cutover_file", c_char_p)]
 
 
 class _MoveReport(Structure):
@@ -444,6 +448,10 @@ _PROTOTYPES = {
     "shard_move_abort": (c_int, [_P, c_uint64]),
     "shard_move_status": (c_int, [_P, _PP]),
     "shard_move_phase_name": (c_char_p, [c_int]),
+    "shard_move_revert": (c_int, [_P, c_uint64, POINTER(_MoveOptions),
+                                  POINTER(_MoveReport)]),
+    "shard_move_finish": (c_int, [_P, c_uint64, POINTER(_MoveOptions),
+                                  POINTER(_MoveReport)]),
     "shard_pair_failover": (c_int, [_P, c_char_p, c_int,
                                     POINTER(_FailoverReport)]),
 }
@@ -459,7 +467,11 @@ del _name, _restype, _argtypes, _fn
 
 
 def _int(value, lo, hi, what):
-    value = operator.index(value)  # TypeError for floats, str, None
+    try:
+        value = operator.index(value)  # TypeError for floats, str, None
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not "
+                        f"{type(value).__name__}") from None
     if not lo <= value <= hi:
         raise Invalid(f"{what} {value} out of range ({lo}..{hi})")
     return value
@@ -500,6 +512,48 @@ def _cstr(value, what):
     if b"\0" in raw:
         raise Invalid(f"{what} contains a NUL byte")
     return raw
+
+
+def _move_uint(value, what, hi=_U32):
+    """A move option's number: an int 0..hi (a bool is refused: it is
+    always a mistake there)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an integer, not bool")
+    return _int(value, 0, hi, what)
+
+
+def _max_load(value):
+    """shard_move_options.max_load: None, "VAR=N[,VAR=N...]" (str or
+    bytes; the library checks its syntax before the move starts), or a
+    mapping {VAR: N} made into that text."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        parts = []
+        for name, limit in value.items():
+            if not (isinstance(name, str) and name and name.isascii() and
+                    all(c.isalpha() or c == "_" for c in name)):
+                raise Invalid(f"max_load: {name!r} is not a status variable "
+                              "name (letters and _)")
+            parts.append(f"{name}={_move_uint(limit, f'max_load[{name}]', _U64)}")
+        value = ",".join(parts)
+    elif not isinstance(value, (str, bytes, bytearray, memoryview)):
+        raise TypeError("max_load must be str, bytes or a dict {VAR: N}, not "
+                        f"{type(value).__name__}")
+    return _cstr(value, "max_load")
+
+
+class _Keep:
+    """What a C call's options point to, alive until the call has returned;
+    reraise() re-raises what the callback raised, if anything."""
+
+    def __init__(self, cb, objects):
+        self.cb = cb
+        self.objects = objects
+
+    def reraise(self):
+        if self.cb is not None:
+            self.cb.reraise()
 
 
 def _take(ptr, length=None):
@@ -771,7 +825,10 @@ Edge = namedtuple("Edge", "to seq")
 
 @dataclass
 class MoveReport:
-    """What shard_move() or shard_move_resume() did."""
+    """What shard_move(), shard_move_resume(), shard_move_revert() or
+    shard_move_finish() did (shard_move(3), shard_move_revert(3)).
+    target_pair_healthy: both replication links of the target pair ran
+    without error at the end."""
     move_id: int
     source: str
     target: str
@@ -792,6 +849,7 @@ class MoveReport:
     mismatches: int
     map_version: int
     source_dropped: bool
+    target_pair_healthy: bool
 
     @classmethod
     def _from(cls, r):
@@ -800,7 +858,8 @@ class MoveReport:
                    r.rows_copied, r.bytes_copied, r.copy_seconds,
                    r.catchup_seconds, r.cutover_seconds, r.verify_seconds,
                    r.pause_ms, r.fence_attempts, r.rows_verified, r.mismatches,
-                   r.map_version, bool(r.source_dropped))
+                   r.map_version, bool(r.source_dropped),
+                   bool(r.target_pair_healthy))
 
 
 @dataclass
@@ -1110,38 +1169,66 @@ class Context(_Handle):
 
     # ---- moves -------------------------------------------------------
     @staticmethod
-    def _move_options(dry_run=False, keep_source=False, copy_threads=4,
-                      batch_rows=1000, max_lag_ms=500, fence_timeout_s=2,
+    def _move_options(*, dry_run=False, keep_source=False, copy_threads=4,
+                      batch_rows=2000, max_lag_ms=500, fence_timeout_s=2,
                       cutover_attempts=20, catchup_timeout_s=3600,
+                      reverse_window_s=0, max_rows_per_second=0,
+                      max_load=None, postpone_cutover_file=None,
                       progress=None):
+        """A shard_move_options (version 2) and what must stay alive with
+        it for the call: the callback, the strings. Every value is checked
+        here, before any C call: TypeError for a wrong type (a bool where a
+        number goes too), Invalid for a number out of range or a NUL byte."""
         o = _MoveOptions(version=_MOVE_OPTIONS_VERSION)
         o.flags = ((_MOVE_DRY_RUN if dry_run else 0) |
                    (_MOVE_KEEP_SOURCE if keep_source else 0))
-        o.copy_threads = _uint(copy_threads, "copy_threads")
-        o.batch_rows = _uint(batch_rows, "batch_rows")
-        o.max_lag_ms = _uint(max_lag_ms, "max_lag_ms")
-        o.fence_timeout_s = _uint(fence_timeout_s, "fence_timeout_s")
-        o.cutover_attempts = _uint(cutover_attempts, "cutover_attempts")
-        o.catchup_timeout_s = _uint(catchup_timeout_s, "catchup_timeout_s")
+        o.copy_threads = _move_uint(copy_threads, "copy_threads")
+        o.batch_rows = _move_uint(batch_rows, "batch_rows")
+        o.max_lag_ms = _move_uint(max_lag_ms, "max_lag_ms")
+        o.fence_timeout_s = _move_uint(fence_timeout_s, "fence_timeout_s")
+        o.cutover_attempts = _move_uint(cutover_attempts, "cutover_attempts")
+        o.catchup_timeout_s = _move_uint(catchup_timeout_s,
+                                         "catchup_timeout_s")
+        o.reverse_window_s = _move_uint(reverse_window_s, "reverse_window_s")
+        o.max_rows_per_second = _move_uint(max_rows_per_second,
+                                           "max_rows_per_second", _U64)
+        load = _max_load(max_load)
+        postpone = (None if postpone_cutover_file is None else
+                    _cstr(postpone_cutover_file, "postpone_cutover_file"))
+        # The struct points into these bytes objects (ctypes keeps them in
+        # o._objects too); keep holds them, and the callback, explicitly.
+        o.max_load = load
+        o.postpone_cutover_file = postpone
         cb = None
         if progress is not None:
+            if not callable(progress):
+                raise TypeError("progress must be callable, not "
+                                f"{type(progress).__name__}")
             cb = _Callback(lambda phase, done, total, _p:
                            progress(_phase_name(phase), done, total))
             o.progress = _MOVE_PROGRESS_FN(cb.call_void)
-        return o, cb
+        return o, _Keep(cb, (load, postpone))
 
     def move(self, first, last, target, *, dry_run=False, **options):
         """Move ID shards first..last to pair `target`, online.
 
         With dry_run=True nothing changes and the plan text is returned;
-        otherwise a MoveReport. options: keep_source, copy_threads,
+        otherwise a MoveReport. options (shard_move(3), with
+        SHARD_MOVE_OPTIONS_INIT's defaults): keep_source, copy_threads,
         batch_rows, max_lag_ms, fence_timeout_s, cutover_attempts,
-        catchup_timeout_s (SHARD_MOVE_OPTIONS_INIT's defaults), and
-        progress=callable(phase_name, done, total). A failed move raises
-        with .report (how far it got).
+        catchup_timeout_s; reverse_window_s (seconds: keep the source in
+        sync from the target after the flip, the move ending in phase
+        "reversible" for move_revert() or move_finish(); 0: none);
+        max_rows_per_second (copy throttle, 0: none); max_load
+        ("VAR=N[,VAR=N...]" or a dict {"Threads_running": 50}: the copy
+        pauses while a source status variable is above N; None: none);
+        postpone_cutover_file (a path: once caught up, the move waits while
+        it exists); progress=callable(phase_name, done, total). A bad value
+        raises TypeError or Invalid before anything happens. A failed move
+        raises with .report (how far it got).
         """
         h = self._handle()
-        o, cb = self._move_options(dry_run=dry_run, **options)
+        o, keep = self._move_options(dry_run=dry_run, **options)
         report = _MoveReport()
         plan = c_void_p()
         rc = _lib.shard_move(h, _uint(first, "first shard"),
@@ -1149,22 +1236,49 @@ class Context(_Handle):
                              byref(o), byref(report),
                              byref(plan) if dry_run else None)
         text = _take(plan.value) if plan.value else None
-        if cb:
-            cb.reraise()
+        keep.reraise()
         self._move_check(rc, report)
         return _text(text) if dry_run else MoveReport._from(report)
 
-    def move_resume(self, move_id=0, **options):
-        """Resume an unfinished move (0: the only one); a MoveReport."""
+    def _move_id_call(self, fn, move_id, options):
+        """shard_move_resume, _revert or _finish: (ctx, id, opts, report)."""
+        if "dry_run" in options:
+            raise TypeError("dry_run is an option of move() only")
         h = self._handle()
-        o, cb = self._move_options(**options)
+        o, keep = self._move_options(**options)
         report = _MoveReport()
-        rc = _lib.shard_move_resume(h, _u64(move_id, "move id"), byref(o),
-                                    byref(report))
-        if cb:
-            cb.reraise()
+        rc = fn(h, _u64(move_id, "move id"), byref(o), byref(report))
+        keep.reraise()
         self._move_check(rc, report)
         return MoveReport._from(report)
+
+    def move_resume(self, move_id=0, **options):
+        """Resume an unfinished move (0: the only one); a MoveReport.
+        options as for move(). A reversible move's resume restarts its
+        reverse stream and returns with it still "reversible" while its
+        window lasts; after the window it finishes it (move_finish())."""
+        return self._move_id_call(_lib.shard_move_resume, move_id, options)
+
+    def move_revert(self, move_id=0, **options):
+        """Revert a move in phase "reversible" (0: the only one): a cut-over
+        back to its source, verification, the target's copies dropped
+        (kept with keep_source=True); shard_move_revert(3). A MoveReport of
+        the revert: its source and target are the revert's (the move's
+        target and source), its phase "reverted" on success. Busy while the
+        reverse stream is broken (nothing changes then); NotFound when no
+        such move is reversible. options as for move(); the ones that count
+        are max_lag_ms, fence_timeout_s, cutover_attempts, copy_threads
+        (verification), keep_source and progress. A failed revert raises
+        with .report; move_resume() completes an interrupted one."""
+        return self._move_id_call(_lib.shard_move_revert, move_id, options)
+
+    def move_finish(self, move_id=0, **options):
+        """End the reverse window of a move in phase "reversible" now (0:
+        the only one): stop its reverse stream and drop the source's copies
+        (shard_move_revert(3)); a MoveReport, phase "done" on success.
+        NotFound when no such move is reversible. options as for move()
+        (progress is the one that counts). A failure raises with .report."""
+        return self._move_id_call(_lib.shard_move_finish, move_id, options)
 
     @staticmethod
     def _move_check(rc, report):

@@ -21,10 +21,12 @@ include/libshard.h) when this file runs from a copy elsewhere.
 
 import atexit
 import builtins
+import ctypes
 import faulthandler
 import gc
 import json
 import os
+import pathlib
 import re
 import secrets
 import shutil
@@ -120,6 +122,34 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# Move option values the binding refuses itself, before any C call: the
+# keyword arguments, the exception, a part of its message.
+BAD_MOVE_OPTIONS = (
+    ({"reverse_window_s": -1}, ls.Invalid, "reverse_window_s -1 out of range"),
+    ({"reverse_window_s": 1 << 32}, ls.Invalid, "reverse_window_s"),
+    ({"reverse_window_s": 1.5}, TypeError, "reverse_window_s must be an integer"),
+    ({"reverse_window_s": "60"}, TypeError, "not str"),
+    ({"reverse_window_s": None}, TypeError, "reverse_window_s"),
+    ({"max_rows_per_second": -5}, ls.Invalid, "max_rows_per_second -5"),
+    ({"max_rows_per_second": 1 << 64}, ls.Invalid, "max_rows_per_second"),
+    ({"max_rows_per_second": True}, TypeError, "not bool"),
+    ({"max_rows_per_second": 10.0}, TypeError, "max_rows_per_second"),
+    ({"copy_threads": -1}, ls.Invalid, "copy_threads"),
+    ({"max_load": 50}, TypeError, "max_load"),
+    ({"max_load": ["Threads_running=5"]}, TypeError, "max_load"),
+    ({"max_load": "Threads_running=5\0"}, ls.Invalid, "NUL"),
+    ({"max_load": {"Threads running": 5}}, ls.Invalid, "'Threads running'"),
+    ({"max_load": {"": 5}}, ls.Invalid, "max_load"),
+    ({"max_load": {"Threads_running": -1}}, ls.Invalid,
+     "max_load[Threads_running] -1"),
+    ({"max_load": {"Threads_running": "5"}}, TypeError, "max_load"),
+    ({"postpone_cutover_file": 7}, TypeError, "postpone_cutover_file"),
+    ({"postpone_cutover_file": "/tmp/a\0b"}, ls.Invalid, "NUL"),
+    ({"progress": "yes"}, TypeError, "progress must be callable"),
+    ({"no_such_option": 1}, TypeError, "no_such_option"),
+)
 
 
 class Case(unittest.TestCase):
@@ -339,6 +369,94 @@ class NoServerTests(Case):
                                "/nonexistent/libshard/map.json")
         self.assertRaisesShard(ls.Invalid, -1, ls.Map.load, "a\0b")
 
+
+    # The structs the binding shares with C, as ctypes lays them out, and
+    # the C names they mirror (include/libshard.h).
+    STRUCTS = (("_Options", "shard_options"), ("_Item", "shard_item"),
+               ("_Edge", "shard_edge"), ("_MoveOptions", "shard_move_options"),
+               ("_MoveReport", "shard_move_report"),
+               ("_FailoverReport", "shard_failover_report"))
+    MACROS = (("_OPTIONS_VERSION", "SHARD_OPTIONS_VERSION"),
+              ("_MOVE_OPTIONS_VERSION", "SHARD_MOVE_OPTIONS_VERSION"),
+              ("_MOVE_DRY_RUN", "SHARD_MOVE_DRY_RUN"),
+              ("_MOVE_KEEP_SOURCE", "SHARD_MOVE_KEEP_SOURCE"),
+              ("_FAILOVER_FORCE", "SHARD_FAILOVER_FORCE"),
+              ("_DELETE_HARD", "SHARD_DELETE_HARD"))
+
+    def test_struct_layouts_match_the_header(self):
+        """Every field of every shared struct at the offset and size that
+        the C compiler gives it, the same sizeof, and the same versions and
+        flags: a program compiled against include/libshard.h prints them
+        (it does not compile when the binding names a field C lacks)."""
+        cc = shutil.which(os.environ.get("CC", "cc"))
+        if not cc:
+            self.skipTest("no C compiler")
+        want, lines = {}, ["#include <libshard.h>", "#include <stddef.h>",
+                           "#include <stdio.h>", "int main(void)", "{"]
+        for py, c in self.STRUCTS:
+            cls = getattr(ls, py)
+            want[(c, "sizeof")] = (ctypes.sizeof(cls), ctypes.alignment(cls))
+            lines.append(f'    printf("{c} sizeof %zu %zu\\n", sizeof({c}), '
+                         f'_Alignof({c}));')
+            for field, _type in cls._fields_:
+                d = getattr(cls, field)
+                want[(c, field)] = (d.offset, d.size)
+                lines.append(f'    printf("{c} {field} %zu %zu\\n", '
+                             f'offsetof({c}, {field}), '
+                             f'sizeof((({c} *)0)->{field}));')
+        for py, c in self.MACROS:
+            want[(c, "value")] = (getattr(ls, py), 0)
+            lines.append(f'    printf("{c} value %d 0\\n", (int)({c}));')
+        lines += ["    return 0;", "}"]
+        with tempfile.TemporaryDirectory() as tmp:
+            src, exe = os.path.join(tmp, "layout.c"), os.path.join(tmp, "layout")
+            with open(src, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            p = subprocess.run(
+                [cc, "-std=c11", "-I", os.path.join(ROOT, "include"), "-o",
+                 exe, src], capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            out = subprocess.run([exe], capture_output=True, text=True,
+                                 check=True, timeout=60).stdout
+        have = {}
+        for line in out.splitlines():
+            c, field, a, b = line.split()
+            have[(c, field)] = (int(a), int(b))
+        # (C's, the binding's) for what differs: (offset, size), (sizeof,
+        # alignment), or (value, 0)
+        differ = {k: (have.get(k), v) for k, v in want.items()
+                  if have.get(k) != v}
+        self.assertEqual(differ, {})
+        self.assertEqual(set(have), set(want))
+
+    def test_move_options(self):
+        """Version 2 with its fields, the strings kept alive by the struct;
+        bad values refused before any C call (this needs no server)."""
+        o, keep = ls.Context._move_options(
+            reverse_window_s=600, max_rows_per_second=(1 << 64) - 1,
+            max_load={"Threads_running": 50, "Threads_connected": 900},
+            postpone_cutover_file=pathlib.Path("/nonexistent/postpone"))
+        del keep
+        gc.collect()
+        self.assertEqual(o.version, 2)
+        self.assertEqual((o.reverse_window_s, o.max_rows_per_second),
+                         (600, (1 << 64) - 1))
+        self.assertEqual(o.max_load,
+                         b"Threads_running=50,Threads_connected=900")
+        self.assertEqual(o.postpone_cutover_file, b"/nonexistent/postpone")
+        o, _ = ls.Context._move_options()  # SHARD_MOVE_OPTIONS_INIT
+        self.assertEqual(
+            (o.flags, o.copy_threads, o.batch_rows, o.max_lag_ms,
+             o.fence_timeout_s, o.cutover_attempts, o.catchup_timeout_s,
+             o.reverse_window_s, o.max_rows_per_second, o.max_load,
+             o.postpone_cutover_file),
+            (0, 4, 2000, 500, 2, 20, 3600, 0, 0, None, None))
+        o, _ = ls.Context._move_options(max_load=b"Threads_running=5")
+        self.assertEqual(o.max_load, b"Threads_running=5")
+        for bad, cls, text in BAD_MOVE_OPTIONS:
+            with self.assertRaises(cls, msg=bad) as cm:
+                ls.Context._move_options(**bad)
+            self.assertIn(text, str(cm.exception), bad)
 
     def test_unclosed_context_warns(self):
         # Servers are connected lazily: a map of unreachable ones opens.
@@ -933,6 +1051,186 @@ class TwoPairTests(ServerCase):
         # nothing left to resume or abort
         self.assertRaises(ls.ShardError, a.move_resume)
         self.assertRaises(ls.ShardError, a.move_abort, rep.move_id)
+
+    # ---- version-2 move options, revert and finish
+
+    def pair_of(self, shard):
+        self.ctx.reload()
+        with self.ctx.map() as m:
+            return m.pair_of(shard)
+
+    def map_version(self):
+        self.ctx.reload()
+        with self.ctx.map() as m:
+            return m.version
+
+    def server_sql(self, pair, query, standby=False):
+        """query as root on the pair's master (or standby) as the map has
+        it now (test_failover swaps MySQL002's): its rows, no header."""
+        self.ctx.reload()
+        with self.ctx.map() as m:
+            addr = m.pair_addrs(pair)[1 if standby else 0]
+        port = addr.rsplit(":", 1)[1]
+        sdir = os.path.join(self.base, "srv")
+        with open(os.path.join(sdir, "servers")) as f:
+            name = next(w[0] for w in map(str.split, f) if w[3] == port)
+        p = subprocess.run([SERVERS, "sql", sdir, name, "-N"], input=query,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p.stdout
+
+    def db_exists(self, pair, shard):
+        return self.server_sql(
+            pair, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE "
+            f"SCHEMA_NAME = 'db{shard:05d}'") != "0\n"
+
+    def rows(self, pair, shard):
+        return int(self.server_sql(pair,
+                                   f"SELECT COUNT(*) FROM db{shard:05d}.pins"))
+
+    def test_move_option_errors_change_nothing(self):
+        """A bad option value raises before anything happens: no journal
+        entry, the same map, for move() and for revert and finish; a
+        max_load the library refuses is Invalid before the move starts."""
+        a = self.admin
+        status, version = a.move_status(), self.map_version()
+        # Shard 6 stays on MySQL002 in every other test.
+        self.assertEqual(self.pair_of(6), "MySQL002")
+        for kwargs, cls, text in BAD_MOVE_OPTIONS:
+            for call in (lambda: a.move(6, 6, "MySQL001", **kwargs),
+                         lambda: a.move(6, 6, "MySQL001", dry_run=True,
+                                        **kwargs),
+                         lambda: a.move_revert(**kwargs),
+                         lambda: a.move_finish(**kwargs),
+                         lambda: a.move_resume(**kwargs)):
+                with self.assertRaises(cls, msg=kwargs) as cm:
+                    call()
+                self.assertIn(text, str(cm.exception), kwargs)
+        # What only the library checks (shard_move(3), max_load).
+        for load, text in (("Threads_running", 'max_load "Threads_running"'),
+                           ({"Threads_running": 0}, "positive integer"),
+                           (",".join(f"V{c}=1" for c in "abcdefghi"),
+                            "at most 8")):
+            for dry_run in (False, True):
+                e = self.assertRaisesShard(ls.Invalid, -1, a.move, 6, 6,
+                                           "MySQL001", dry_run=dry_run,
+                                           max_load=load)
+                self.assertIn(text, e.message)
+        self.assertRaises(TypeError, a.move_revert, dry_run=True)
+        self.assertRaises(TypeError, a.move_finish, 0, dry_run=False)
+        # Nothing to revert or finish: NotFound, with the report.
+        for fn in (a.move_revert, a.move_finish):
+            e = self.assertRaisesShard(ls.NotFound, -5, fn, 987654321)
+            self.assertIsInstance(e.report, ls.MoveReport)
+        self.assertEqual(a.move_status(), status)
+        self.assertEqual(self.pair_of(6), "MySQL002")
+        self.assertEqual(self.map_version(), version)
+        self.assertTrue(self.db_exists("MySQL002", 6))
+        self.assertFalse(self.db_exists("MySQL001", 6))
+
+    def test_move_throttled_and_postponed(self):
+        """max_rows_per_second, max_load and postpone_cutover_file reach the
+        library: the move waits for the file (its log line names it), then
+        completes, its rows on the target, the source dropped."""
+        c = self.ctx
+        self.assertEqual(self.pair_of(2), "MySQL001")
+        ids = [c.create("pins", {"t": i}, shard=2) for i in range(30)]
+        flag = os.path.join(self.base, "postpone cut-over")
+        open(flag, "w").close()
+        lines, phases, calls = [], [], [0]
+
+        def release():
+            try:
+                os.remove(flag)
+            except FileNotFoundError:
+                pass
+
+        def log(level, msg):
+            if "postponed" in msg:
+                lines.append((level, msg))
+                release()
+
+        def progress(phase, done, total):
+            phases.append(phase)
+            calls[0] += 1
+            if calls[0] > 1000:  # never wait for ever (the test fails below)
+                release()
+
+        with ls.Context(self.map_path, refresh_interval_ms=0,
+                        user="shardadmin", password_env="LIBSHARD_PASSWORD",
+                        log_level=ls.LOG_WARN, log=log) as a:
+            rep = a.move(2, 2, "MySQL002", max_rows_per_second=50,
+                         batch_rows=10,
+                         max_load={"Threads_running": 100000},
+                         postpone_cutover_file=pathlib.Path(flag),
+                         progress=progress)
+        self.assertEqual((rep.phase_name, rep.source, rep.target),
+                         ("done", "MySQL001", "MySQL002"))
+        self.assertEqual(len(lines), 1, lines)
+        self.assertEqual(lines[0][0], ls.LOG_WARN)
+        self.assertIn(f"postponed while {flag} exists", lines[0][1])
+        self.assertFalse(os.path.exists(flag))
+        self.assertIn("catchup", phases)
+        self.assertGreaterEqual(rep.rows_copied, 30)
+        self.assertEqual(rep.rows_verified, rep.rows_copied)
+        self.assertEqual(rep.mismatches, 0)
+        self.assertTrue(rep.source_dropped)
+        self.assertTrue(rep.target_pair_healthy)
+        self.assertEqual(self.pair_of(2), "MySQL002")
+        self.assertEqual(self.rows("MySQL002", 2), 30)
+        self.assertFalse(self.db_exists("MySQL001", 2))
+        self.assertEqual([json.loads(x)["t"] for x in c.mget(ids)],
+                         list(range(30)))
+
+    def test_move_reversible_then_revert_or_finish(self):
+        """reverse_window_s leaves the move in phase "reversible", the
+        source kept and following the target; move_revert() brings the
+        shard back with what was written on the target; a second move
+        with a window ends with move_finish(), the source dropped."""
+        c, a = self.ctx, self.admin
+        self.assertEqual(self.pair_of(3), "MySQL001")
+        ids = [c.create("pins", {"r": i}, shard=3) for i in range(10)]
+        rep = a.move(3, 3, "MySQL002", reverse_window_s=3600)
+        self.assertEqual((rep.phase, rep.phase_name), (9, "reversible"))
+        self.assertEqual(rep.mismatches, 0)
+        self.assertFalse(rep.source_dropped)
+        self.assertEqual(self.pair_of(3), "MySQL002")
+        self.assertTrue(self.db_exists("MySQL001", 3))
+        st = [m for m in a.move_status() if m["id"] == rep.move_id]
+        self.assertEqual(len(st), 1)
+        self.assertEqual((st[0]["phase"], st[0]["reverse_stream"],
+                          st[0]["reverse_window_s"]),
+                         ("reversible", "running", 3600))
+        # A write on the target, which the revert must bring back.
+        marker = c.create("pins", {"between": True}, shard=3)
+        back = a.move_revert(rep.move_id)
+        self.assertEqual((back.phase_name, back.source, back.target),
+                         ("reverted", "MySQL002", "MySQL001"))
+        self.assertEqual(back.move_id, rep.move_id)
+        self.assertEqual(back.mismatches, 0)
+        self.assertGreaterEqual(back.rows_verified, 11)
+        self.assertEqual(self.pair_of(3), "MySQL001")
+        self.assertEqual(json.loads(self.server_sql(
+            "MySQL001", "SELECT data FROM db00003.pins WHERE local_id = "
+            f"{ls.id_local(marker)}")), {"between": True})
+        self.assertEqual(self.rows("MySQL001", 3), 11)
+        self.assertEqual([json.loads(x) for x in c.mget(ids + [marker])],
+                         [{"r": i} for i in range(10)] + [{"between": True}])
+        self.assertRaisesShard(ls.NotFound, -5, a.move_revert, rep.move_id)
+        # Forward again with a window, then end it at once.
+        rep = a.move(3, 3, "MySQL002", reverse_window_s=3600)
+        self.assertEqual(rep.phase_name, "reversible")
+        self.assertTrue(self.db_exists("MySQL001", 3))
+        phases = []
+        done = a.move_finish(progress=lambda ph, d, t: phases.append(ph))
+        self.assertEqual((done.phase_name, done.move_id), ("done", rep.move_id))
+        self.assertTrue(done.source_dropped)
+        self.assertIn("done", phases)
+        self.assertFalse(self.db_exists("MySQL001", 3))
+        self.assertEqual(self.pair_of(3), "MySQL002")
+        self.assertEqual(self.rows("MySQL002", 3), 11)
+        self.assertRaisesShard(ls.NotFound, -5, a.move_finish, rep.move_id)
+        self.assertEqual(json.loads(c.get(marker)), {"between": True})
 
     def test_failover(self):
         c = self.ctx
