@@ -16,6 +16,9 @@
  *   bench move-scale-vs-myloader mydumper + myloader of the same 256
  *                             databases into the same empty pair / the whole
  *                             shard_move's wall time
+ *   bench move-scale-vs-myloader-under-writers the same, with the tools run
+ *                             under the writers the move runs under (for
+ *                             comparison: the move is online, the tools are not)
  *
  * Data: shards 0-1 (MySQL001) hold BIG_ROWS rows of ~200-byte JSON in their
  * pins and boards tables (four tables, one per copy thread; the other eight
@@ -35,7 +38,9 @@
  * server, a query, a tool, a move).
  *
  * The move-scale lines come from a run of their own on three pairs (see
- * scale_bench below): one round, the tools before the move.
+ * scale_bench below): one round, the tools before the move, once before
+ * the writers start and once under them; the mover's step timings (its
+ * debug-level log) go to stderr.
  *
  * Knobs: BENCH_MOVE_ROWS=N (rows on shards 0-1, rounded down to a multiple
  * of 40), BENCH_MOVE_ROUNDS=N (1..16), BENCH_MOVE_WRAP="perf record -g -o
@@ -1372,7 +1377,7 @@ static void scale_bench(bool have_mydumper)
     shard_move_options mo = SHARD_MOVE_OPTIONS_INIT;
     shard_move_report r;
     shard_ctx *app = NULL, *mover = NULL;
-    scale_tools_res tr = {0};
+    scale_tools_res tr = {0}, trw = {0};
     swriter w[SCALE_WRITERS];
     volatile int stop = 0;
     double t_mv0, t_mv1, t0, t_flip, c0[7], c1[7], worst = 0, worst_cut = 0, *d;
@@ -1420,6 +1425,10 @@ static void scale_bench(bool have_mydumper)
         pthread_create(&w[i].thread, NULL, scale_write_loop, &w[i]);
     }
     sleep_s(0.5);
+    /* The same tools again, under the writers the move runs under (they
+     * write to the dumped shards on the source meanwhile). */
+    if (have_mydumper && bench_selected("move-scale-vs-myloader-under-writers"))
+        scale_tools(1, 3, first, last, &trw);
     mo.copy_threads = THREADS;
     mo.progress = scale_phase;
     memset(&r, 0, sizeof r);
@@ -1520,6 +1529,26 @@ static void scale_bench(bool have_mydumper)
                    tr.dump_cpu.dst_standby + tr.load_cpu.dst_standby, c1[0] - c0[0],
                    c1[1] - c0[1], c1[5] - c0[5], c1[6] - c0[6],
                    tr.dump_s + tr.load_s + tr.standby_lag);
+        }
+        if (!bench_selected("move-scale-vs-myloader-under-writers")) {
+            /* not asked for */
+        } else if (!have_mydumper) {
+            printf("bench move-scale-vs-myloader-under-writers skipped (install mydumper)\n");
+        } else {
+            if (trw.rows < (long long)nmoved * SCALE_PINS)
+                die("myloader under the writers loaded %lld rows, expected at least %u",
+                    trw.rows, nmoved * SCALE_PINS);
+            printf("bench move-scale-vs-myloader-under-writers ratio=%.2f (the same as "
+                   "move-scale-vs-myloader, with mydumper + myloader run while the same %d "
+                   "writer threads write to the dumped shards, as during the move: mydumper "
+                   "%.2f s + myloader %.2f s (%lld rows) = %.2f s / the move's %.2f s; CPU s: "
+                   "clients %.2f, source %.2f, target %.2f, target standby %.2f; for "
+                   "comparison only, no target)\n",
+                   (trw.dump_s + trw.load_s) / (t_mv1 - t_mv0), SCALE_WRITERS, trw.dump_s,
+                   trw.load_s, trw.rows, trw.dump_s + trw.load_s, t_mv1 - t_mv0,
+                   trw.dump_cpu.client + trw.load_cpu.client, trw.dump_cpu.src + trw.load_cpu.src,
+                   trw.dump_cpu.dst + trw.load_cpu.dst,
+                   trw.dump_cpu.dst_standby + trw.load_cpu.dst_standby);
         }
     }
     free(d);
