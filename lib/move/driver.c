@@ -234,7 +234,6 @@ static int state_planned(mv *m)
         return rc;
     move_step(m, &t0, "preparing the fence");
     rc = move_create_target(m);
-    move_step(m, &t0, "creating the target's tables");
     if (rc == SHARD_EEXISTS && !m->resumed) {
         /* Not ours: end the move here, so that no resume ever drops it. */
         shard_error_save(&why, rc);
