@@ -927,6 +927,7 @@ START_TEST(verification_chunks_a_large_table)
 }
 END_TEST
 
+
 static atomic_int last_phase;
 
 static void note_phase(int phase, uint64_t done, uint64_t total, void *payload)
@@ -1592,6 +1593,60 @@ START_TEST(copy_throttle_from_shardctl)
 }
 END_TEST
 
+/* The source master killed and restarted while verification compares
+ * checksums (both servers have a statement in flight): the move reconnects,
+ * verifies again and completes in the same run, every row right. */
+static int verify_restarts;
+static uint64_t verify_left; /* rows still to verify when the source went */
+
+static void restart_source_verifying(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    if (phase == SHARD_MOVE_VERIFYING && done > 0 && !verify_restarts) {
+        verify_restarts++;
+        verify_left = total - done;
+        ck_assert_int_eq(harness_kill(h, (const char *)payload), 0);
+        ck_assert_int_eq(harness_restart(h, (const char *)payload), 0);
+    }
+}
+
+START_TEST(source_restarted_mid_verification)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    shard_ctx *vmover;
+    char source[65], target[65], master[16];
+    unsigned s = 11;
+    int rc;
+
+    snprintf(source, sizeof source, "%s", pair_of(s));
+    snprintf(target, sizeof target, "%s", other_pair(s));
+    snprintf(master, sizeof master, "%s", master_of(source));
+    fill(s, s, 2500); /* three chunks and a half: several checksum statements */
+    o.progress = restart_source_verifying;
+    o.payload = master;
+    o.copy_threads = 2;
+    vmover = copy_ctx_open();
+    rc = shard_move(vmover, s, s, target, &o, &r, NULL);
+    shard_ctx_free(vmover);
+    shard_ctx_reload(admin); /* the later tests move with it */
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_int_eq(verify_restarts, 1);
+    ck_assert_uint_gt(verify_left, 0); /* killed with chunks still to compare */
+    /* Verified again, in the same run, against the flip point itself. */
+    ck_assert_msg(copy_log_has("verifying again against the target's snapshots of the flip "
+                               "point"), "%s", copy_log);
+    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    ck_assert_uint_eq(r.mismatches, 0);
+    ck_assert_uint_ge(r.rows_verified, 2500);
+    ck_assert_int_eq(r.source_dropped, 1);
+    ck_assert_str_eq(pair_of(s), target);
+    ck_assert_int_eq(db_exists(master, s), 0);
+    ck_assert_int_eq(pair_link_running(master), 1);
+    check_rows_on_master(s);
+    check_all();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_move");
@@ -1634,6 +1689,7 @@ int main(void)
     tcase_add_test(tc, unfinished_moves_fail_closed);
     tcase_add_test(tc, verification_finds_swapped_rows);
     tcase_add_test(tc, verification_chunks_a_large_table);
+    tcase_add_test(tc, source_restarted_mid_verification);
     tcase_add_test(tc, postponed_cutover_waits_for_the_file);
     tcase_add_test(tc, resumed_after_flip_ignores_later_writes);
     tcase_add_test(tc, shardctl_postpone_cutover);
