@@ -711,6 +711,16 @@ static int create_group(void *arg, size_t g, unsigned worker)
     if (rc)
         for (size_t i = lo; i < hi; i++)
             j->items[i]->id = 0;
+    if (rc == SHARD_ETOOBIG) {
+        /* Name the row: the biggest is the one no statement can carry. */
+        size_t big = lo;
+        for (size_t i = lo; i < hi; i++)
+            if (j->items[i]->len > j->items[big]->len)
+                big = i;
+        shard_fail_prefix(rc, "legacy row %s.%s=%" PRIu64 " (%zu bytes as JSON): ",
+                          j->r->table, j->r->id_col, j->items[big]->legacy,
+                          j->items[big]->len);
+    }
     free(texts);
     free(lens);
     free(ids);
