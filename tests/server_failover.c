@@ -12,6 +12,7 @@
  * (s3, s4; shards 2-3) for the refusals and the slow standby, MySQL003 (s5,
  * s6; shards 4-5) for the forced failovers over unsent writes.
  */
+#include "check_util.h"
 #include "harness.h"
 
 #include <check.h>
@@ -640,7 +641,6 @@ int main(void)
     Suite *s = suite_create("server_failover");
     TCase *tc = tcase_create("failover");
     shard_options o = SHARD_OPTIONS_INIT;
-    SRunner *sr;
     int failed;
 
     h = harness_start_ex(3, 6, 3);
@@ -664,11 +664,7 @@ int main(void)
     tcase_add_test(tc, forced_failover_never_reuses_ids);
     tcase_add_test(tc, forced_failover_raises_counters);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* the tests build on each other */
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_NOFORK); /* the tests build on each other */
     shard_ctx_free(ctx);
     harness_stop(h);
     return failed ? 1 : 0;

@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "harness.h"
 #include "legacy.h" /* shard__import_hook */
 #include "run_cmd.h"
@@ -739,7 +740,6 @@ int main(void)
 {
     shard_options o = SHARD_OPTIONS_INIT;
     shard_ctx *ctx = NULL;
-    SRunner *sr;
     int failed;
 
     harness_admin_options(&o);
@@ -759,10 +759,7 @@ int main(void)
         return EXIT_FAILURE;
     }
     shard_ctx_free(ctx);
-    sr = srunner_create(import_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(import_suite(), CK_FORK_GETENV);
     harness_stop(H);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -6,6 +6,7 @@
  * catch-up applies nothing outside the moved databases; verification finds
  * a row changed behind the mover's back; two pairs merge onto a third.
  */
+#include "check_util.h"
 #include "harness.h"
 #include "ctx.h" /* private: move_unfinished_on, as failover calls it */
 #include "run_cmd.h"
@@ -1596,7 +1597,6 @@ int main(void)
 {
     Suite *s = suite_create("server_move");
     TCase *tc = tcase_create("move"), *tcc;
-    SRunner *sr;
     int failed;
 
     h = harness_start_ex(3, 12, 3);
@@ -1649,11 +1649,7 @@ int main(void)
     tcase_add_test(tcc, copy_rate_limited);
     tcase_add_test(tcc, copy_throttle_from_shardctl);
     suite_add_tcase(s, tcc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(admin);
     shard_ctx_free(ctx);
     harness_stop(h);

@@ -8,6 +8,7 @@
  * nothing; planning by writes, refused while userstat is off; no plan
  * while a move is unfinished.
  */
+#include "check_util.h"
 #include "harness.h"
 #include "run_cmd.h"
 
@@ -599,7 +600,6 @@ int main(void)
     Suite *s = suite_create("server_rebalance");
     TCase *tc = tcase_create("rebalance");
     shard_options so = SHARD_OPTIONS_INIT;
-    SRunner *sr;
     int failed;
 
     /* Pair 1 serves every shard and holds all the data; pairs 2 and 3 are empty. */
@@ -624,11 +624,7 @@ int main(void)
     tcase_add_test(tc, plan_by_writes);
     tcase_add_test(tc, no_plan_while_a_move_is_unfinished);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(app);
     shard_ctx_free(ctx);
     harness_stop(h);

@@ -7,6 +7,7 @@
  * from one source into two targets, and two between the same pairs (taking
  * turns on their one connection) run at once under writers and lose nothing.
  */
+#include "check_util.h"
 #include "harness.h"
 #include "run_cmd.h"
 
@@ -637,7 +638,6 @@ int main(void)
 {
     Suite *s = suite_create("server_revert");
     TCase *tc = tcase_create("revert");
-    SRunner *sr;
     int failed;
 
     h = harness_start_ex(3, 12, 3);
@@ -668,11 +668,7 @@ int main(void)
     tcase_add_test(tc, killed_revert_resumed);
     tcase_add_test(tc, window_end_cleans_up_on_resume);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(admin);
     shard_ctx_free(ctx);
     harness_stop(h);

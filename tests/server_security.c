@@ -52,6 +52,7 @@
  *    GRANT SELECT ON `libshard\_control`.* TO failover;  (unfinished moves)
  *  Reasons at FAILOVER_GRANTS.
  */
+#include "check_util.h"
 #include "harness.h"
 
 #include "ctx.h" /* private: to ask a pooled connection for its TLS cipher */
@@ -1504,7 +1505,6 @@ int main(void)
 {
     Suite *s = suite_create("server_security");
     TCase *tc = tcase_create("security");
-    SRunner *sr;
     const char *tmp = getenv("TMPDIR");
     double t0 = (double)time(NULL);
     int failed;
@@ -1562,11 +1562,7 @@ int main(void)
     }
     tcase_add_test(tc, logs_hold_no_password);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* the tests build on each other */
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_NOFORK); /* the tests build on each other */
     printf("checked %u error messages, %u log messages, %u shardctl runs for passwords; "
            "%.0f s\n", nerrs, nlogs, nctl, (double)time(NULL) - t0);
     harness_stop(h);

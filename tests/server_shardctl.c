@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "harness.h"
 #include "run_cmd.h"
 
@@ -843,18 +844,5 @@ static Suite *shardctl_suite(void)
 
 int main(void)
 {
-    SRunner *sr;
-    int failed;
-
-    H = harness_start_ex(NPAIRS, ID_SHARDS, MOD_SHARDS);
-    if (!H) {
-        fprintf(stderr, "server_shardctl: could not start the test servers\n");
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(shardctl_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    harness_stop(H);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return server_test_main("server_shardctl", &H, NPAIRS, ID_SHARDS, MOD_SHARDS, 0, shardctl_suite);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "harness.h"
 #include "run_cmd.h"
 
@@ -406,18 +407,5 @@ static Suite *status_suite(void)
 
 int main(void)
 {
-    SRunner *sr;
-    int failed;
-
-    H = harness_start_ex(NPAIRS, ID_SHARDS, MOD_SHARDS);
-    if (!H) {
-        fprintf(stderr, "server_status: could not start the test servers\n");
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(status_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    harness_stop(H);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return server_test_main("server_status", &H, NPAIRS, ID_SHARDS, MOD_SHARDS, 0, status_suite);
 }

@@ -4,6 +4,7 @@
  * and on a jittered timer, and operations that keep working when the store
  * is gone or broken (the hot path never reads the store).
  */
+#include "check_util.h"
 #include "harness.h"
 
 #include <check.h>
@@ -362,7 +363,6 @@ int main(void)
 {
     Suite *s = suite_create("server_store");
     TCase *tc = tcase_create("store");
-    SRunner *sr;
     int failed;
 
     h = harness_start_ex(1, 8, 4);
@@ -382,10 +382,7 @@ int main(void)
     tcase_add_test(tc, store_gone_operations_continue);
     tcase_add_test(tc, reload_under_load);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_FORK_GETENV);
     harness_stop(h);
     shard_global_cleanup();
     return failed ? 1 : 0;

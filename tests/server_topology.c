@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "harness.h"
 #include "run_cmd.h"
 
@@ -317,7 +318,6 @@ static Suite *topology_suite(void)
 
 int main(void)
 {
-    SRunner *sr;
     int failed;
 
     H = harness_start_ex(3, 12, 6);
@@ -326,10 +326,7 @@ int main(void)
         harness_stop(H);
         return EXIT_FAILURE;
     }
-    sr = srunner_create(topology_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(topology_suite(), CK_FORK_GETENV);
     harness_stop(H);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

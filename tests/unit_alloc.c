@@ -11,6 +11,8 @@
  * result.
  */
 #include <check.h>
+
+#include "check_util.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -502,8 +504,6 @@ int main(void)
 {
     Suite *s = suite_create("alloc");
     TCase *tc = tcase_create("alloc");
-    SRunner *sr;
-    int failed;
 
     /* Before anything makes OpenSSL allocate: afterwards it refuses. */
     openssl_routed = CRYPTO_set_mem_functions(ossl_malloc, ossl_realloc, ossl_free);
@@ -525,9 +525,5 @@ int main(void)
     tcase_add_test(tc, codec_allocation_failures);
     tcase_add_test(tc, merge_patch_allocation_failures);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }

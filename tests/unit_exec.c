@@ -6,6 +6,8 @@
 #include "exec.h" /* private: tests link libshard.a */
 
 #include <check.h>
+
+#include "check_util.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -179,8 +181,6 @@ int main(void)
 {
     Suite *s = suite_create("exec");
     TCase *tc = tcase_create("policy");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, transient_errors);
     tcase_add_test(tc, backoff_grows_jittered_and_capped);
@@ -189,9 +189,5 @@ int main(void)
     tcase_add_test(tc, reload_single_flight);
     tcase_add_test(tc, wait_map);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_suite(s, CK_FORK_GETENV) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

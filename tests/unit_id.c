@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
+
 #define LOCAL_LIMIT (UINT64_C(1) << 36) /* first local id that is too big */
 
 /*
@@ -639,11 +641,5 @@ static Suite *id_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(id_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_suite(id_suite(), CK_FORK_GETENV) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -4,6 +4,8 @@
  * compare-and-swap publish, and allocation failures in the parser.
  */
 #include <check.h>
+
+#include "check_util.h"
 #include <jansson.h>
 #include <libshard.h>
 #include <stdatomic.h>
@@ -537,8 +539,6 @@ int main(void)
 {
     Suite *s = suite_create("map");
     TCase *tc = tcase_create("map");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, valid_map_lookups);
     tcase_add_test(tc, lookup_many_ranges);
@@ -552,9 +552,5 @@ int main(void)
     tcase_add_test(tc, file_store_concurrent_publishers);
     tcase_add_test(tc, parser_allocation_failures);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }

@@ -5,6 +5,7 @@
  * (no flapping); drains empty their pair; --max-moves bounds the plan.
  */
 #include "internal.h" /* private: tests link libshard.a */
+#include "check_util.h"
 #include "rebalance.h"
 
 #include <check.h>
@@ -183,8 +184,6 @@ int main(void)
 {
     Suite *s = suite_create("unit_rebalance");
     TCase *tc = tcase_create("planner");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, skewed_to_balanced_in_two_moves);
     tcase_add_test(tc, uneven_shards);
@@ -196,9 +195,5 @@ int main(void)
     tcase_add_test(tc, max_moves_bounds_and_a_second_plan_continues);
     tcase_add_test(tc, nowhere_to_drain_to);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "run_cmd.h"
 
 /* ------------------------------------------------------------------ */
@@ -441,11 +442,5 @@ static Suite *shardctl_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(shardctl_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_suite(shardctl_suite(), CK_FORK_GETENV) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

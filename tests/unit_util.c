@@ -5,6 +5,8 @@
 #include "internal.h" /* private: tests link libshard.a */
 
 #include <check.h>
+
+#include "check_util.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -92,8 +94,6 @@ int main(void)
 {
     Suite *s = suite_create("util");
     TCase *tc = tcase_create("util");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, fanout_every_item_once);
     tcase_add_test(tc, fanout_first_failure_comes_back);
@@ -101,9 +101,5 @@ int main(void)
     tcase_add_test(tc, error_save_restore);
     tcase_add_test(tc, copy_out_terminates);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_suite(s, CK_FORK_GETENV) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -1,0 +1,184 @@
+/*
+ * tests/check_util.h: what the Check test programs share: running a suite,
+ * assertions on a libshard call's return code, clocks, formatted strings,
+ * and (for server tests, through tests/harness.h) the fence rows, maps and
+ * mains of the tests that route shards by hand. Every function is static
+ * (each test program is built on its own from its one .c file).
+ */
+#ifndef LIBSHARD_TESTS_CHECK_UTIL_H
+#define LIBSHARD_TESTS_CHECK_UTIL_H
+
+#include <check.h>
+#include <jansson.h>
+#include <libshard.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "harness.h"
+
+/* Not every test program uses every helper. */
+#define CHECK_UTIL static __attribute__((unused))
+
+/* A libshard call that must succeed, or fail with `code`: the message names
+ * the call, the code and shard_errmsg(). */
+#define OK(call)                                                              \
+    do {                                                                      \
+        int rc_ = (call);                                                     \
+        ck_assert_msg(rc_ == 0, "%s = %d (%s): %s", #call, rc_,               \
+                      shard_strerror(rc_), shard_errmsg());                   \
+    } while (0)
+
+#define FAILS(code, call)                                                     \
+    do {                                                                      \
+        int rc_ = (call), want_ = (code);                                     \
+        ck_assert_msg(rc_ == want_, "%s = %d (%s), want %d (%s): %s", #call,  \
+                      rc_, shard_strerror(rc_), want_, shard_strerror(want_), \
+                      shard_errmsg());                                        \
+    } while (0)
+
+/* A string literal and its length. */
+#define LIT(s) s, (sizeof(s) - 1)
+
+/* Runs suite s with Check's normal output and fork mode `fork`
+ * (CK_FORK_GETENV: Check's default, from $CK_FORK; CK_NOFORK: the tests
+ * run in order in this process and build on each other), frees it.
+ * Returns the number of tests that failed. */
+CHECK_UTIL int run_suite(Suite *s, enum fork_status fork)
+{
+    SRunner *sr = srunner_create(s);
+    int failed;
+
+    srunner_set_fork_status(sr, fork);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed;
+}
+
+/* Seconds on the monotonic clock. */
+CHECK_UTIL double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+CHECK_UTIL void nap_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A malloc'd string, printf-style (the caller frees it). */
+CHECK_UTIL char *vfmt(const char *f, va_list ap)
+{
+    char *s = NULL;
+    ck_assert(vasprintf(&s, f, ap) >= 0);
+    return s;
+}
+
+CHECK_UTIL char *fmt(const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    char *s = vfmt(f, ap);
+    va_end(ap);
+    return s;
+}
+
+/* ---- server tests: fences and maps set by hand ------------------------- */
+
+/* The fence row of a shard (its database named by map) on a server,
+ * written as a move writes it: unlogged, each server keeps its own. */
+CHECK_UTIL void fence_set(harness *h, const shard_map *map, const char *server, unsigned shard,
+                          int fenced)
+{
+    char db[64], *q, *out = NULL;
+
+    OK(shard_map_database(map, shard, db, sizeof db));
+    q = fmt("SET SESSION sql_log_bin = 0; INSERT INTO libshard_control.fence "
+            "(db, fenced, move_id) VALUES ('%s', %d, 77) ON DUPLICATE KEY "
+            "UPDATE fenced = VALUES(fenced)", db, fenced);
+    ck_assert_msg(harness_sql(h, server, q, &out) == 0, "SQL failed on %s: %s", server, q);
+    free(q);
+    free(out);
+}
+
+/* map (of nshards id shards) with id shard `shard` served by `pair`, the
+ * shards below it by MySQL001 and those above by MySQL002 (the harness's
+ * halves), at `version`: malloc'd JSON. */
+CHECK_UTIL char *map_routing(const shard_map *map, unsigned nshards, unsigned shard,
+                             const char *pair, uint64_t version)
+{
+    char *text = NULL;
+    json_error_t e;
+    OK(shard_map_to_json(map, &text));
+    json_t *doc = json_loads(text, 0, &e);
+    ck_assert_msg(doc != NULL, "not JSON (%s): %.200s", e.text, text);
+    shard_free(text);
+    json_t *ranges = json_pack("[{s:[i,i],s:s},{s:[i,i],s:s},{s:[i,i],s:s}]",
+                               "range", 0, shard - 1, "pair", "MySQL001",
+                               "range", shard, shard, "pair", pair,
+                               "range", shard + 1, nshards - 1, "pair", "MySQL002");
+    ck_assert_ptr_nonnull(ranges);
+    json_object_set_new(doc, "id_shards", ranges);
+    json_object_set_new(doc, "version", json_integer((json_int_t)version));
+    char *out = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    return out;
+}
+
+/* Publish the map json (its version one above the stored one) to the
+ * harness's map store. */
+CHECK_UTIL void map_publish(const harness *h, const char *json)
+{
+    shard_store *st = NULL;
+    shard_map *m = NULL;
+    OK(shard_map_parse(&m, json, strlen(json)));
+    OK(shard_store_open(&st, harness_map_path(h)));
+    OK(shard_store_publish(st, m, shard_map_version(m) - 1));
+    shard_store_free(st);
+    shard_map_free(m);
+}
+
+/* ---- server tests: main ------------------------------------------------- */
+
+/* The main of a server test `name`: starts npairs pairs of the given
+ * shards (harness_start_ex) into *hp, applies the schema if `schema`, runs
+ * the suite make_suite() makes (Check's default fork mode) and stops the
+ * servers. EXIT_SUCCESS when every test passed. */
+CHECK_UTIL int server_test_main(const char *name, harness **hp, int npairs, int shards,
+                                int mod_shards, int schema, Suite *(*make_suite)(void))
+{
+    double t0 = now_s();
+    int failed;
+
+    *hp = harness_start_ex(npairs, shards, mod_shards);
+    if (!*hp) {
+        fprintf(stderr, "%s: could not start the test servers\n", name);
+        return EXIT_FAILURE;
+    }
+    if (schema) {
+        if (harness_schema_apply(*hp)) {
+            fprintf(stderr, "%s: schema apply: %s\n", name, shard_errmsg());
+            harness_stop(*hp);
+            return EXIT_FAILURE;
+        }
+        fprintf(stderr, "%s: %d pairs up with schema in %.2fs (%s)\n", name, npairs,
+                now_s() - t0, harness_dir(*hp));
+    }
+    failed = run_suite(make_suite(), CK_FORK_GETENV);
+    harness_stop(*hp);
+    *hp = NULL;
+    if (schema) {
+        shard_global_cleanup();
+        fprintf(stderr, "%s: %.1fs in all\n", name, now_s() - t0);
+    }
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+#endif /* LIBSHARD_TESTS_CHECK_UTIL_H */
