@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -88,6 +90,52 @@ CHECK_UTIL char *fmt(const char *f, ...)
     char *s = vfmt(f, ap);
     va_end(ap);
     return s;
+}
+
+/* ---- map stores ----------------------------------------------------------- */
+
+/* A file store's folder: it leaves its map and the lock file publishers
+ * take turns on, and nothing else. */
+CHECK_UTIL void remove_store_dir(const char *dir)
+{
+    char f[160];
+    snprintf(f, sizeof f, "%s/map.json", dir);
+    unlink(f);
+    snprintf(f, sizeof f, "%s/map.json.lock", dir);
+    unlink(f);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+
+/* n child processes publish m through st at once, each expecting the
+ * stored version to be `expected`; returns how many succeeded. A child
+ * tells (on stderr) of an error other than SHARD_ECONFLICT, and frees st, m
+ * and, through cleanup(arg) if set, the rest of the caller's before it
+ * exits, so that a valgrind run of it stays clean. */
+CHECK_UTIL int publish_race(shard_store *st, shard_map *m, uint64_t expected, int n,
+                            void (*cleanup)(void *), void *arg)
+{
+    int wins = 0;
+
+    for (int i = 0; i < n; i++) {
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            int prc = shard_store_publish(st, m, expected);
+            if (prc && prc != SHARD_ECONFLICT)
+                fprintf(stderr, "publisher: %s\n", shard_errmsg());
+            shard_store_free(st);
+            shard_map_free(m);
+            if (cleanup)
+                cleanup(arg);
+            _exit(prc == 0 ? 0 : 1);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        int status;
+        ck_assert_int_gt(wait(&status), 0);
+        wins += WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    return wins;
 }
 
 /* ---- server tests: fences and maps set by hand ------------------------- */

@@ -4,10 +4,9 @@
  * backs off, and which errors leave a connection fit for the pool.
  */
 #include "exec.h" /* private: tests link libshard.a */
+#include "check_util.h"
 
 #include <check.h>
-
-#include "check_util.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>

@@ -3,10 +3,9 @@
  * the library uses, and saving and restoring the thread's error message.
  */
 #include "internal.h" /* private: tests link libshard.a */
+#include "check_util.h"
 
 #include <check.h>
-
-#include "check_util.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
