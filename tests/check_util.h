@@ -45,6 +45,28 @@
 /* A string literal and its length. */
 #define LIT(s) s, (sizeof(s) - 1)
 
+/* A NULL-terminated list of tests (START_TEST names), for tcase_add_tests
+ * and tcase_of. */
+#define TESTS(...) ((const TTest *const[]){__VA_ARGS__, NULL})
+
+/* Adds the tests (a NULL-terminated list, run in its order) to tc. */
+CHECK_UTIL void tcase_add_tests(TCase *tc, const TTest *const tests[])
+{
+    for (size_t i = 0; tests[i]; i++)
+        tcase_add_test(tc, tests[i]);
+}
+
+/* Adds a test case `name` holding the tests (a NULL-terminated list, run in
+ * its order) to s; returns it, for its timeout and fixtures. */
+CHECK_UTIL TCase *tcase_of(Suite *s, const char *name, const TTest *const tests[])
+{
+    TCase *tc = tcase_create(name);
+
+    tcase_add_tests(tc, tests);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
 /* Runs suite s with Check's normal output and fork mode `fork`
  * (CK_FORK_GETENV: Check's default, from $CK_FORK; CK_NOFORK: the tests
  * run in order in this process and build on each other), frees it.

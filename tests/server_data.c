@@ -2484,31 +2484,15 @@ static Suite *data_suite(void)
     TCase *tc = tcase_create("data");
     tcase_set_timeout(tc, 120);
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_object_create_get);
-    tcase_add_test(tc, test_object_patch);
-    tcase_add_test(tc, test_object_update);
-    tcase_add_test(tc, test_object_delete);
-    tcase_add_test(tc, test_mget);
-    tcase_add_test(tc, test_mget_large);
-    tcase_add_test(tc, test_mapping);
-    tcase_add_test(tc, test_mapping_list_index_only);
-    tcase_add_test(tc, test_kv);
-    tcase_add_test(tc, test_txn);
-    tcase_add_test(tc, test_scatter);
-    tcase_add_test(tc, test_hostile_json);
-    tcase_add_test(tc, test_hostile_big);
-    tcase_add_test(tc, test_hostile_names);
-    tcase_add_test(tc, test_concurrency);
-    tcase_add_test(tc, test_master_killed);
-    tcase_add_test(tc, test_soft_delete_parsed);
-    tcase_add_test(tc, test_patch_not_object);
-    tcase_add_test(tc, test_rmw_rollback_fails);
-    tcase_add_test(tc, test_large_values);
-    tcase_add_test(tc, test_mapping_add_validates_first);
-    tcase_add_test(tc, test_fence);
-    tcase_add_test(tc, test_fence_table_missing);
-    tcase_add_test(tc, test_no_local_file_sent);
-    tcase_add_test(tc, test_standbys_hold_every_write);
+    tcase_add_tests(tc, TESTS(test_object_create_get, test_object_patch, test_object_update,
+                              test_object_delete, test_mget, test_mget_large, test_mapping,
+                              test_mapping_list_index_only, test_kv, test_txn, test_scatter,
+                              test_hostile_json, test_hostile_big, test_hostile_names,
+                              test_concurrency, test_master_killed, test_soft_delete_parsed,
+                              test_patch_not_object, test_rmw_rollback_fails, test_large_values,
+                              test_mapping_add_validates_first, test_fence,
+                              test_fence_table_missing, test_no_local_file_sent,
+                              test_standbys_hold_every_write));
     suite_add_tcase(s, tc);
     return s;
 }

@@ -654,15 +654,12 @@ int main(void)
         return 1;
     }
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, planned_failover_under_writes);
-    tcase_add_test(tc, forced_failover_of_dead_master);
-    tcase_add_test(tc, failover_refusals);
-    tcase_add_test(tc, failover_refuses_overlapping_ids);
-    tcase_add_test(tc, failover_refuses_unfenceable_account);
-    tcase_add_test(tc, failover_waits_past_the_read_timeout);
-    tcase_add_test(tc, failover_refuses_unchecked_moves);
-    tcase_add_test(tc, forced_failover_never_reuses_ids);
-    tcase_add_test(tc, forced_failover_raises_counters);
+    tcase_add_tests(tc, TESTS(planned_failover_under_writes, forced_failover_of_dead_master,
+                              failover_refusals, failover_refuses_overlapping_ids,
+                              failover_refuses_unfenceable_account,
+                              failover_waits_past_the_read_timeout,
+                              failover_refuses_unchecked_moves, forced_failover_never_reuses_ids,
+                              forced_failover_raises_counters));
     suite_add_tcase(s, tc);
     failed = run_suite(s, CK_NOFORK); /* the tests build on each other */
     shard_ctx_free(ctx);

@@ -723,15 +723,10 @@ static Suite *import_suite(void)
     TCase *tc = tcase_create("import");
 
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, import_pins_near_boards);
-    tcase_add_test(tc, objects_equal_legacy_rows);
-    tcase_add_test(tc, second_and_third_pass);
-    tcase_add_test(tc, mapping_passes);
-    tcase_add_test(tc, resolve_one_and_many);
-    tcase_add_test(tc, hostile_values);
-    tcase_add_test(tc, json_column);
-    tcase_add_test(tc, killed_import_no_duplicates);
-    tcase_add_test(tc, shardctl_import);
+    tcase_add_tests(tc, TESTS(import_pins_near_boards, objects_equal_legacy_rows,
+                              second_and_third_pass, mapping_passes, resolve_one_and_many,
+                              hostile_values, json_column, killed_import_no_duplicates,
+                              shardctl_import));
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1417,34 +1417,23 @@ int main(void)
     /* Later tests build on the map earlier ones published: run in order,
      * in this process. */
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, move_under_concurrent_writes);
-    tcase_add_test(tc, dry_run_changes_nothing);
-    tcase_add_test(tc, killed_in_each_phase_then_resumed);
-    tcase_add_test(tc, aborted_before_flip);
-    tcase_add_test(tc, long_transaction_delays_fence);
-    tcase_add_test(tc, target_restart_during_catchup);
-    tcase_add_test(tc, verification_finds_tampering);
-    tcase_add_test(tc, merge_two_pairs_onto_one);
-    tcase_add_test(tc, standby_behind_keeps_source);
-    tcase_add_test(tc, fence_is_one_statement);
-    tcase_add_test(tc, transient_failure_retried_in_phase);
-    tcase_add_test(tc, unfinished_moves_fail_closed);
-    tcase_add_test(tc, verification_finds_swapped_rows);
-    tcase_add_test(tc, verification_chunks_a_large_table);
-    tcase_add_test(tc, postponed_cutover_waits_for_the_file);
-    tcase_add_test(tc, resumed_after_flip_ignores_later_writes);
-    tcase_add_test(tc, shardctl_postpone_cutover);
+    tcase_add_tests(tc, TESTS(move_under_concurrent_writes, dry_run_changes_nothing,
+                              killed_in_each_phase_then_resumed, aborted_before_flip,
+                              long_transaction_delays_fence, target_restart_during_catchup,
+                              verification_finds_tampering, merge_two_pairs_onto_one,
+                              standby_behind_keeps_source, fence_is_one_statement,
+                              transient_failure_retried_in_phase, unfinished_moves_fail_closed,
+                              verification_finds_swapped_rows, verification_chunks_a_large_table,
+                              postponed_cutover_waits_for_the_file,
+                              resumed_after_flip_ignores_later_writes, shardctl_postpone_cutover));
     suite_add_tcase(s, tc);
     /* The copy's own: each picks its shard's current pair, any map will do. */
     tcc = tcase_create("copy");
     tcase_set_timeout(tcc, 300);
     tcase_add_unchecked_fixture(tcc, copy_settle, NULL);
-    tcase_add_test(tcc, copy_hostile_bytes_exact);
-    tcase_add_test(tcc, copy_without_local_infile);
-    tcase_add_test(tcc, copy_throttle_options_checked);
-    tcase_add_test(tcc, copy_paused_by_max_load);
-    tcase_add_test(tcc, copy_rate_limited);
-    tcase_add_test(tcc, copy_throttle_from_shardctl);
+    tcase_add_tests(tcc, TESTS(copy_hostile_bytes_exact, copy_without_local_infile,
+                               copy_throttle_options_checked, copy_paused_by_max_load,
+                               copy_rate_limited, copy_throttle_from_shardctl));
     suite_add_tcase(s, tcc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

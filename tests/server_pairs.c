@@ -565,15 +565,11 @@ static Suite *pairs_suite(void)
     Suite *s = suite_create("server_pairs");
     TCase *tc = tcase_create("pairs");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_map_json);
-    tcase_add_test(tc, test_server_identity);
-    tcase_add_test(tc, test_accounts);
+    tcase_add_tests(tc, TESTS(test_map_json, test_server_identity, test_accounts));
     tcase_add_loop_test(tc, test_pair_replicates_both_ways, 0, NPAIRS);
-    tcase_add_test(tc, test_pairs_are_separate);
-    tcase_add_test(tc, test_standby_kill_restart);
-    tcase_add_test(tc, test_standby_pause_resume);
-    tcase_add_test(tc, test_master_stop_restart);
-    tcase_add_test(tc, test_all_servers_still_up);
+    tcase_add_tests(tc, TESTS(test_pairs_are_separate, test_standby_kill_restart,
+                              test_standby_pause_resume, test_master_stop_restart,
+                              test_all_servers_still_up));
     suite_add_tcase(s, tc);
     return s;
 }

@@ -586,12 +586,10 @@ int main(void)
     }
     /* In order, in this process: each test starts from where the last left. */
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, bad_options);
-    tcase_add_test(tc, dry_run_changes_nothing);
-    tcase_add_test(tc, stopped_after_one_move_then_continued);
-    tcase_add_test(tc, drain_interrupted_then_continued);
-    tcase_add_test(tc, plan_by_writes);
-    tcase_add_test(tc, no_plan_while_a_move_is_unfinished);
+    tcase_add_tests(tc, TESTS(bad_options, dry_run_changes_nothing,
+                              stopped_after_one_move_then_continued,
+                              drain_interrupted_then_continued, plan_by_writes,
+                              no_plan_while_a_move_is_unfinished));
     suite_add_tcase(s, tc);
     failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(app);

@@ -447,13 +447,10 @@ int main(void)
         return 1;
     /* Later tests build on the map earlier ones published: in order. */
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, revert_under_writers_then_forward_again);
-    tcase_add_test(tc, broken_reverse_stream_refuses_revert);
-    tcase_add_test(tc, two_sources_into_one_target);
-    tcase_add_test(tc, one_source_into_two_targets);
-    tcase_add_test(tc, two_moves_share_one_connection);
-    tcase_add_test(tc, killed_revert_resumed);
-    tcase_add_test(tc, window_end_cleans_up_on_resume);
+    tcase_add_tests(tc, TESTS(revert_under_writers_then_forward_again,
+                              broken_reverse_stream_refuses_revert, two_sources_into_one_target,
+                              one_source_into_two_targets, two_moves_share_one_connection,
+                              killed_revert_resumed, window_end_cleans_up_on_resume));
     suite_add_tcase(s, tc);
     failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(admin);

@@ -728,12 +728,8 @@ static Suite *stats_suite(void)
     Suite *s = suite_create("server_stats");
     TCase *tc = tcase_create("stats");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_arguments);
-    tcase_add_test(tc, test_every_call_once);
-    tcase_add_test(tc, test_threads_exact);
-    tcase_add_test(tc, test_errors_by_code);
-    tcase_add_test(tc, test_pool_wait);
-    tcase_add_test(tc, test_fence_wait);
+    tcase_add_tests(tc, TESTS(test_arguments, test_every_call_once, test_threads_exact,
+                              test_errors_by_code, test_pool_wait, test_fence_wait));
     suite_add_tcase(s, tc);
     return s;
 }

@@ -394,13 +394,10 @@ static Suite *status_suite(void)
     TCase *tc = tcase_create("status");
 
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, healthy_pairs); /* first: it applies the schema */
-    tcase_add_test(tc, broken_pair_link);
-    tcase_add_test(tc, move_in_flight);
-    tcase_add_test(tc, paused_standby);
-    tcase_add_test(tc, version_and_help);
-    tcase_add_test(tc, dry_run_summary);
-    tcase_add_test(tc, killed_standby); /* last: it kills a server */
+    /* healthy_pairs first: it applies the schema; killed_standby last: it
+     * kills a server. */
+    tcase_add_tests(tc, TESTS(healthy_pairs, broken_pair_link, move_in_flight, paused_standby,
+                              version_and_help, dry_run_summary, killed_standby));
     suite_add_tcase(s, tc);
     return s;
 }

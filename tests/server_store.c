@@ -346,13 +346,10 @@ int main(void)
         return 1;
     }
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, mysql_store_round_trip_and_cas);
-    tcase_add_test(tc, mysql_store_concurrent_publishers);
-    tcase_add_test(tc, mysql_store_bad_locations);
-    tcase_add_test(tc, mysql_store_empty_and_wrong_password);
-    tcase_add_test(tc, context_follows_mysql_store);
-    tcase_add_test(tc, store_gone_operations_continue);
-    tcase_add_test(tc, reload_under_load);
+    tcase_add_tests(tc, TESTS(mysql_store_round_trip_and_cas, mysql_store_concurrent_publishers,
+                              mysql_store_bad_locations, mysql_store_empty_and_wrong_password,
+                              context_follows_mysql_store, store_gone_operations_continue,
+                              reload_under_load));
     suite_add_tcase(s, tc);
     failed = run_suite(s, CK_FORK_GETENV);
     harness_stop(h);

@@ -308,10 +308,9 @@ static Suite *topology_suite(void)
     TCase *tc = tcase_create("topology");
 
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, schema_first);
-    tcase_add_test(tc, pair_round_trip);
-    tcase_add_test(tc, shards_open_running); /* after: it opens shards on MySQL003 */
-    tcase_add_test(tc, premature_publish_refused);
+    /* shards_open_running after pair_round_trip: it opens shards on MySQL003. */
+    tcase_add_tests(tc, TESTS(schema_first, pair_round_trip, shards_open_running,
+                              premature_publish_refused));
     suite_add_tcase(s, tc);
     return s;
 }

@@ -480,12 +480,9 @@ int main(void)
     }
     tcase_set_timeout(tc, 120); /* thousands of iterations under valgrind */
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, map_parse_accessors_json_summary);
-    tcase_add_test(tc, map_reassign_allocation_failures);
-    tcase_add_test(tc, map_load_allocation_failures);
-    tcase_add_test(tc, file_store_allocation_failures);
-    tcase_add_test(tc, codec_allocation_failures);
-    tcase_add_test(tc, merge_patch_allocation_failures);
+    tcase_add_tests(tc, TESTS(map_parse_accessors_json_summary, map_reassign_allocation_failures,
+                              map_load_allocation_failures, file_store_allocation_failures,
+                              codec_allocation_failures, merge_patch_allocation_failures));
     suite_add_tcase(s, tc);
     return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }

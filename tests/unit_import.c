@@ -102,12 +102,7 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("import");
-    TCase *tc = tcase_create("import");
 
-    tcase_add_test(tc, urls);
-    tcase_add_test(tc, url_password_refused);
-    tcase_add_test(tc, utf8);
-    tcase_add_test(tc, entries);
-    suite_add_tcase(s, tc);
+    tcase_of(s, "import", TESTS(urls, url_password_refused, utf8, entries));
     return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }

@@ -490,14 +490,9 @@ int main(void)
     tcase_add_test(tc, valid_map_lookups);
     tcase_add_test(tc, lookup_many_ranges);
     tcase_add_loop_test(tc, broken_map_rejected, 0, (int)(sizeof corpus / sizeof corpus[0]));
-    tcase_add_test(tc, broken_json_rejected);
-    tcase_add_test(tc, legacy_section);
-    tcase_add_test(tc, minimal_map);
-    tcase_add_test(tc, json_round_trip);
-    tcase_add_test(tc, file_store_publish_cas);
-    tcase_add_test(tc, file_store_refuses_corrupt_current);
-    tcase_add_test(tc, file_store_concurrent_publishers);
-    tcase_add_test(tc, parser_allocation_failures);
+    tcase_add_tests(tc, TESTS(broken_json_rejected, legacy_section, minimal_map, json_round_trip,
+                              file_store_publish_cas, file_store_refuses_corrupt_current,
+                              file_store_concurrent_publishers, parser_allocation_failures));
     suite_add_tcase(s, tc);
     return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }

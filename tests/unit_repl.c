@@ -237,14 +237,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("repl");
-    TCase *tc = tcase_create("gtid");
 
-    tcase_add_test(tc, gtid_valid_and_check);
-    tcase_add_test(tc, gtid_seq_and_covers);
-    tcase_add_test(tc, gtid_merge_keeps_own_domains);
-    tcase_add_test(tc, gtid_start_ahead_only);
-    tcase_add_test(tc, gtid_long_positions);
-    tcase_add_test(tc, publish_compare_and_swap);
-    suite_add_tcase(s, tc);
+    tcase_of(s, "gtid", TESTS(gtid_valid_and_check, gtid_seq_and_covers,
+                              gtid_merge_keeps_own_domains, gtid_start_ahead_only,
+                              gtid_long_positions, publish_compare_and_swap));
     return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }
