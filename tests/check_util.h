@@ -12,6 +12,8 @@
 #include <jansson.h>
 #include <libshard.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,6 +215,65 @@ CHECK_UTIL void map_publish(const harness *h, const char *json)
     OK(shard_store_publish(st, m, shard_map_version(m) - 1));
     shard_store_free(st);
     shard_map_free(m);
+}
+
+/* The map json written to DIR/moved.json, whose path is returned
+ * (malloc'd: the caller unlinks and frees it), and the schema applied
+ * through it as the operators: the tables of the shards it routes
+ * elsewhere are made there, as a move makes them before its cut-over. */
+CHECK_UTIL char *map_schema_apply(const harness *h, const char *json)
+{
+    char *path = fmt("%s/moved.json", harness_dir(h));
+    FILE *f = fopen(path, "w");
+    shard_options ao = SHARD_OPTIONS_INIT; /* the schema is the operators' */
+    shard_ctx *target = NULL;
+
+    ck_assert_ptr_nonnull(f);
+    fputs(json, f);
+    fclose(f);
+    harness_admin_options(&ao);
+    OK(shard_ctx_open(&target, path, &ao));
+    OK(shard_schema_apply(target, NULL, NULL));
+    shard_ctx_free(target);
+    return path;
+}
+
+/* Undoes a hand-made move of id shard `shard` (database db) from MySQL001
+ * to MySQL002: the map at `version` routes it to MySQL001 again, its fence
+ * row on s1 is cleared and its copy on s3 dropped. */
+CHECK_UTIL void route_back(harness *h, const shard_map *map, unsigned nshards, unsigned shard,
+                           uint64_t version, const char *db)
+{
+    char *back = map_routing(map, nshards, shard, "MySQL001", version), *q, *out = NULL;
+
+    map_publish(h, back);
+    fence_set(h, map, "s1", shard, 0);
+    q = fmt("DROP DATABASE `%s`", db);
+    ck_assert_msg(harness_sql(h, "s3", q, &out) == 0, "SQL failed on s3: %s", q);
+    free(q);
+    free(out);
+    free(back);
+}
+
+/* A create of an object of type 1 in a thread of its own, that may wait
+ * (on a fence): its code, id and how long it took. */
+typedef struct waiter {
+    shard_ctx *ctx;
+    unsigned shard;
+    int rc;
+    uint64_t id;
+    double took;
+    atomic_int started; /* 1 once the thread runs */
+} waiter;
+
+CHECK_UTIL void *create_waiting(void *arg)
+{
+    waiter *w = arg;
+    double t0 = now_s();
+    atomic_store(&w->started, 1);
+    w->rc = shard_object_create(w->ctx, 1, w->shard, LIT("{\"waited\":1}"), &w->id);
+    w->took = now_s() - t0;
+    return NULL;
 }
 
 /* ---- server tests: main ------------------------------------------------- */

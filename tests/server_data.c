@@ -2280,25 +2280,6 @@ static int count_scanned(uint64_t id, const char *json, size_t len, void *payloa
     return 0;
 }
 
-typedef struct waiter {
-    shard_ctx *ctx;
-    unsigned shard;
-    int rc;
-    uint64_t id;
-    double took;
-    atomic_int started;
-} waiter;
-
-static void *create_waiting(void *arg)
-{
-    waiter *w = arg;
-    double t0 = now_s();
-    atomic_store(&w->started, 1);
-    w->rc = shard_object_create(w->ctx, PINS, w->shard, LIT("{\"waited\":1}"), &w->id);
-    w->took = now_s() - t0;
-    return NULL;
-}
-
 /*
  * A fence row set by hand (as a move sets it): every read and write of the
  * shard answers SHARD_EMOVED, other shards are untouched; a write in flight
@@ -2376,17 +2357,7 @@ START_TEST(test_fence)
      * routes the shard (MySQL002, which gets the shard's tables first). */
     uint64_t v = shard_map_version(M);
     char *moved = map_routing(M, NSHARDS, F, "MySQL002", v + 1);
-    char *path = fmt("%s/moved.json", harness_dir(H));
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(moved, f);
-    fclose(f);
-    shard_options ao = SHARD_OPTIONS_INIT;
-    shard_ctx *target = NULL;
-    harness_admin_options(&ao);
-    OK(shard_ctx_open(&target, path, &ao));
-    OK(shard_schema_apply(target, NULL, NULL));
-    shard_ctx_free(target);
+    char *path = map_schema_apply(H, moved);
     shard_ctx *c3 = open_ctx_budget(harness_map_path(H), 60000);
     waiter w = {.ctx = c3, .shard = F};
     atomic_init(&w.started, 0);
@@ -2409,11 +2380,7 @@ START_TEST(test_fence)
 
     /* Put everything back: the shard on MySQL001, unfenced, and no copy of
      * its database on MySQL002. */
-    char *back = map_routing(M, NSHARDS, F, "MySQL001", v + 2);
-    map_publish(H, back);
-    fence_set(H, M, "s1", F, 0);
-    free(sql_on("s3", "DROP DATABASE `%s`", db));
-    free(back);
+    route_back(H, M, NSHARDS, F, v + 2, db);
     free(moved);
     unlink(path);
     free(path);

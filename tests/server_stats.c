@@ -553,20 +553,6 @@ START_TEST(test_errors_by_code)
 }
 END_TEST
 
-typedef struct waiter {
-    shard_ctx *ctx;
-    uint64_t id;
-    unsigned shard;
-    int rc;
-} waiter;
-
-static void *create_waiting(void *arg)
-{
-    waiter *w = arg;
-    w->rc = shard_object_create(w->ctx, PINS, w->shard, LIT("{\"waited\":1}"), &w->id);
-    return NULL;
-}
-
 static void *get_waiting(void *arg)
 {
     waiter *w = arg;
@@ -650,17 +636,7 @@ START_TEST(test_fence_wait)
     uint64_t v = shard_map_version(map);
     /* The shard's copy on MySQL002, as a move leaves it before cut-over. */
     char *moved = map_routing(map, NSHARDS, F, "MySQL002", v + 1);
-    char *path = fmt("%s/moved.json", harness_dir(H));
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(moved, f);
-    fclose(f);
-    shard_options ao = SHARD_OPTIONS_INIT; /* the schema is the operators' */
-    shard_ctx *target = NULL;
-    harness_admin_options(&ao);
-    OK(shard_ctx_open(&target, path, &ao));
-    OK(shard_schema_apply(target, NULL, NULL));
-    shard_ctx_free(target);
+    char *path = map_schema_apply(H, moved);
 
     metrics m = read_metrics(ctx);
     double reloads0 = must(&m, "libshard_map_reloads_total", "");
@@ -700,11 +676,7 @@ START_TEST(test_fence_wait)
             reloads1, reloads2);
 
     /* Back: the shard on MySQL001, unfenced, no copy on MySQL002. */
-    char *back = map_routing(map, NSHARDS, F, "MySQL001", v + 2);
-    map_publish(H, back);
-    fence_set(H, map, "s1", F, 0);
-    free(sql_on("s3", "DROP DATABASE `%s`", db));
-    free(back);
+    route_back(H, map, NSHARDS, F, v + 2, db);
     free(moved);
     unlink(path);
     free(path);
