@@ -104,6 +104,19 @@ static void move_ok(mover *mv)
         ck_assert_str_eq(pair_of(ctx, s), mv->to);
 }
 
+/* The two moves mv at once, under 4 writers on shards: both done, and
+ * no writer saw an error. */
+static void two_moves_under_writers(mover mv[2], const unsigned shards[4][2])
+{
+    static load l;
+
+    load_start(&l, ctx, shards, 2000, 200000);
+    moves_at_once(mv, 2);
+    load_stop(&l, 200000);
+    move_ok(&mv[0]);
+    move_ok(&mv[1]);
+}
+
 /* ---- tests -------------------------------------------------------------------------- */
 
 /* Flip 0-1 to MySQL002 with a reverse window, revert under 4 writers, then
@@ -261,16 +274,11 @@ START_TEST(two_sources_into_one_target)
 {
     static const unsigned shards[4][2] = {{2, 3}, {4, 5}, {3, 4}, {2, 5}};
     mover mv[2] = {{2, 3, "MySQL003", {0}, 0, "", 0}, {4, 5, "MySQL003", {0}, 0, "", 0}};
-    static load l;
 
     ck_assert_str_eq(pair_of(ctx, 2), "MySQL001");
     ck_assert_str_eq(pair_of(ctx, 4), "MySQL002");
     ledger_fill(ctx, 2, 5, 40);
-    load_start(&l, ctx, shards, 2000, 200000);
-    moves_at_once(mv, 2);
-    load_stop(&l, 200000);
-    move_ok(&mv[0]);
-    move_ok(&mv[1]);
+    two_moves_under_writers(mv, shards);
     ck_assert_int_eq(connections("s5", "libshard_from_"), 0);
     ledger_check_all(ctx);
     for (unsigned s = 2; s <= 5; s++)
@@ -283,16 +291,11 @@ START_TEST(one_source_into_two_targets)
 {
     static const unsigned shards[4][2] = {{2, 10}, {3, 11}, {2, 11}, {3, 10}};
     mover mv[2] = {{2, 3, "MySQL001", {0}, 0, "", 0}, {10, 11, "MySQL002", {0}, 0, "", 0}};
-    static load l;
 
     ck_assert_str_eq(pair_of(ctx, 2), "MySQL003");
     ck_assert_str_eq(pair_of(ctx, 10), "MySQL003");
     ledger_fill(ctx, 10, 11, 40);
-    load_start(&l, ctx, shards, 2000, 200000);
-    moves_at_once(mv, 2);
-    load_stop(&l, 200000);
-    move_ok(&mv[0]);
-    move_ok(&mv[1]);
+    two_moves_under_writers(mv, shards);
     ledger_check_all(ctx);
     for (unsigned s = 2; s <= 3; s++)
         check_both_halves(s);
@@ -308,7 +311,6 @@ START_TEST(two_moves_share_one_connection)
 {
     static const unsigned shards[4][2] = {{4, 5}, {6, 7}, {4, 7}, {5, 6}};
     mover mv[2] = {{4, 5, "MySQL002", {0}, 0, "", 0}, {6, 7, "MySQL002", {0}, 0, "", 0}};
-    static load l;
 
     ck_assert_str_eq(pair_of(ctx, 4), "MySQL003");
     /* 6-7 to MySQL003 first, so that both ranges come from there. */
@@ -318,11 +320,7 @@ START_TEST(two_moves_share_one_connection)
         move_ok(&pre);
     }
     ledger_fill(ctx, 4, 7, 40);
-    load_start(&l, ctx, shards, 2000, 200000);
-    moves_at_once(mv, 2);
-    load_stop(&l, 200000);
-    move_ok(&mv[0]);
-    move_ok(&mv[1]);
+    two_moves_under_writers(mv, shards);
     ck_assert_int_eq(connections("s3", "libshard_from_"), 0);
     ledger_check_all(ctx);
     for (unsigned s = 4; s <= 7; s++)
