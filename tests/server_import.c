@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "harness.h"
 #include "legacy.h" /* shard__import_hook */
 #include "object.h" /* txn_object_create_many */
@@ -1028,15 +1029,10 @@ static Suite *import_suite(void)
     TCase *tc = tcase_create("import");
 
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, import_pins_near_boards);
-    tcase_add_test(tc, objects_equal_legacy_rows);
-    tcase_add_test(tc, second_and_third_pass);
-    tcase_add_test(tc, mapping_passes);
-    tcase_add_test(tc, resolve_one_and_many);
-    tcase_add_test(tc, hostile_values);
-    tcase_add_test(tc, json_column);
-    tcase_add_test(tc, killed_import_no_duplicates);
-    tcase_add_test(tc, shardctl_import);
+    tcase_add_tests(tc, TESTS(import_pins_near_boards, objects_equal_legacy_rows,
+                              second_and_third_pass, mapping_passes, resolve_one_and_many,
+                              hostile_values, json_column, killed_import_no_duplicates,
+                              shardctl_import));
     suite_add_tcase(s, tc);
     tc = tcase_create("create_many");
     tcase_set_timeout(tc, 120);
@@ -1053,7 +1049,6 @@ int main(void)
 {
     shard_options o = SHARD_OPTIONS_INIT;
     shard_ctx *ctx = NULL;
-    SRunner *sr;
     int failed;
 
     harness_admin_options(&o);
@@ -1073,10 +1068,7 @@ int main(void)
         return EXIT_FAILURE;
     }
     shard_ctx_free(ctx);
-    sr = srunner_create(import_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(import_suite(), CK_FORK_GETENV);
     harness_stop(H);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
