@@ -402,7 +402,7 @@ START_TEST(window_end_cleans_up_on_resume)
     const char *bad[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move", "--shards",
                          "8-9", "--to", "MySQL003", "--yes", "--reverse-window", "5x", NULL};
     const char *mv[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move", "--shards",
-                        "8-9", "--to", "MySQL003", "--yes", "--reverse-window", "1s", NULL};
+                        "8-9", "--to", "MySQL003", "--yes", "--reverse-window", "6s", NULL};
     const char *resume[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move", "resume",
                             NULL};
     run_spec sp = {NULL, NULL, 0, 120};
@@ -421,7 +421,10 @@ START_TEST(window_end_cleans_up_on_resume)
     ck_assert_str_eq(pair_of(ctx, 8), "MySQL003");
     ck_assert_int_eq(db_exists(h, "s1", 8), 1);
     ledger_fill(ctx, 8, 9, 2);
-    sleep(2);
+    /* Past the window (long enough that the move parks before it ends,
+     * even on a loaded machine where starting the reverse stream takes
+     * seconds). */
+    sleep(7);
     res = run_cmd(&sp, resume);
     ck_assert_msg(res.status == 0 && strstr(res.out, ": done\n") &&
                   strstr(res.out, "source dropped"), "exit %d: %s %s", res.status, res.out,
