@@ -416,6 +416,66 @@ static void wait_streaming(shard_conn *c, const char *name)
     }
 }
 
+/*
+ * Until the pair's standby holds every event its master logged in the
+ * domains of other pairs (bounded; a standby that is down or far behind
+ * only delays its own link). Restarted, the pair's own link on the master
+ * asks the standby for the master's gtid_slave_pos. For a domain the
+ * standby has never logged, MariaDB checks that position again at the
+ * first event of the domain it sends, against what it has logged by then:
+ * a position the master reached through another connection (another
+ * move's catch-up or reverse stream) ahead of the standby fails there,
+ * error 1236 ("... which is not in the master's binlog"), and the pair's
+ * link stops. Once the standby holds everything the master logged, a
+ * domain it lacks is one the master never logged an event of, and every
+ * later event of it comes after the position asked for.
+ */
+#define STANDBY_WAIT_S 30.0
+
+/* The pair's own link was running (its IO thread): it restarts. */
+static bool own_link_ran(const repl_status *st)
+{
+    const repl_link *own = repl_status_find(st, "");
+    return own && strcmp(own->io_running, "No") != 0;
+}
+
+
+static bool wait_standby_has(mv *m, const move_link *l, const unsigned long *own, size_t nown,
+                             double seconds)
+{
+    double end = now_seconds() + seconds;
+    shard_conn *sb = NULL;
+    shard_errsave saved;
+    bool done = false;
+
+    if (!l->pair->has_standby)
+        return true;
+    shard_error_save(&saved, 0);
+    if (move_conn(m, &l->pair->standby, &sb) == 0) {
+        for (;;) {
+            char *want = NULL, *have = NULL;
+            int rc = repl_value(l->c, "SELECT @@gtid_binlog_pos", &want);
+            if (rc == 0)
+                rc = repl_value(sb, "SELECT CONCAT(@@gtid_binlog_pos, ',', @@gtid_slave_pos)",
+                                &have);
+            done = rc == 0 && repl_gtid_covers(have, want, own, nown);
+            free(want);
+            free(have);
+            if (done || rc || now_seconds() > end)
+                break;
+            sleep_ms(20);
+        }
+    }
+    if (!done)
+        ctx_log(m->ctx, SHARD_LOG_WARN, "replication connection %s on %s: the standby %s did "
+                "not hold everything its master logged within %.0f s; its link may stop "
+                "with error 1236 (restart it with START SLAVE on %s)", l->name,
+                l->pair->name, l->pair->standby.text, seconds, l->pair->master.text);
+    move_close(&sb);
+    shard_error_restore(&saved);
+    return done;
+}
+
 int move_link_join(mv *m, const move_link *l, const char *pos)
 {
     unsigned long keep[2], orig[2];
@@ -423,7 +483,7 @@ int move_link_join(mv *m, const move_link *l, const char *pos)
     dbset other = {0}, mine = {0};
     repl_status st = {0};
     char *cur = NULL, *merged = NULL;
-    bool exists;
+    bool exists, standby_ok;
     int rc;
 
     if ((rc = link_lock(l->c)))
@@ -447,11 +507,19 @@ int move_link_join(mv *m, const move_link *l, const char *pos)
     }
     if ((rc = same_master_elsewhere(&st, l)))
         goto out;
-    /* gtid_slave_pos can only change with every connection stopped,
-     * including the pair's own link: stopped for as short as possible. */
+    /*
+     * gtid_slave_pos can only change with every connection stopped,
+     * including the pair's own link: stopped for as short as possible.
+     * Its standby first gets what the master applied from elsewhere
+     * (wait_standby_has), once while everything runs and once more for
+     * what came in before the stop.
+     */
+    standby_ok = own_link_ran(&st) && wait_standby_has(m, l, keep, nkeep, STANDBY_WAIT_S);
     if ((rc = move_runf(l->c, "STOP ALL SLAVES")) ||
         (rc = repl_value(l->c, "SELECT @@gtid_slave_pos", &cur)))
         goto restart;
+    if (standby_ok)
+        wait_standby_has(m, l, keep, nkeep, STANDBY_WAIT_S);
     if ((rc = repl_gtid_start(cur, pos, orig, norig, keep, nkeep, &merged)) ||
         (rc = set_slave_pos(l->c, merged)))
         goto restart;
