@@ -416,6 +416,13 @@ static void wait_streaming(shard_conn *c, const char *name)
     }
 }
 
+/* The pair's own link was running (its IO thread): it restarts. */
+static bool own_link_ran(const repl_status *st)
+{
+    const repl_link *own = repl_status_find(st, "");
+    return own && strcmp(own->io_running, "No") != 0;
+}
+
 /*
  * Until the pair's standby holds every event its master logged in the
  * domains of other pairs (bounded; a standby that is down or far behind
@@ -431,14 +438,6 @@ static void wait_streaming(shard_conn *c, const char *name)
  * later event of it comes after the position asked for.
  */
 #define STANDBY_WAIT_S 30.0
-
-/* The pair's own link was running (its IO thread): it restarts. */
-static bool own_link_ran(const repl_status *st)
-{
-    const repl_link *own = repl_status_find(st, "");
-    return own && strcmp(own->io_running, "No") != 0;
-}
-
 
 static bool wait_standby_has(mv *m, const move_link *l, const unsigned long *own, size_t nown,
                              double seconds)
