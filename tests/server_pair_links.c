@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #define SHARDS 8
-#define DELAY_S 20 /* the target standby's MASTER_DELAY */
+#define DELAY_S 15 /* the target standby's MASTER_DELAY */
 
 static harness *h;
 static shard_ctx *app;
@@ -94,15 +94,14 @@ static void set_delay(const char *server, int seconds)
     free(sql1(server, sql));
 }
 
-/* The pair's own link of a server: running, and no error. */
+/* The pair's own link of a server: both threads running, and no error
+ * (the row of SHOW SLAVE STATUS, tab-separated, without the names). */
 static void link_ok(const char *server)
 {
-    char *out = sql1(server, "SELECT 1"); /* answering */
-    free(out);
-    ck_assert_int_eq(harness_sql(h, server, "SHOW SLAVE STATUS\\G", &out), 0);
-    ck_assert_msg(strstr(out, "Slave_IO_Running: Yes") && strstr(out, "Slave_SQL_Running: Yes") &&
-                      strstr(out, "Last_IO_Errno: 0") && strstr(out, "Last_SQL_Errno: 0"),
-                  "%s's pair link: %s", server, out);
+    char *out = sql1(server, "SHOW SLAVE STATUS");
+
+    ck_assert_msg(strstr(out, "\tYes\tYes\t") && !strstr(out, "rror"), "%s's pair link: %s",
+                  server, out);
     free(out);
 }
 
@@ -138,16 +137,18 @@ START_TEST(second_move_setup_keeps_the_pair_link)
 
     /* Writes at its source reach the target master through its connection;
      * the delayed standby has not applied them. */
-    for (int i = 0; i < 20; i++) {
+    for (int i = 0; i < 20; i++) { /* apart: the standby logs them apart too */
         uint64_t id;
         ck_assert_msg(shard_object_create(app, 1, 4, "{\"b\":2}", 7, &id) == 0, "%s",
                       shard_errmsg());
+        usleep(100000);
     }
     for (int i = 0; i < 600 && count_on("s5", 4) != count_on("s3", 4); i++)
         usleep(50000);
     ck_assert_uint_eq(count_on("s5", 4), count_on("s3", 4));
     pos = sql1("s6", "SELECT @@gtid_binlog_pos");
-    printf("target standby s6 at %s (MySQL002's master is domain 3)%s\n", strtok(pos, "\n"),
+    pos[strcspn(pos, "\n")] = '\0';
+    printf("target standby s6 at \"%s\" (MySQL002's master is domain 3)%s\n", pos,
            strstr(pos, "3-3-") ? ": it already has that domain, the race is not set up" : "");
     free(pos);
 
