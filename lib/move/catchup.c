@@ -466,10 +466,10 @@ static bool wait_standby_has(mv *m, const move_link *l, const unsigned long *own
         }
     }
     if (!done)
-        ctx_log(m->ctx, SHARD_LOG_WARN, "replication connection %s on %s: the standby %s did "
-                "not hold everything its master logged within %.0f s; its link may stop "
-                "with error 1236 (restart it with START SLAVE on %s)", l->name,
-                l->pair->name, l->pair->standby.text, seconds, l->pair->master.text);
+        ctx_log(m->ctx, SHARD_LOG_WARN, "%s: the standby %s did not hold everything its "
+                "master logged within %.0f s: the master's own link, restarted now, may "
+                "stop with error 1236 (then START SLAVE on %s again)", l->pair->name,
+                l->pair->standby.text, seconds, l->pair->master.text);
     move_close(&sb);
     shard_error_restore(&saved);
     return done;
@@ -722,24 +722,39 @@ int move_reverse_remove(mv *m)
     return move_link_leave(m, &l);
 }
 
-static void pair_link_start(shard_conn *c)
+static void pair_link_start(mv *m, const move_link *l)
 {
+    unsigned long own[2];
+    size_t nown = 0;
+    shard_errsave saved;
     repl_status st;
-    const repl_link *l;
+    const repl_link *k;
 
-    if (!c || repl_status_read(c, &st))
+    if (!l->c || repl_status_read(l->c, &st))
         return;
     /* Killed between STOP ALL SLAVES and the restart, the pair's link stays
-     * stopped: start it (a server without one is fine). */
-    if ((l = repl_status_find(&st, "")) && !repl_link_running(l))
-        move_runf(c, "START SLAVE");
+     * stopped: start it (a server without one is fine), once its standby
+     * holds what the master applied from elsewhere (wait_standby_has). */
+    if ((k = repl_status_find(&st, "")) && !repl_link_running(k)) {
+        shard_error_save(&saved, 0);
+        /* Both threads stopped: START SLAVE asks from gtid_slave_pos again. */
+        if (strcmp(k->io_running, "No") == 0 && strcmp(k->sql_running, "No") == 0 &&
+            move_pair_domains(m, l->pair, own, &nown) == 0)
+            wait_standby_has(m, l, own, nown, STANDBY_WAIT_S);
+        shard_error_restore(&saved);
+        move_runf(l->c, "START SLAVE");
+    }
     repl_status_free(&st);
 }
 
 void move_pair_link_start(mv *m)
 {
-    pair_link_start(m->t);
-    pair_link_start(m->src); /* the reverse stream's server */
+    move_link l;
+
+    move_link_forward(m, &l);
+    pair_link_start(m, &l);
+    move_link_reverse(m, &l); /* the reverse stream's server */
+    pair_link_start(m, &l);
 }
 
 /* Replication healthy? A stopped SQL thread with an error ends the move. */
