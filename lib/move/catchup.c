@@ -424,9 +424,9 @@ static bool own_link_ran(const repl_status *st)
 }
 
 /*
- * Until the pair's standby holds every event its master logged in the
- * domains of other pairs (bounded; a standby that is down or far behind
- * only delays its own link). Restarted, the pair's own link on the master
+ * Until the pair's standby holds every event its master has logged so far
+ * in the domains of other pairs (bounded; a standby that is down or far
+ * behind only delays its own link). Restarted, the pair's own link on the master
  * asks the standby for the master's gtid_slave_pos. For a domain the
  * standby has never logged, MariaDB checks that position again at the
  * first event of the domain it sends, against what it has logged by then:
@@ -445,26 +445,28 @@ static bool wait_standby_has(mv *m, const move_link *l, const unsigned long *own
     double end = now_seconds() + seconds;
     shard_conn *sb = NULL;
     shard_errsave saved;
+    char *want = NULL;
     bool done = false;
 
     if (!l->pair->has_standby)
         return true;
     shard_error_save(&saved, 0);
-    if (move_conn(m, &l->pair->standby, &sb) == 0) {
+    /* The master's position now: under a steady stream the standby is
+     * always a little behind the latest one. */
+    if (repl_value(l->c, "SELECT @@gtid_binlog_pos", &want) == 0 &&
+        move_conn(m, &l->pair->standby, &sb) == 0) {
         for (;;) {
-            char *want = NULL, *have = NULL;
-            int rc = repl_value(l->c, "SELECT @@gtid_binlog_pos", &want);
-            if (rc == 0)
-                rc = repl_value(sb, "SELECT CONCAT(@@gtid_binlog_pos, ',', @@gtid_slave_pos)",
+            char *have = NULL;
+            int rc = repl_value(sb, "SELECT CONCAT(@@gtid_binlog_pos, ',', @@gtid_slave_pos)",
                                 &have);
             done = rc == 0 && repl_gtid_covers(have, want, own, nown);
-            free(want);
             free(have);
             if (done || rc || now_seconds() > end)
                 break;
             sleep_ms(20);
         }
     }
+    free(want);
     if (!done)
         ctx_log(m->ctx, SHARD_LOG_WARN, "%s: the standby %s did not hold everything its "
                 "master logged within %.0f s: the master's own link, restarted now, may "
