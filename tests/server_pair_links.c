@@ -159,11 +159,11 @@ START_TEST(second_move_setup_keeps_the_pair_link)
     printf("second move: rc %d %s, target pair healthy %d\n", m2.rc, m2.err,
            m2.r.target_pair_healthy);
 
+    set_delay("s6", 0); /* the first move's cleanup need not wait for it */
     ck_assert_int_eq(unlink(path), 0);
     pthread_join(t, NULL);
     printf("first move: rc %d %s, target pair healthy %d\n", m1.rc, m1.err,
            m1.r.target_pair_healthy);
-    set_delay("s6", 0);
     ck_assert_msg(m2.rc == 0, "second move: %s", m2.err);
     ck_assert_int_eq(m2.r.target_pair_healthy, 1);
     ck_assert_msg(m1.rc == 0, "first move: %s", m1.err);
