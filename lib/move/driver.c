@@ -178,6 +178,20 @@ int move_set_str(char **slot, const char *s)
     return 0;
 }
 
+/* ---- a test hook ------------------------------------------------------------------ */
+
+int (*shard__move_hook)(uint64_t move_id, const char *point);
+
+/* Tests (tests/server_review.c) stop a move at a named point, leaving the
+ * journal and the servers as a mover killed there would. */
+static int move_hook(mv *m, const char *point)
+{
+    int rc = shard__move_hook ? shard__move_hook(m->id, point) : 0;
+    return rc ? shard_fail(rc, "move %llu: stopped by a test hook at \"%s\"",
+                           (unsigned long long)m->id, point)
+              : 0;
+}
+
 /* ---- the phases ------------------------------------------------------------------- */
 
 /* A cut-over attempt that could not finish: try again later, while
@@ -230,7 +244,7 @@ static int state_planned(mv *m)
      * move's own. A fresh move never drops anything on the target. */
     if (m->resumed && ((rc = move_repl_remove(m)) || (rc = move_drop_target(m))))
         return rc;
-    if ((rc = move_fence_prepare(m)))
+    if ((rc = move_fence_prepare(m)) || (rc = move_hook(m, "fence prepared")))
         return rc;
     move_step(m, &t0, "preparing the fence");
     rc = move_create_target(m);
@@ -415,7 +429,8 @@ static int fenced_flip(mv *m)
     /* Flipped (also when the publish's answer was lost but the store shows it). */
     m->r->pause_ms = (now_seconds() - t0) * 1000.0;
     m->r->cutover_seconds = now_seconds() - t0;
-    if ((rc = move_read_flip(m)) || (rc = move_enter(m, MOVE_FLIPPED, NULL)))
+    if ((rc = move_hook(m, "flipped")) || (rc = move_read_flip(m)) ||
+        (rc = move_enter(m, MOVE_FLIPPED, NULL)))
         return rc;
     shard_ctx_reload(m->ctx);
     return 0;

@@ -119,6 +119,10 @@ typedef struct mv {
     struct move_throttle *th;    /* the copy's throttle, while it runs */
 } mv;
 
+/* Test hook: called at named points of a move (driver.c); non-zero stops
+ * the move there with that code. */
+extern int (*shard__move_hook)(uint64_t move_id, const char *point);
+
 /* ---- helpers (driver.c) ------------------------------------------------------ */
 
 const shard_pairdef *move_sp(const mv *m);
