@@ -203,6 +203,27 @@ START_TEST(retry_in_planning_keeps_existing_target)
 }
 END_TEST
 
+/* A transient failure in a phase is retried in the same call (the phase
+ * entered again as a resume enters it): the move completes. */
+START_TEST(transient_failure_is_retried)
+{
+    shard_move_report r;
+    int rc;
+
+    ck_assert_str_eq(pair_of(4), "MySQL002");
+    for (int i = 0; i < 5; i++)
+        create(ctx, 4, "{\"retried\":1}");
+    hook_set("fence prepared", SHARD_ECONNECT, 1);
+    rc = shard_move(admin, 4, 4, "MySQL001", NULL, &r, NULL);
+    hook_clear();
+    ck_assert_msg(rc == 0, "move with one retried failure: %d %s", rc, shard_errmsg());
+    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    ck_assert_uint_eq(r.mismatches, 0);
+    ck_assert_str_eq(pair_of(4), "MySQL001");
+    ck_assert_int_eq(count_rows("s1", 4), 5);
+}
+END_TEST
+
 /* A mover in a child, SIGKILLed once it has entered catchup. */
 static int kill_fd;
 
@@ -430,6 +451,7 @@ int main(void)
         } cases[] = {
             {"reverse_start", reverse_start_survives_a_stop_after_the_flip},
             {"planning_retry", retry_in_planning_keeps_existing_target},
+            {"retried", transient_failure_is_retried},
             {"stale_map", stale_map_write_during_move_back},
             {"log_slave_updates", target_without_log_slave_updates},
         };

@@ -552,6 +552,7 @@ static bool retryable(const mv *m, int rc)
  * move's lock), and the run's memory of what is set up forgotten. */
 static int reconnect(mv *m)
 {
+    uint64_t alive = 0;
     int rc;
 
     move_close_vsnaps(m);
@@ -561,7 +562,9 @@ static int reconnect(mv *m)
     m->resumed = true;
     m->target_made = false;
     m->repl_checked = false;
-    if (m->ctl && conn_query_str(m->ctl, "SELECT 1") != 0) {
+    /* A value read (its result consumed: an unread one would make the
+     * journal's next statement fail with "commands out of sync"). */
+    if (m->ctl && repl_value_u64(m->ctl, "SELECT 1", &alive) != 0) {
         char sql[128];
         uint64_t got = 0;
         move_close(&m->ctl);
