@@ -377,6 +377,30 @@ static int state_fenced(mv *m)
     return rc;
 }
 
+/* The reverse stream's start position, read under the fence before the
+ * flip (libshard-move(7), "Revert"), and journaled. */
+static int reverse_start(mv *m)
+{
+    int flipped = m->resumed ? move_flipped_in_store(m) : 0;
+
+    if (flipped < 0)
+        return flipped;
+    if (flipped == 0) {
+        int rc = move_read_reverse_start(m);
+        return rc ? rc : move_journal_save(m, "reverse stream start read under the fence");
+    }
+    if (m->rev && m->rev[0])
+        return 0; /* journaled before the publish that landed */
+    /* Flipped by a run that journaled no start (an older library): the
+     * target took writes since, and no position is known to be before
+     * them. A reverse stream from now would miss them: no window. */
+    ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: the map flipped before the reverse stream's "
+            "start was journaled: the move goes on without a reverse window",
+            (unsigned long long)m->id);
+    m->window_s = 0;
+    return 0;
+}
+
 static int fenced_flip(mv *m)
 {
     double t0 = m->fence_t0 ? m->fence_t0 : now_seconds();
@@ -402,9 +426,12 @@ static int fenced_flip(mv *m)
     if (rc == 0)
         rc = move_open_vsnaps(m);
     /* The reverse stream's start: the target's position while the fence
-     * holds, before the flip, so no write made there after it is missed. */
+     * holds, before the flip, so no write made there after it is missed.
+     * Journaled before the publish: a run that stops after the flip
+     * landed (clients write on the target from then on) leaves it to the
+     * resume, which must not read it again. */
     if (rc == 0 && m->window_s)
-        rc = move_read_reverse_start(m);
+        rc = reverse_start(m);
     if (rc == 0)
         rc = move_publish(m);
     if (rc) {

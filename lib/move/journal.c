@@ -179,6 +179,11 @@ int move_enter(mv *m, move_phase phase, const char *msg)
     return 0;
 }
 
+int move_journal_save(mv *m, const char *msg)
+{
+    return m->id ? journal_write(m, msg) : 0;
+}
+
 void move_note(mv *m, const char *msg)
 {
     shard_errsave saved;

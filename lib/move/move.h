@@ -164,6 +164,9 @@ int move_journal_insert(mv *m);
  * it. msg may be NULL.
  */
 int move_enter(mv *m, move_phase phase, const char *msg);
+/* Journal the current phase's positions again (checked: a position the
+ * next step depends on). */
+int move_journal_save(mv *m, const char *msg);
 /* Journal the current phase again with a message (a failure's reason). */
 void move_note(mv *m, const char *msg);
 
