@@ -456,7 +456,9 @@ static int fenced_flip(mv *m)
     /* Flipped (also when the publish's answer was lost but the store shows it). */
     m->r->pause_ms = (now_seconds() - t0) * 1000.0;
     m->r->cutover_seconds = now_seconds() - t0;
-    if ((rc = move_hook(m, "flipped")) || (rc = move_read_flip(m)) ||
+    /* The target serves from here: its fence (since planning) comes off. */
+    if ((rc = move_fence_target_lift(m)) || (rc = move_hook(m, "flipped")) ||
+        (rc = move_read_flip(m)) ||
         (rc = move_enter(m, MOVE_FLIPPED, NULL)))
         return rc;
     shard_ctx_reload(m->ctx);
@@ -858,7 +860,8 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
      * the target pair's own link running. */
     if (on && (rc = move_fence_set(&m, false)))
         goto out;
-    if ((rc = move_repl_remove(&m)) || (rc = move_drop_target(&m)))
+    if ((rc = move_repl_remove(&m)) || (rc = move_drop_target(&m)) ||
+        (rc = move_fence_target_delete(&m)))
         goto out;
     move_pair_link_start(&m);
     move_set_str(&m.fence, "");

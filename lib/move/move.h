@@ -200,14 +200,20 @@ int move_plan_text(mv *m, char **plan);
  * (SHARD_EEXISTS when a fresh move finds tables there). */
 int move_create_target(mv *m);
 int move_drop_target(mv *m);
-/* The fence table (unlogged) on all four servers, stale rows on the target
- * deleted, the moved databases' rows on the source (unfenced). */
+/* The fence table (unlogged) on all four servers, the moved databases
+ * fenced on the target master until the flip and without stale rows on
+ * its standby, their rows on the source (unfenced). */
 int move_fence_prepare(mv *m);
 /* The source's rows again (a resumed move), unfenced where missing. */
 int move_fence_rows_source(mv *m);
 /* The one unlogged statement that fences (or unfences) every moved
  * database on c; *matched: the rows it found. */
 int move_fence_update(mv *m, shard_conn *c, bool on, uint64_t *matched);
+/* The target master's rows (fenced since planning) unfenced: after the
+ * flip. */
+int move_fence_target_lift(mv *m);
+/* The target master's rows, once an abort dropped its copies. */
+int move_fence_target_delete(mv *m);
 /* The source's fence rows, once its databases are dropped. */
 int move_fence_delete(mv *m);
 

@@ -311,6 +311,60 @@ static int delete_stale(mv *m, shard_conn *c)
 }
 
 /*
+ * The moved databases fenced on the target master until the flip: the
+ * copies made there serve nobody yet, and a client whose map is older
+ * than an earlier move of the same shards (which left it routed here)
+ * must not write into them (move_fence_target_lift after the publish).
+ */
+static int fence_target_rows(mv *m, shard_conn *c)
+{
+    sqlbuf ins;
+    char tail[160];
+    int rc;
+
+    sql_init(&ins);
+    sql_add(&ins, "INSERT INTO " MOVE_FENCE_TABLE " (db, fenced, move_id) VALUES ");
+    for (unsigned s = m->first; s <= m->last; s++) {
+        char db[SHARD_DBNAME_MAX];
+        move_db(m, s, db);
+        sql_addf(&ins, "%s('%s', 1, %llu)", s == m->first ? "" : ",", db,
+                 (unsigned long long)m->id);
+    }
+    snprintf(tail, sizeof tail, " ON DUPLICATE KEY UPDATE fenced = 1, move_id = %llu",
+             (unsigned long long)m->id);
+    sql_add(&ins, tail);
+    if ((rc = sql_check(&ins)) == 0 && (rc = move_runf(c, "SET SESSION sql_log_bin = 0")) == 0) {
+        shard_errsave saved;
+        rc = conn_query(c, &ins);
+        shard_error_save(&saved, rc);
+        if (move_runf(c, "SET SESSION sql_log_bin = 1") && rc == 0)
+            rc = SHARD_ESERVER;
+        else
+            rc = shard_error_restore(&saved);
+    }
+    sql_free(&ins);
+    return rc;
+}
+
+int move_fence_target_lift(mv *m)
+{
+    uint64_t matched = 0;
+    char head[200];
+    int rc;
+
+    snprintf(head, sizeof head, "UPDATE " MOVE_FENCE_TABLE " SET fenced = 0, move_id = %llu"
+             " WHERE db IN (", (unsigned long long)m->id);
+    rc = fence_rows(m, m->t, head, ")", &matched);
+    return rc ? shard_fail_prefix(rc, "lifting the fence on target %s: ", move_dp(m)->name) : 0;
+}
+
+int move_fence_target_delete(mv *m)
+{
+    int rc = fence_rows(m, m->t, "DELETE FROM " MOVE_FENCE_TABLE " WHERE db IN (", ")", NULL);
+    return rc ? shard_fail_prefix(rc, "fence rows on target %s: ", move_dp(m)->name) : 0;
+}
+
+/*
  * One server's part of the fence's preparation. A master must take it; a
  * standby that refuses (read-only, for an account without READ_ONLY
  * ADMIN) only gets a warning: the move needs nothing there, but should it
@@ -323,8 +377,10 @@ static int prepare_server(mv *m, const shard_endpoint *ep, const char *label, bo
     shard_conn *c = NULL;
     int rc;
 
+    /* The target's master fenced until the flip; its standby without
+     * stale rows (should it become master after the flip, it serves). */
     if ((rc = move_conn(m, ep, &c)) == 0 && (rc = control_table(c)) == 0 && target)
-        rc = delete_stale(m, c);
+        rc = standby ? delete_stale(m, c) : fence_target_rows(m, c);
     if (rc && standby && c && c->last_errno == ER_OPTION_PREVENTS_STATEMENT) {
         ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: fence table on %s %s left as it is: %s",
                 (unsigned long long)m->id, label, ep->text, shard_errmsg());
