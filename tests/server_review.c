@@ -199,7 +199,23 @@ START_TEST(retry_in_planning_keeps_existing_target)
     free(out);
     ck_assert_msg(rc == SHARD_EEXISTS, "retried move: %d %s", rc, shard_errmsg());
     ck_assert_str_eq(pair_of(1), "MySQL001");
+    /* Stopped in planning (a kill there), then aborted: the abort takes
+     * apart only what the move made. */
+    hook_set("fence prepared", SHARD_EINTERNAL, 1);
+    rc = shard_move(admin, 1, 1, "MySQL002", NULL, &r, NULL);
+    hook_clear();
+    ck_assert_int_eq(rc, SHARD_EINTERNAL);
+    rc = shard_move_abort(admin, r.move_id);
+    ck_assert_msg(rc == 0, "abort: %s", shard_errmsg());
+    out = sql1("s3", "SELECT k FROM db00001.kept");
+    ck_assert_msg(strcmp(out, "42\n") == 0, "the abort dropped the target's db00001.kept");
+    free(out);
+    ck_assert_str_eq(pair_of(1), "MySQL001");
     free(sql1("s3", "DROP DATABASE db00001"));
+    /* And the shard still moves once the target is clear. */
+    rc = shard_move(admin, 1, 1, "MySQL002", NULL, &r, NULL);
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_str_eq(pair_of(1), "MySQL002");
 }
 END_TEST
 

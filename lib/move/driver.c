@@ -240,16 +240,19 @@ static int state_planned(mv *m)
     if ((rc = move_list_tables(m)))
         return rc;
     move_step(m, &t0, "listing the tables");
-    /* A resumed copy starts again; the earlier runs' copies are this
-     * move's own. A fresh move never drops anything on the target. */
-    if (m->resumed && ((rc = move_repl_remove(m)) || (rc = move_drop_target(m))))
+    /* A resumed copy starts again; the earlier runs' copies are dropped
+     * when the journal says they are this move's own. Nothing else on the
+     * target is ever dropped (a fresh move, or a resumed one that stopped
+     * before making any, finds it and ends). */
+    if (m->resumed && m->target_ours &&
+        ((rc = move_repl_remove(m)) || (rc = move_drop_target(m))))
         return rc;
     if ((rc = move_fence_prepare(m)) || (rc = move_hook(m, "fence prepared")))
         return rc;
     move_step(m, &t0, "preparing the fence");
     rc = move_create_target(m);
     move_step(m, &t0, "creating the target's tables");
-    if (rc == SHARD_EEXISTS && !m->resumed) {
+    if (rc == SHARD_EEXISTS && !m->target_ours) {
         /* Not ours: end the move here, so that no resume ever drops it. */
         shard_error_save(&why, rc);
         move_enter(m, MOVE_ABORTED, why.msg);
@@ -860,8 +863,10 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
      * the target pair's own link running. */
     if (on && (rc = move_fence_set(&m, false)))
         goto out;
-    if ((rc = move_repl_remove(&m)) || (rc = move_drop_target(&m)) ||
-        (rc = move_fence_target_delete(&m)))
+    /* Only copies the journal says are this move's: a move stopped in
+     * planning before it made any leaves what was there. */
+    if ((rc = move_repl_remove(&m)) ||
+        (m.target_ours && ((rc = move_drop_target(&m)) || (rc = move_fence_target_delete(&m)))))
         goto out;
     move_pair_link_start(&m);
     move_set_str(&m.fence, "");

@@ -94,6 +94,7 @@ typedef struct mv {
     size_t ntables;
     bool listed;       /* tables listed in this run */
     bool target_made;  /* target's databases and tables made in this run */
+    bool target_ours;  /* the target's copies are this move's (journaled) */
     bool repl_checked; /* the replication connection runs with its filter */
     bool cut_locked;   /* holds the target's replication-setup lock (cut-over) */
     bool final;        /* the failure is not worth retrying (a limit ran out) */

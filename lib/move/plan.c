@@ -541,6 +541,11 @@ int move_create_target(mv *m)
         return shard_fail(SHARD_EEXISTS, "target %s already has %llu table(s) in shards %u-%u: "
                           "drop them (or abort the move that left them) first",
                           move_dp(m)->name, (unsigned long long)exists, m->first, m->last);
+    /* Journaled before the first is made: a resume (or a retry) drops only
+     * copies of this move's. */
+    m->target_ours = true;
+    if ((rc = move_journal_save(m, NULL)))
+        return rc;
     if ((rc = fanout_run((size_t)(m->last - m->first) + 1, move_threads(m), create_db_fn, m)))
         return rc;
     move_step(m, &t0, "creating the target's databases");
