@@ -50,7 +50,7 @@ int move_resolve_pairs(mv *m, const char *target)
 typedef struct srvinfo {
     char label[400];
     unsigned long server_id, domain, inc, offset;
-    int log_bin, row, ignore_dups;
+    int log_bin, row, ignore_dups, log_slave_updates;
 } srvinfo;
 
 static int probe(mv *m, const shard_endpoint *ep, const char *label, srvinfo *si)
@@ -65,7 +65,8 @@ static int probe(mv *m, const shard_endpoint *ep, const char *label, srvinfo *si
         return shard_fail_prefix(rc, "%s: ", label);
     rc = conn_query_str(c, "SELECT @@server_id, @@gtid_domain_id, @@log_bin,"
                            " @@binlog_format = 'ROW', @@gtid_ignore_duplicates,"
-                           " @@auto_increment_increment, @@auto_increment_offset");
+                           " @@auto_increment_increment, @@auto_increment_offset,"
+                           " @@log_slave_updates");
     if (rc == 0 && (res = mysql_store_result(c->my)) && (row = mysql_fetch_row(res))) {
         si->server_id = strtoul(row[0], NULL, 10);
         si->domain = strtoul(row[1], NULL, 10);
@@ -74,6 +75,7 @@ static int probe(mv *m, const shard_endpoint *ep, const char *label, srvinfo *si
         si->ignore_dups = atoi(row[4]);
         si->inc = strtoul(row[5], NULL, 10);
         si->offset = strtoul(row[6], NULL, 10);
+        si->log_slave_updates = atoi(row[7]);
         mysql_free_result(res);
     } else if (rc == 0) {
         rc = shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
@@ -114,6 +116,10 @@ int move_preflight(mv *m, sqlbuf *plan)
     if (m->window_s && sp->has_standby && !s[0].ignore_dups)
         return shard_fail(SHARD_EINVAL, "%s: a reverse window needs gtid_ignore_duplicates=ON "
                           "on both halves of the source", label);
+    if (m->window_s && sp->has_standby && !s[0].log_slave_updates)
+        return shard_fail(SHARD_EINVAL, "%s: a reverse window needs log_slave_updates=ON, or "
+                          "the rows it replicates back never reach standby %s", label,
+                          sp->standby.text);
     if (sp->has_standby) {
         snprintf(label, sizeof label, "source %s standby %s", sp->name, sp->standby.text);
         if ((rc = probe(m, &sp->standby, label, &s[n++])))
@@ -132,6 +138,12 @@ int move_preflight(mv *m, sqlbuf *plan)
     if (dp->has_standby && !s[n].ignore_dups)
         return shard_fail(SHARD_EINVAL, "%s: needs gtid_ignore_duplicates=ON, or the moved "
                           "rows coming back through its standby break the pair", label);
+    /* The catch-up's rows reach the target's standby only through the
+     * master's binary log, and the flip position cleanup waits for is
+     * read from it: unlogged, they would live on one server only. */
+    if (dp->has_standby && !s[n].log_slave_updates)
+        return shard_fail(SHARD_EINVAL, "%s: needs log_slave_updates=ON, or the rows the move "
+                          "replicates never reach standby %s", label, dp->standby.text);
     n++;
     if (dp->has_standby) {
         snprintf(label, sizeof label, "target %s standby %s", dp->name, dp->standby.text);
@@ -156,9 +168,9 @@ int move_preflight(mv *m, sqlbuf *plan)
         for (size_t i = 0; i < n; i++)
             sql_addf(plan, "check %s: server_id %lu, gtid_domain_id %lu, log_bin %d, "
                            "row format %d, auto_increment offset %lu of %lu, "
-                           "gtid_ignore_duplicates %d: ok\n",
+                           "log_slave_updates %d, gtid_ignore_duplicates %d: ok\n",
                      s[i].label, s[i].server_id, s[i].domain, s[i].log_bin, s[i].row,
-                     s[i].offset, s[i].inc, s[i].ignore_dups);
+                     s[i].offset, s[i].inc, s[i].log_slave_updates, s[i].ignore_dups);
     return 0;
 }
 
