@@ -667,22 +667,36 @@ typedef struct write_job {
     size_t *group; /* NEW: start of each shard's run; group[ngroups] = n */
 } write_job;
 
-/* One transaction per shard for its new objects: one commit, not one per row. */
+/* One transaction per shard for its new objects: one commit, not one per
+ * row, and multi-row INSERTs, not one statement per row. */
 static int create_group(void *arg, size_t g, unsigned worker)
 {
     write_job *j = arg;
-    size_t lo = j->group[g], hi = j->group[g + 1];
+    size_t lo = j->group[g], hi = j->group[g + 1], n = hi - lo;
     unsigned shard = j->items[lo]->shard;
+    const char **texts = shard_calloc(n, sizeof *texts);
+    size_t *lens = shard_calloc(n, sizeof *lens);
+    uint64_t *ids = shard_calloc(n, sizeof *ids);
     int rc = 0;
 
     (void)worker;
+    if (!texts || !lens || !ids) {
+        free(texts);
+        free(lens);
+        free(ids);
+        return shard_fail(SHARD_ENOMEM, "out of memory creating %zu objects", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        texts[i] = j->items[lo + i]->text;
+        lens[i] = j->items[lo + i]->len;
+    }
     for (unsigned attempt = 0; attempt < 5; attempt++) {
         shard_txn *txn;
         if ((rc = shard_txn_begin(j->r->ctx, shard, &txn)))
             break;
-        for (size_t i = lo; rc == 0 && i < hi; i++)
-            rc = shard_txn_object_create(txn, j->r->o->type, j->items[i]->text,
-                                         j->items[i]->len, &j->items[i]->id);
+        if ((rc = txn_object_create_many(txn, j->r->o->type, texts, lens, n, ids, NULL)) == 0)
+            for (size_t i = 0; i < n; i++)
+                j->items[lo + i]->id = ids[i];
         if (rc) {
             shard_txn_rollback(txn);
         } else if ((rc = shard_txn_commit(txn)) != 0) {
@@ -697,6 +711,19 @@ static int create_group(void *arg, size_t g, unsigned worker)
     if (rc)
         for (size_t i = lo; i < hi; i++)
             j->items[i]->id = 0;
+    if (rc == SHARD_ETOOBIG) {
+        /* Name the row: the biggest is the one no statement can carry. */
+        size_t big = lo;
+        for (size_t i = lo; i < hi; i++)
+            if (j->items[i]->len > j->items[big]->len)
+                big = i;
+        shard_fail_prefix(rc, "legacy row %s.%s=%" PRIu64 " (%zu bytes as JSON): ",
+                          j->r->table, j->r->id_col, j->items[big]->legacy,
+                          j->items[big]->len);
+    }
+    free(texts);
+    free(lens);
+    free(ids);
     return rc;
 }
 

@@ -308,7 +308,7 @@ static int parse_credentials(shard_map *m, json_t *c)
 /* Table names share one namespace per shard database. */
 static int check_table_name(shard_map *m, const char *name, const char *where)
 {
-    /* Shorter than MySQL's 64: a move fences a table under a longer name. */
+    /* Shorter than MySQL's 64 (see SHARD_TABLE_NAME_MAX). */
     if (!shard_ident_valid(name) || strlen(name) > SHARD_TABLE_NAME_MAX)
         return BAD("%s: \"%.64s\" is not a valid name ([a-z][a-z0-9_]*, at most %d)",
                    where, name, SHARD_TABLE_NAME_MAX);

@@ -104,8 +104,9 @@ int map_reassign(const shard_map *cur, unsigned first, unsigned last, const char
                  uint64_t version, shard_map **out);
 /* A copy of cur at `version` with pair's master and standby swapped. */
 int map_swap_roles(const shard_map *cur, const char *pair, uint64_t version, shard_map **out);
-/* Fenced tables are renamed to this prefix + their name. */
-#define SHARD_FENCE_PREFIX "_moved_"
+/* Table names stay 7 characters below MySQL's 64: earlier versions fenced
+ * a moved table by renaming it to "_moved_" + its name, and a map must
+ * load in every version that may share it. */
 #define SHARD_TABLE_NAME_MAX (64 - 7)
 
 #endif

@@ -170,6 +170,117 @@ int object_insert(shard_conn *c, const char *db, const char *table, unsigned sha
     return shard_id_make(shard, type, local, id);
 }
 
+/* Rows per multi-row INSERT: ~1000 in primary-key order is where a
+ * client's insert rate levels off (libshard-move(7) copies in such
+ * batches); larger statements only hold more memory. */
+#define INSERT_MANY_ROWS 1000
+
+/* One multi-row INSERT ... RETURNING (q) of the n texts whose lengths are
+ * len[0..n): the new IDs, in the order sent, into ids[0..n). */
+static int insert_returning(shard_conn *c, const sqlbuf *q, const char *db, const char *table,
+                            unsigned shard, unsigned type, const size_t *len, size_t n,
+                            uint64_t *ids)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    size_t k = 0;
+    int rc;
+
+    if ((rc = conn_select(c, q, &res)))
+        return rc;
+    if (mysql_num_fields(res) != 2 || mysql_num_rows(res) != n) {
+        rc = shard_fail(SHARD_ESERVER, "table %s.%s: an INSERT of %zu rows returned %llu",
+                        db, table, n, (unsigned long long)mysql_num_rows(res));
+        mysql_free_result(res);
+        return rc;
+    }
+    while (rc == 0 && (row = mysql_fetch_row(res))) {
+        uint64_t local = row[0] ? strtoull(row[0], NULL, 10) : 0;
+        uint64_t stored = row[1] ? strtoull(row[1], NULL, 10) : UINT64_MAX;
+        if (local < 1 || local > SHARD_MAX_LOCAL)
+            rc = shard_fail(SHARD_ESERVER, "table %s.%s: local id %llu exceeds 36 bits; this "
+                            "shard is full for type %u", db, table, (unsigned long long)local,
+                            type);
+        else if (stored != len[k])
+            /* RETURNING gives the rows in the order they were inserted;
+             * were it ever otherwise, IDs would name the wrong objects. */
+            rc = shard_fail(SHARD_ESERVER, "table %s.%s: row %zu of a multi-row INSERT came "
+                            "back with %llu bytes of data, %zu were sent: the rows returned are "
+                            "not in the order sent", db, table, k + 1,
+                            (unsigned long long)stored, len[k]);
+        else
+            rc = shard_id_make(shard, type, local, &ids[k++]);
+    }
+    mysql_free_result(res);
+    return rc;
+}
+
+int object_check_sizes(const shard_conn *c, const size_t *len, size_t n)
+{
+    /* conn_fits() for a prepared statement's one value */
+    for (size_t i = 0; i < n; i++)
+        if (len[i] + 1024 > c->max_packet)
+            return shard_fail(SHARD_ETOOBIG, "object %zu of %zu is %zu bytes: more than one "
+                              "statement can carry under %s's max_allowed_packet (%lu bytes); "
+                              "nothing written", i + 1, n, len[i], c->srv->label,
+                              c->max_packet);
+    return 0;
+}
+
+int object_insert_many(shard_conn *c, const char *db, const char *table, unsigned shard,
+                       unsigned type, const char *const *json, const size_t *len, size_t n,
+                       uint64_t *ids, size_t *statements)
+{
+    static const char tail[] = " RETURNING local_id, LENGTH(data)";
+    /* conn_fits(): a statement may have max_allowed_packet - 1024 bytes. */
+    size_t limit = c->max_packet > 1024 ? c->max_packet - 1024 : 0, head, first = 0;
+    size_t stmts = 0;
+    sqlbuf q;
+    int rc = 0;
+
+    if ((rc = object_check_sizes(c, len, n)))
+        return rc;
+    sql_init(&q);
+    sql_add(&q, "INSERT INTO ");
+    sql_table(&q, db, table);
+    sql_add(&q, " (data) VALUES ");
+    head = q.len;
+    for (size_t i = 0; rc == 0 && i <= n; i++) {
+        /* ",(X'...')" */
+        size_t row = i < n ? 2 * len[i] + 6 : 0;
+        bool alone = i < n && head + row + sizeof tail > limit;
+        if (i > first && (i == n || alone || i - first == INSERT_MANY_ROWS ||
+                          q.len + row + sizeof tail > limit)) {
+            sql_add(&q, tail);
+            if ((rc = sql_check(&q)) == 0 && (rc = conn_fits(c, q.len)) == 0)
+                rc = insert_returning(c, &q, db, table, shard, type, len + first, i - first,
+                                      ids + first);
+            stmts++;
+            q.len = head;
+            first = i;
+        }
+        if (rc || i == n)
+            break;
+        if (alone) {
+            /* Too big as a hex literal, not as bytes: on its own, a binary
+             * parameter of a prepared statement. */
+            rc = object_insert(c, db, table, shard, type, json[i], len[i], &ids[i]);
+            stmts++;
+            first = i + 1;
+            continue;
+        }
+        sql_add(&q, i > first ? ",(" : "(");
+        sql_hex(&q, json[i], len[i]);
+        sql_add(&q, ")");
+    }
+    sql_free(&q);
+    if (statements)
+        *statements = stmts;
+    if (rc)
+        memset(ids, 0, n * sizeof *ids);
+    return rc;
+}
+
 /* The hot path: one prepared statement per table, kept on the connection
  * (binary protocol, parsed once), returning the shard's fence and the
  * object in one row, so that nobody reads a fenced shard (libshard-move(7)).

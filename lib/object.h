@@ -28,6 +28,22 @@ int object_dump(const json_t *obj, char **text, size_t *len);
 /* The statements themselves, on a connection already routed to db. */
 int object_insert(shard_conn *c, const char *db, const char *table, unsigned shard,
                   unsigned type, const char *json, size_t len, uint64_t *id);
+/*
+ * n objects of one type with as few statements as the packet limit allows:
+ * multi-row INSERT ... RETURNING of hex literals (a text too big for one as
+ * hex, but not as bytes, goes alone as a prepared statement's parameter).
+ * Each returned row is checked (count, local id range, stored length
+ * against the length sent); the IDs, in input order, into ids[0..n), all
+ * 0 on failure. Some rows may have been written when it fails: only inside
+ * a transaction, which the caller rolls back. *statements (may be NULL):
+ * how many statements ran.
+ */
+/* SHARD_ETOOBIG naming the first of len[0..n) that no statement on c can
+ * carry (before anything is sent); else 0. */
+int object_check_sizes(const shard_conn *c, const size_t *len, size_t n);
+int object_insert_many(shard_conn *c, const char *db, const char *table, unsigned shard,
+                       unsigned type, const char *const *json, const size_t *len, size_t n,
+                       uint64_t *ids, size_t *statements);
 /* for_update: SELECT ... FOR UPDATE, in a transaction that checked the
  * fence. Else the hot-path read, which checks the fence in the same
  * statement: *fenced (may be NULL only inside such a transaction) tells. */
@@ -35,6 +51,13 @@ int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
                   bool for_update, bool *fenced, char **json, size_t *len);
 int object_write(shard_conn *c, const char *db, const char *table, uint64_t id,
                  const char *json, size_t len);
+
+/* txn.c: object_insert_many on the transaction's shard, each text
+ * validated first as shard_txn_object_create(3) does (a text that is not
+ * a JSON object fails the call, naming it, before anything is written);
+ * a failed statement fails the transaction, which must be rolled back. */
+int txn_object_create_many(shard_txn *t, unsigned type, const char *const *json,
+                           const size_t *len, size_t n, uint64_t *ids, size_t *statements);
 
 /* mapping.c: shared with transactions. */
 void mapping_upsert_sql(sqlbuf *q, const char *db, const char *table, uint64_t from,

@@ -130,6 +130,41 @@ static int txn_object_create(shard_txn *t, unsigned type, const char *json, size
     return txn_fail(t, object_insert(t->conn, t->db, table, t->shard, type, json, len, id));
 }
 
+static int create_many(shard_txn *t, unsigned type, const char *const *json,
+                       const size_t *len, size_t n, uint64_t *ids, size_t *statements)
+{
+    const char *table = NULL;
+    json_t *v;
+    int rc;
+
+    if (statements)
+        *statements = 0;
+    if ((rc = check_usable(t, "txn_object_create_many")))
+        return rc;
+    if (n && (!json || !len || !ids))
+        return shard_fail(SHARD_EINVAL, "txn_object_create_many: NULL argument");
+    if ((rc = object_table(t->map, type, &table)))
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        if ((rc = object_parse(json[i], len[i], &v)))
+            return shard_fail_prefix(rc, "object %zu of %zu: ", i + 1, n);
+        json_decref(v);
+    }
+    /* Refused before anything is written: the transaction stays usable. */
+    if (n == 0 || (rc = object_check_sizes(t->conn, len, n)))
+        return rc;
+    return txn_fail(t, object_insert_many(t->conn, t->db, table, t->shard, type, json, len, n,
+                                          ids, statements));
+}
+
+int txn_object_create_many(shard_txn *t, unsigned type, const char *const *json,
+                           const size_t *len, size_t n, uint64_t *ids, size_t *statements)
+{
+    double started = now_seconds();
+    int rc = create_many(t, type, json, len, n, ids, statements);
+    return txn_counted(t ? t->ctx : NULL, STATS_TXN_OBJECT_CREATE, started, rc);
+}
+
 static int txn_object_get(shard_txn *t, uint64_t id, char **json, size_t *len)
 {
     const char *table = NULL;

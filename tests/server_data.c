@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "harness.h"
 
 #define NPAIRS 2
@@ -48,54 +49,7 @@ static shard_map *M; /* its map */
 
 /* ------------------------------------------------------------ helpers */
 
-#define OK(call)                                                              \
-    do {                                                                      \
-        int rc_ = (call);                                                     \
-        ck_assert_msg(rc_ == 0, "%s = %d (%s): %s", #call, rc_,               \
-                      shard_strerror(rc_), shard_errmsg());                   \
-    } while (0)
-
-#define FAILS(code, call)                                                     \
-    do {                                                                      \
-        int rc_ = (call), want_ = (code);                                     \
-        ck_assert_msg(rc_ == want_, "%s = %d (%s), want %d (%s): %s", #call,  \
-                      rc_, shard_strerror(rc_), want_, shard_strerror(want_), \
-                      shard_errmsg());                                        \
-    } while (0)
-
-/* A string literal and its length. */
-#define LIT(s) s, (sizeof(s) - 1)
-
 #define DOWN(rc) ((rc) == SHARD_ECONNECT || (rc) == SHARD_ETIMEOUT)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void nap_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static char *vfmt(const char *fmt, va_list ap)
-{
-    char *s = NULL;
-    ck_assert(vasprintf(&s, fmt, ap) >= 0);
-    return s;
-}
-
-static char *fmt(const char *f, ...)
-{
-    va_list ap;
-    va_start(ap, f);
-    char *s = vfmt(f, ap);
-    va_end(ap);
-    return s;
-}
 
 /* Run SQL as root on a server; its batch output (caller frees). */
 static char *sql_on(const char *server, const char *f, ...)
@@ -2306,17 +2260,6 @@ END_TEST
 
 /* ------------------------------------------------------------ the fence */
 
-/* The fence row of a shard on a server, written as a move writes it:
- * unlogged, each server keeps its own. */
-static void set_fence(const char *server, unsigned shard, int fenced)
-{
-    char db[64];
-    db_of(shard, db, sizeof db);
-    free(sql_on(server, "SET SESSION sql_log_bin = 0; INSERT INTO libshard_control.fence "
-                        "(db, fenced, move_id) VALUES ('%s', %d, 77) ON DUPLICATE KEY "
-                        "UPDATE fenced = VALUES(fenced)", db, fenced));
-}
-
 static shard_ctx *open_ctx_budget(const char *location, unsigned budget_ms)
 {
     shard_options o = SHARD_OPTIONS_INIT;
@@ -2328,37 +2271,6 @@ static shard_ctx *open_ctx_budget(const char *location, unsigned budget_ms)
     return ctx;
 }
 
-/* The current map with id shard `shard` served by `pair` (shards below it
- * by MySQL001, above by MySQL002: the harness's halves), at `version`. */
-static char *map_routing(unsigned shard, const char *pair, uint64_t version)
-{
-    char *text = NULL;
-    OK(shard_map_to_json(M, &text));
-    json_t *doc = parse(text, strlen(text));
-    shard_free(text);
-    json_t *ranges = json_pack("[{s:[i,i],s:s},{s:[i,i],s:s},{s:[i,i],s:s}]",
-                               "range", 0, shard - 1, "pair", "MySQL001",
-                               "range", shard, shard, "pair", pair,
-                               "range", shard + 1, NSHARDS - 1, "pair", "MySQL002");
-    ck_assert_ptr_nonnull(ranges);
-    json_object_set_new(doc, "id_shards", ranges);
-    json_object_set_new(doc, "version", json_integer((json_int_t)version));
-    char *out = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-    return out;
-}
-
-static void publish(const char *json)
-{
-    shard_store *st = NULL;
-    shard_map *m = NULL;
-    OK(shard_map_parse(&m, json, strlen(json)));
-    OK(shard_store_open(&st, harness_map_path(H)));
-    OK(shard_store_publish(st, m, shard_map_version(m) - 1));
-    shard_store_free(st);
-    shard_map_free(m);
-}
-
 static int count_scanned(uint64_t id, const char *json, size_t len, void *payload)
 {
     (void)id;
@@ -2366,25 +2278,6 @@ static int count_scanned(uint64_t id, const char *json, size_t len, void *payloa
     (void)len;
     ++*(size_t *)payload;
     return 0;
-}
-
-typedef struct waiter {
-    shard_ctx *ctx;
-    unsigned shard;
-    int rc;
-    uint64_t id;
-    double took;
-    atomic_int started;
-} waiter;
-
-static void *create_waiting(void *arg)
-{
-    waiter *w = arg;
-    double t0 = now_s();
-    atomic_store(&w->started, 1);
-    w->rc = shard_object_create(w->ctx, PINS, w->shard, LIT("{\"waited\":1}"), &w->id);
-    w->took = now_s() - t0;
-    return NULL;
 }
 
 /*
@@ -2405,7 +2298,7 @@ START_TEST(test_fence)
     /* A write in flight (a transaction holding the fence row's shared
      * lock) makes the fencing UPDATE wait; once it commits, the UPDATE
      * goes through. */
-    set_fence("s1", F, 0);
+    fence_set(H, M, "s1", F, 0);
     shard_txn *t = NULL;
     uint64_t tid = 0;
     OK(shard_txn_begin(C, F, &t));
@@ -2463,18 +2356,8 @@ START_TEST(test_fence)
     /* A call waiting on the fence succeeds where the newly published map
      * routes the shard (MySQL002, which gets the shard's tables first). */
     uint64_t v = shard_map_version(M);
-    char *moved = map_routing(F, "MySQL002", v + 1);
-    char *path = fmt("%s/moved.json", harness_dir(H));
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(moved, f);
-    fclose(f);
-    shard_options ao = SHARD_OPTIONS_INIT;
-    shard_ctx *target = NULL;
-    harness_admin_options(&ao);
-    OK(shard_ctx_open(&target, path, &ao));
-    OK(shard_schema_apply(target, NULL, NULL));
-    shard_ctx_free(target);
+    char *moved = map_routing(M, NSHARDS, F, "MySQL002", v + 1);
+    char *path = map_schema_apply(H, moved);
     shard_ctx *c3 = open_ctx_budget(harness_map_path(H), 60000);
     waiter w = {.ctx = c3, .shard = F};
     atomic_init(&w.started, 0);
@@ -2483,7 +2366,7 @@ START_TEST(test_fence)
     while (!atomic_load(&w.started))
         nap_ms(1);
     nap_ms(200); /* let it meet the fence: not an assertion, it may be later */
-    publish(moved);
+    map_publish(H, moved);
     pthread_join(th, NULL);
     ck_assert_msg(w.rc == 0, "the waiting create: %s", shard_strerror(w.rc));
     fprintf(stderr, "  (a create waited %.0f ms on the fence, then ran on MySQL002)\n",
@@ -2497,11 +2380,7 @@ START_TEST(test_fence)
 
     /* Put everything back: the shard on MySQL001, unfenced, and no copy of
      * its database on MySQL002. */
-    char *back = map_routing(F, "MySQL001", v + 2);
-    publish(back);
-    set_fence("s1", F, 0);
-    free(sql_on("s3", "DROP DATABASE `%s`", db));
-    free(back);
+    route_back(H, M, NSHARDS, F, v + 2, db);
     free(moved);
     unlink(path);
     free(path);
@@ -2572,59 +2451,20 @@ static Suite *data_suite(void)
     TCase *tc = tcase_create("data");
     tcase_set_timeout(tc, 120);
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_object_create_get);
-    tcase_add_test(tc, test_object_patch);
-    tcase_add_test(tc, test_object_update);
-    tcase_add_test(tc, test_object_delete);
-    tcase_add_test(tc, test_mget);
-    tcase_add_test(tc, test_mget_large);
-    tcase_add_test(tc, test_mapping);
-    tcase_add_test(tc, test_mapping_list_index_only);
-    tcase_add_test(tc, test_kv);
-    tcase_add_test(tc, test_txn);
-    tcase_add_test(tc, test_scatter);
-    tcase_add_test(tc, test_hostile_json);
-    tcase_add_test(tc, test_hostile_big);
-    tcase_add_test(tc, test_hostile_names);
-    tcase_add_test(tc, test_concurrency);
-    tcase_add_test(tc, test_master_killed);
-    tcase_add_test(tc, test_soft_delete_parsed);
-    tcase_add_test(tc, test_patch_not_object);
-    tcase_add_test(tc, test_rmw_rollback_fails);
-    tcase_add_test(tc, test_large_values);
-    tcase_add_test(tc, test_mapping_add_validates_first);
-    tcase_add_test(tc, test_fence);
-    tcase_add_test(tc, test_fence_table_missing);
-    tcase_add_test(tc, test_no_local_file_sent);
-    tcase_add_test(tc, test_standbys_hold_every_write);
+    tcase_add_tests(tc, TESTS(test_object_create_get, test_object_patch, test_object_update,
+                              test_object_delete, test_mget, test_mget_large, test_mapping,
+                              test_mapping_list_index_only, test_kv, test_txn, test_scatter,
+                              test_hostile_json, test_hostile_big, test_hostile_names,
+                              test_concurrency, test_master_killed, test_soft_delete_parsed,
+                              test_patch_not_object, test_rmw_rollback_fails, test_large_values,
+                              test_mapping_add_validates_first, test_fence,
+                              test_fence_table_missing, test_no_local_file_sent,
+                              test_standbys_hold_every_write));
     suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
-    double t0 = now_s();
-    H = harness_start_ex(NPAIRS, NSHARDS, NMOD);
-    if (!H) {
-        fprintf(stderr, "server_data: could not start the test servers\n");
-        return EXIT_FAILURE;
-    }
-    int rc = harness_schema_apply(H);
-    if (rc) {
-        fprintf(stderr, "server_data: schema apply: %s\n", shard_errmsg());
-        harness_stop(H);
-        return EXIT_FAILURE;
-    }
-    fprintf(stderr, "server_data: %d pairs up with schema in %.2fs (%s)\n", NPAIRS,
-            now_s() - t0, harness_dir(H));
-
-    SRunner *sr = srunner_create(data_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-
-    harness_stop(H);
-    shard_global_cleanup();
-    fprintf(stderr, "server_data: %.1fs in all\n", now_s() - t0);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return server_test_main("server_data", &H, NPAIRS, NSHARDS, NMOD, 1, data_suite);
 }

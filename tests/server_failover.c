@@ -12,6 +12,7 @@
  * (s3, s4; shards 2-3) for the refusals and the slow standby, MySQL003 (s5,
  * s6; shards 4-5) for the forced failovers over unsent writes.
  */
+#include "check_util.h"
 #include "harness.h"
 
 #include <check.h>
@@ -32,13 +33,6 @@ static shard_ctx *ctx;
 static uint64_t ids[MAXW];
 static int nids;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void master_is(const char *pair, int port)
 {
@@ -68,7 +62,7 @@ static void *write_loop(void *arg)
     for (int i = 0; !atomic_load(w->stop); i++) {
         char json[64];
         uint64_t id;
-        double t0 = now();
+        double t0 = now_s();
         int rc;
         snprintf(json, sizeof json, "{\"i\":%d}", i);
         rc = shard_object_create(ctx, 1, w->shard, json, strlen(json), &id);
@@ -79,8 +73,8 @@ static void *write_loop(void *arg)
             pthread_mutex_unlock(&lock);
             rc = shard_object_patch(ctx, id, "{\"p\":1}", 7, NULL, NULL);
         }
-        if (now() - t0 > w->worst)
-            w->worst = now() - t0;
+        if (now_s() - t0 > w->worst)
+            w->worst = now_s() - t0;
         if (rc) {
             w->errors++;
             snprintf(w->err, sizeof w->err, "%s", shard_errmsg());
@@ -269,11 +263,11 @@ START_TEST(forced_failover_of_dead_master)
     ck_assert_int_eq(shard_pair_failover(admin, "MySQL001", 0, &r), SHARD_ECONNECT);
     ck_assert_msg(strstr(shard_errmsg(), "--force"), "%s", shard_errmsg());
     master_is("MySQL001", harness_port(h, "s2"));
-    t0 = now();
+    t0 = now_s();
     ck_assert_msg(shard_pair_failover(admin, "MySQL001", SHARD_FAILOVER_FORCE, &r) == 0, "%s",
                   shard_errmsg());
     shard_ctx_free(admin);
-    printf("forced failover: %.1f ms (lag unknown: %lld)\n", (now() - t0) * 1000,
+    printf("forced failover: %.1f ms (lag unknown: %lld)\n", (now_s() - t0) * 1000,
            (long long)r.lag_transactions);
     ck_assert_int_eq(r.old_master_fenced, 0);
     ck_assert_int_eq(r.lag_transactions, -1);
@@ -640,7 +634,6 @@ int main(void)
     Suite *s = suite_create("server_failover");
     TCase *tc = tcase_create("failover");
     shard_options o = SHARD_OPTIONS_INIT;
-    SRunner *sr;
     int failed;
 
     h = harness_start_ex(3, 6, 3);
@@ -654,21 +647,14 @@ int main(void)
         return 1;
     }
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, planned_failover_under_writes);
-    tcase_add_test(tc, forced_failover_of_dead_master);
-    tcase_add_test(tc, failover_refusals);
-    tcase_add_test(tc, failover_refuses_overlapping_ids);
-    tcase_add_test(tc, failover_refuses_unfenceable_account);
-    tcase_add_test(tc, failover_waits_past_the_read_timeout);
-    tcase_add_test(tc, failover_refuses_unchecked_moves);
-    tcase_add_test(tc, forced_failover_never_reuses_ids);
-    tcase_add_test(tc, forced_failover_raises_counters);
+    tcase_add_tests(tc, TESTS(planned_failover_under_writes, forced_failover_of_dead_master,
+                              failover_refusals, failover_refuses_overlapping_ids,
+                              failover_refuses_unfenceable_account,
+                              failover_waits_past_the_read_timeout,
+                              failover_refuses_unchecked_moves, forced_failover_never_reuses_ids,
+                              forced_failover_raises_counters));
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* the tests build on each other */
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_NOFORK); /* the tests build on each other */
     shard_ctx_free(ctx);
     harness_stop(h);
     return failed ? 1 : 0;

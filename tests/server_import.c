@@ -21,8 +21,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "harness.h"
 #include "legacy.h" /* shard__import_hook */
+#include "object.h" /* txn_object_create_many */
 #include "run_cmd.h"
 
 #define NPAIRS 2
@@ -666,6 +668,310 @@ START_TEST(shardctl_import)
 }
 END_TEST
 
+/* ---- many objects in one call (what a pass creates a shard's objects with) --------- */
+
+#define MANY_SHARD 1 /* on MySQL001 (s1) */
+
+/* The text {"k":K,"pad":"xxx..."} of about `size` bytes. */
+static char *one_text(size_t k, size_t size, size_t *len)
+{
+    size_t pad = size > 40 ? size - 40 : 1;
+    char *t = malloc(pad + 64);
+    int n = snprintf(t, 64, "{\"k\":%zu,\"pad\":\"", k);
+    memset(t + n, 'a' + (char)(k % 26), pad);
+    strcpy(t + n + pad, "\"}");
+    *len = strlen(t);
+    return t;
+}
+
+/* n such texts, K = first, first+1, ... */
+static char **many_texts(size_t n, size_t first, size_t size, size_t *lens)
+{
+    char **t = calloc(n, sizeof *t);
+    for (size_t i = 0; i < n; i++)
+        t[i] = one_text(first + i, size, &lens[i]);
+    return t;
+}
+
+static void texts_free(char **t, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(t[i]);
+    free(t);
+}
+
+static uint64_t many_rows(void)
+{
+    char sql[100];
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05d.many", MANY_SHARD);
+    return sql_count("s1", sql);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ids[0..n): distinct IDs of type `type` on MANY_SHARD, each naming the
+ * object whose text is texts[i], byte for byte. */
+static void expect_created(shard_ctx *ctx, unsigned type, char **texts, const size_t *lens,
+                           const uint64_t *ids, size_t n)
+{
+    uint64_t *sorted = malloc(n * sizeof *sorted);
+    shard_item *items;
+
+    memcpy(sorted, ids, n * sizeof *ids);
+    qsort(sorted, n, sizeof *sorted, cmp_u64);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(shard_id_valid(ids[i]) && shard_id_shard(ids[i]) == MANY_SHARD &&
+                          shard_id_type(ids[i]) == type,
+                      "object %zu: ID %" PRIu64 " (shard %u, type %u)", i, ids[i],
+                      shard_id_shard(ids[i]), shard_id_type(ids[i]));
+        ck_assert_msg(i == 0 || sorted[i] != sorted[i - 1], "ID %" PRIu64 " twice", sorted[i]);
+    }
+    free(sorted);
+    ck_assert_int_eq(shard_object_mget(ctx, ids, n, &items), 0);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(items[i].status == 0, "object %zu: status %d", i, items[i].status);
+        ck_assert_msg(items[i].len == lens[i] && memcmp(items[i].data, texts[i], lens[i]) == 0,
+                      "object %zu (ID %" PRIu64 ") holds %.60s..., created with %.60s...", i,
+                      ids[i], items[i].data, texts[i]);
+    }
+    shard_items_free(items, n);
+}
+
+/* Create texts[0..n) in one call in a new transaction, then commit. */
+static size_t create_many_ok(shard_ctx *ctx, unsigned type, char **texts, const size_t *lens,
+                             size_t n, uint64_t *ids)
+{
+    shard_txn *txn;
+    size_t stmts = 0;
+    int rc;
+
+    ck_assert_int_eq(shard_txn_begin(ctx, MANY_SHARD, &txn), 0);
+    rc = txn_object_create_many(txn, type, (const char *const *)texts, lens, n, ids, &stmts);
+    ck_assert_msg(rc == 0, "create_many of %zu: %s", n, shard_errmsg());
+    ck_assert_msg(shard_txn_commit(txn) == 0, "commit: %s", shard_errmsg());
+    return stmts;
+}
+
+START_TEST(create_many_one_and_many)
+{
+    shard_ctx *ctx = open_ctx();
+    unsigned type = type_of(ctx, "many");
+    size_t lens[2500];
+    uint64_t ids[2500], before = many_rows();
+    char **t;
+
+    /* One. */
+    t = many_texts(1, 0, 50, lens);
+    ck_assert_uint_eq(create_many_ok(ctx, type, t, lens, 1, ids), 1);
+    expect_created(ctx, type, t, lens, ids, 1);
+    texts_free(t, 1);
+    /* 500 small ones: one statement. */
+    t = many_texts(500, 1, 60, lens);
+    ck_assert_uint_eq(create_many_ok(ctx, type, t, lens, 500, ids), 1);
+    expect_created(ctx, type, t, lens, ids, 500);
+    texts_free(t, 500);
+    /* 2500: several statements, far fewer than rows. */
+    t = many_texts(2500, 501, 80, lens);
+    {
+        size_t stmts = create_many_ok(ctx, type, t, lens, 2500, ids);
+        ck_assert_msg(stmts >= 2 && stmts <= 5, "%zu statements for 2500 rows", stmts);
+    }
+    expect_created(ctx, type, t, lens, ids, 2500);
+    texts_free(t, 2500);
+    ck_assert_uint_eq(many_rows(), before + 3001);
+    shard_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(create_many_rollback_and_refusals)
+{
+    shard_ctx *ctx = open_ctx();
+    unsigned type = type_of(ctx, "many");
+    size_t lens[200], stmts = 9;
+    uint64_t ids[200], before = many_rows();
+    const char *bad[3] = {"{\"a\":1}", "[1,2]", "{\"b\":2}"};
+    size_t badlens[3] = {7, 5, 7};
+    shard_txn *txn;
+    char *json = NULL;
+    char **t = many_texts(200, 10000, 100, lens);
+
+    /* Rolled back: nothing stays, and the IDs it returned name nothing. */
+    ck_assert_int_eq(shard_txn_begin(ctx, MANY_SHARD, &txn), 0);
+    ck_assert_int_eq(txn_object_create_many(txn, type, (const char *const *)t, lens, 200, ids,
+                                            &stmts), 0);
+    ck_assert_uint_eq(stmts, 1);
+    ck_assert_uint_eq(many_rows(), before); /* not committed: not seen */
+    shard_txn_rollback(txn);
+    ck_assert_uint_eq(many_rows(), before);
+    for (size_t i = 0; i < 200; i += 20)
+        ck_assert_int_eq(shard_object_get(ctx, ids[i], &json, NULL), SHARD_ENOTFOUND);
+
+    /* A text that is not a JSON object: refused, named, nothing written,
+     * and the transaction goes on. */
+    ck_assert_int_eq(shard_txn_begin(ctx, MANY_SHARD, &txn), 0);
+    ck_assert_int_eq(txn_object_create_many(txn, type, bad, badlens, 3, ids, NULL),
+                     SHARD_EINVAL);
+    ck_assert_msg(strstr(shard_errmsg(), "object 2 of 3"), "%s", shard_errmsg());
+    ck_assert_int_eq(txn_object_create_many(txn, type, (const char *const *)t, lens, 2, ids,
+                                            NULL), 0);
+    ck_assert_int_eq(shard_txn_commit(txn), 0);
+    ck_assert_uint_eq(many_rows(), before + 2);
+    expect_created(ctx, type, t, lens, ids, 2);
+
+    /* An unregistered type: refused. */
+    ck_assert_int_eq(shard_txn_begin(ctx, MANY_SHARD, &txn), 0);
+    ck_assert_int_eq(txn_object_create_many(txn, 1000, (const char *const *)t, lens, 2, ids,
+                                            NULL), SHARD_EINVAL);
+    shard_txn_rollback(txn);
+    texts_free(t, 200);
+    ck_assert_uint_eq(many_rows(), before + 2);
+    shard_ctx_free(ctx);
+}
+END_TEST
+
+/* A local id past 36 bits fails the call and the transaction; the rows
+ * before it go with the rollback. (Shard 2: its counter stays high.) */
+START_TEST(create_many_full_shard)
+{
+    shard_ctx *ctx = open_ctx();
+    unsigned type = type_of(ctx, "many");
+    size_t lens[6];
+    uint64_t ids[6];
+    char **t = many_texts(6, 50000, 50, lens);
+    shard_txn *txn;
+    int rc;
+
+    /* 2^36 - 5: a few ids are left below 2^36 (the pair's servers count in
+     * steps of 2). */
+    sql_do("s1", "ALTER TABLE db00002.many AUTO_INCREMENT = 68719476731");
+    ck_assert_int_eq(shard_txn_begin(ctx, 2, &txn), 0);
+    rc = txn_object_create_many(txn, type, (const char *const *)t, lens, 6, ids, NULL);
+    ck_assert_int_eq(rc, SHARD_ESERVER);
+    ck_assert_msg(strstr(shard_errmsg(), "exceeds 36 bits"), "%s", shard_errmsg());
+    for (size_t i = 0; i < 6; i++)
+        ck_assert_uint_eq(ids[i], 0);
+    ck_assert_int_ne(shard_txn_commit(txn), 0); /* rolled back */
+    ck_assert_uint_eq(sql_count("s1", "SELECT COUNT(*) FROM db00002.many"), 0);
+    texts_free(t, 6);
+    shard_ctx_free(ctx);
+}
+END_TEST
+
+/*
+ * Under a 1 MB max_allowed_packet: 100 kB texts (200 kB as hex literals)
+ * split over several statements; a 700 kB one (too big as hex, not as
+ * bytes) still goes in; a 1.2 MB one is refused before anything is
+ * written, naming it.
+ */
+START_TEST(create_many_splits_by_packet)
+{
+    char *old = sql_out("s1", "SELECT @@GLOBAL.max_allowed_packet"), set[100];
+    shard_ctx *ctx;
+    unsigned type;
+    size_t lens[24], stmts = 0, mixlens[3], hugelens[3];
+    uint64_t ids[24], before = many_rows();
+    char **t, **mix, **huge;
+    shard_txn *txn;
+
+    old[strcspn(old, "\n")] = '\0';
+    sql_do("s1", "SET GLOBAL max_allowed_packet = 1048576");
+    ctx = open_ctx(); /* its connections open under the new limit */
+    type = type_of(ctx, "many");
+
+    t = many_texts(24, 20000, 100000, lens);
+    stmts = create_many_ok(ctx, type, t, lens, 24, ids);
+    /* 24 x 200 kB of hex needs at least 5 statements of under 1 MB. */
+    ck_assert_msg(stmts >= 5 && stmts <= 12, "%zu statements for 24 texts of 100 kB", stmts);
+    expect_created(ctx, type, t, lens, ids, 24);
+    texts_free(t, 24);
+
+    mix = many_texts(3, 30000, 100, mixlens);
+    free(mix[1]);
+    mix[1] = one_text(30001, 700000, &mixlens[1]);
+    stmts = create_many_ok(ctx, type, mix, mixlens, 3, ids);
+    ck_assert_uint_eq(stmts, 3);
+    expect_created(ctx, type, mix, mixlens, ids, 3);
+
+    huge = many_texts(3, 40000, 100, hugelens);
+    free(huge[1]);
+    huge[1] = one_text(40001, 1200000, &hugelens[1]);
+    ck_assert_int_eq(shard_txn_begin(ctx, MANY_SHARD, &txn), 0);
+    ck_assert_int_eq(txn_object_create_many(txn, type, (const char *const *)huge, hugelens, 3,
+                                            ids, NULL), SHARD_ETOOBIG);
+    ck_assert_msg(strstr(shard_errmsg(), "object 2 of 3") &&
+                      strstr(shard_errmsg(), "max_allowed_packet") &&
+                      strstr(shard_errmsg(), "nothing written"),
+                  "%s", shard_errmsg());
+    /* Nothing was sent: the transaction goes on. */
+    ck_assert_int_eq(txn_object_create_many(txn, type, (const char *const *)mix, mixlens, 1,
+                                            ids, NULL), 0);
+    ck_assert_int_eq(shard_txn_commit(txn), 0);
+    ck_assert_uint_eq(many_rows(), before + 24 + 3 + 1);
+    texts_free(mix, 3);
+    texts_free(huge, 3);
+    shard_ctx_free(ctx);
+    snprintf(set, sizeof set, "SET GLOBAL max_allowed_packet = %s", old);
+    sql_do("s1", set);
+    free(old);
+}
+END_TEST
+
+/* A row whose JSON no statement can carry (control characters take 6
+ * bytes each as JSON: 200 kB become 1.2 MB, over a 1 MB packet) stops the
+ * pass, naming the row; once the limit is raised, the next pass imports
+ * both rows, once each. */
+START_TEST(import_refuses_too_big)
+{
+    char *old = sql_out("s1", "SELECT @@GLOBAL.max_allowed_packet"), set[100];
+    shard_ctx *ctx;
+    shard_import_options o;
+    shard_import_report r;
+    uint64_t id, objects = 0;
+    json_t *got;
+    int rc;
+
+    old[strcspn(old, "\n")] = '\0';
+    sql_do("s1", "CREATE TABLE legacy.bigs (id INT PRIMARY KEY, t MEDIUMTEXT);"
+                 "INSERT INTO legacy.bigs VALUES (1, 'small'), (2, REPEAT(CHAR(1), 200000))");
+    sql_do("s1", "SET GLOBAL max_allowed_packet = 1048576");
+    sql_do("s3", "SET GLOBAL max_allowed_packet = 1048576");
+    ctx = open_ctx();
+    o = table_opts(ctx, "bigs", "many");
+    rc = shard_import_table(ctx, &o, &r);
+    ck_assert_int_eq(rc, SHARD_ETOOBIG);
+    ck_assert_msg(strstr(shard_errmsg(), "bigs.id=2") &&
+                      strstr(shard_errmsg(), "max_allowed_packet"),
+                  "%s", shard_errmsg());
+    shard_ctx_free(ctx);
+
+    snprintf(set, sizeof set, "SET GLOBAL max_allowed_packet = %s", old);
+    sql_do("s1", set);
+    sql_do("s3", set);
+    ctx = open_ctx();
+    r = import_ok(ctx, &o);
+    ck_assert_uint_eq(r.created + r.unchanged, 2);
+    ck_assert_int_eq(shard_legacy_resolve(ctx, o.type, 2, &id), 0);
+    ck_assert_int_eq(shard_object_get_json(ctx, id, &got), 0);
+    ck_assert_uint_eq(strlen(json_string_value(json_object_get(got, "t"))), 200000);
+    json_decref(got);
+    for (int sh = 0; sh < ID_SHARDS; sh++) {
+        char sql[200];
+        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05d.many WHERE JSON_EXISTS(data, "
+                 "'$.id')", sh);
+        objects += sql_count(sh < 4 ? "s1" : "s3", sql);
+    }
+    ck_assert_uint_eq(objects, 2);
+    r = import_ok(ctx, &o);
+    expect_counts(&r, 0, 0, 0, 2);
+    shard_ctx_free(ctx);
+    free(old);
+}
+END_TEST
+
 /* ---- set-up --------------------------------------------------------------------- */
 
 /* The harness's map with the legacy lookups and two more object types. */
@@ -673,11 +979,12 @@ static int write_map(void)
 {
     json_t *m = json_load_file(harness_map_path(H), 0, NULL), *tables, *legacy;
     static const char *const names[] = {"pins", "boards", "notes", "hostiles", "users",
-                                        "board_has_pins"};
+                                        "many", "board_has_pins"};
     if (!m)
         return -1;
     json_object_set_new(json_object_get(m, "objects"), "notes", json_integer(4));
     json_object_set_new(json_object_get(m, "objects"), "hostiles", json_integer(5));
+    json_object_set_new(json_object_get(m, "objects"), "many", json_integer(6));
     tables = json_object_get(json_object_get(m, "mod_shards"), "tables");
     legacy = json_object();
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -722,15 +1029,18 @@ static Suite *import_suite(void)
     TCase *tc = tcase_create("import");
 
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, import_pins_near_boards);
-    tcase_add_test(tc, objects_equal_legacy_rows);
-    tcase_add_test(tc, second_and_third_pass);
-    tcase_add_test(tc, mapping_passes);
-    tcase_add_test(tc, resolve_one_and_many);
-    tcase_add_test(tc, hostile_values);
-    tcase_add_test(tc, json_column);
-    tcase_add_test(tc, killed_import_no_duplicates);
-    tcase_add_test(tc, shardctl_import);
+    tcase_add_tests(tc, TESTS(import_pins_near_boards, objects_equal_legacy_rows,
+                              second_and_third_pass, mapping_passes, resolve_one_and_many,
+                              hostile_values, json_column, killed_import_no_duplicates,
+                              shardctl_import));
+    suite_add_tcase(s, tc);
+    tc = tcase_create("create_many");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, create_many_one_and_many);
+    tcase_add_test(tc, create_many_rollback_and_refusals);
+    tcase_add_test(tc, create_many_full_shard);
+    tcase_add_test(tc, create_many_splits_by_packet);
+    tcase_add_test(tc, import_refuses_too_big);
     suite_add_tcase(s, tc);
     return s;
 }
@@ -739,7 +1049,6 @@ int main(void)
 {
     shard_options o = SHARD_OPTIONS_INIT;
     shard_ctx *ctx = NULL;
-    SRunner *sr;
     int failed;
 
     harness_admin_options(&o);
@@ -759,10 +1068,7 @@ int main(void)
         return EXIT_FAILURE;
     }
     shard_ctx_free(ctx);
-    sr = srunner_create(import_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(import_suite(), CK_FORK_GETENV);
     harness_stop(H);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -8,6 +8,7 @@
  */
 #include "harness.h"
 #include "ctx.h" /* private: move_unfinished_on, as failover calls it */
+#include "move_util.h"
 #include "run_cmd.h"
 
 #include <check.h>
@@ -27,67 +28,9 @@ static harness *h;
 static shard_ctx *ctx;   /* the application's context, in this process */
 static shard_ctx *admin; /* the operator's (shardadmin): schema apply and moves */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static const char *pair_of(unsigned shard)
-{
-    static char name[65];
-    shard_map *m = NULL;
-    const char *p = "?";
-    shard_ctx_reload(ctx);
-    ck_assert_int_eq(shard_ctx_map(ctx, &m), 0);
-    shard_map_pair_of(m, shard, &p);
-    snprintf(name, sizeof name, "%s", p);
-    shard_map_free(m);
-    return name;
-}
-
-/* The master's server name ("s1", "s3", ...) of a pair "MySQL00N". */
-static const char *master_of(const char *pair)
-{
-    static char s[16];
-    snprintf(s, sizeof s, "s%d", 2 * atoi(pair + 5) - 1);
-    return s;
-}
-
-static char *sql1(const char *server, const char *sql)
-{
-    char *out = NULL;
-    ck_assert_int_eq(harness_sql(h, server, sql, &out), 0);
-    return out;
-}
-
-static int db_exists(const char *server, unsigned shard)
-{
-    char sql[200], *out;
-    int yes;
-    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE "
-             "SCHEMA_NAME = 'db%05u'", shard);
-    out = sql1(server, sql);
-    yes = strcmp(out, "0\n") != 0;
-    free(out);
-    return yes;
-}
-
-/* Replication to a standby is asynchronous: wait (bounded) for it. */
-static int db_exists_settled(const char *server, unsigned shard, int want)
-{
-    int have = db_exists(server, shard);
-    for (int i = 0; i < 100 && have != want; i++) {
-        usleep(50000);
-        have = db_exists(server, shard);
-    }
-    return have;
-}
-
 static int move_connections(const char *server)
 {
-    char *out = sql1(server, "SHOW ALL SLAVES STATUS");
+    char *out = sql_ok(h, server, "SHOW ALL SLAVES STATUS");
     int n = 0;
     for (char *p = out; (p = strstr(p, "\nlibshard_from_")); p++)
         n++;
@@ -101,8 +44,9 @@ static int pair_link_running(const char *server)
 {
     int yes = 0;
     for (int i = 0; i < 100 && !yes; i++) {
-        char *out = sql1(server, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS"
-                                 " WHERE VARIABLE_NAME = 'SLAVE_RUNNING'");
+        char *out = sql_ok(h, server, "SELECT VARIABLE_VALUE FROM"
+                                      " information_schema.GLOBAL_STATUS"
+                                      " WHERE VARIABLE_NAME = 'SLAVE_RUNNING'");
         yes = strcmp(out, "ON\n") == 0;
         free(out);
         if (!yes)
@@ -111,68 +55,15 @@ static int pair_link_running(const char *server)
     return yes;
 }
 
-/* ---- what was written, and checking it is all there ------------------------ */
+/* ---- checking that what was written is all there --------------------------- */
 
-#define MAXW 20000
-static struct written {
-    uint64_t id;
-    char json[64];
-} w[MAXW];
-static int nw;
-static pthread_mutex_t wlock = PTHREAD_MUTEX_INITIALIZER;
-
-static void remember(uint64_t id, const char *json)
-{
-    pthread_mutex_lock(&wlock);
-    ck_assert_int_lt(nw, MAXW);
-    w[nw].id = id;
-    snprintf(w[nw].json, sizeof w[nw].json, "%s", json);
-    nw++;
-    pthread_mutex_unlock(&wlock);
-}
-
-static void fill(unsigned first, unsigned last, int per_shard)
-{
-    for (unsigned s = first; s <= last; s++)
-        for (int i = 0; i < per_shard; i++) {
-            char json[64];
-            uint64_t id;
-            snprintf(json, sizeof json, "{\"shard\":%u,\"n\":%d}", s, i);
-            ck_assert_msg(shard_object_create(ctx, 1, s, json, strlen(json), &id) == 0, "%s",
-                          shard_errmsg());
-            remember(id, json);
-        }
-}
-
-/* Every acknowledged write is there, read through the library, and each
- * moved row sits on the master of the pair the map names. */
-static void check_all(void)
-{
-    shard_item *items = NULL;
-    uint64_t *ids = calloc((size_t)nw, sizeof *ids);
-    int rc;
-
-    for (int i = 0; i < nw; i++)
-        ids[i] = w[i].id;
-    rc = shard_object_mget(ctx, ids, (size_t)nw, &items);
-    ck_assert_msg(rc == 0, "mget: %d %s", rc, shard_errmsg());
-    for (int i = 0; i < nw; i++) {
-        ck_assert_msg(items[i].status == 0, "object %llu: status %d",
-                      (unsigned long long)w[i].id, items[i].status);
-        ck_assert_str_eq(items[i].data, w[i].json);
-    }
-    shard_items_free(items, (size_t)nw);
-    free(ids);
-}
-
+/* Each moved row sits on the master of the pair the map names. */
 static void check_rows_on_master(unsigned shard)
 {
     char sql[200], *out;
-    int expect = 0;
-    for (int i = 0; i < nw; i++)
-        expect += shard_id_shard(w[i].id) == shard && shard_id_type(w[i].id) == 1;
+    int expect = ledger_rows(shard);
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05u.pins", shard);
-    out = sql1(master_of(pair_of(shard)), sql);
+    out = sql_ok(h, master_of(pair_of(ctx, shard)), sql);
     ck_assert_int_eq(atoi(out), expect);
     free(out);
 }
@@ -180,54 +71,42 @@ static void check_rows_on_master(unsigned shard)
 /* ---- a mover in a child process, stopped at a phase, then killed ------------ */
 
 static int stop_phase;
-static int stop_fd;
 
 static void stop_here(int phase, uint64_t done, uint64_t total, void *payload)
 {
     (void)done;
     (void)total;
     (void)payload;
-    if (phase == stop_phase) {
-        char c = 1;
-        if (write(stop_fd, &c, 1) != 1)
-            _exit(3);
-        raise(SIGSTOP); /* the parent SIGKILLs us here, mid-phase */
-    }
+    if (phase == stop_phase)
+        child_stop_here(); /* the parent SIGKILLs us here, mid-phase */
+}
+
+typedef struct move_args {
+    unsigned first, last;
+    const char *target;
+    int phase;
+} move_args;
+
+static int move_body(shard_ctx *mc, void *arg)
+{
+    move_args *a = arg;
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    stop_phase = a->phase;
+    o.progress = stop_here;
+    return shard_move(mc, a->first, a->last, a->target, &o, NULL, NULL) == 0 ? 1 : 2;
 }
 
 /* Run shard_move in a child; SIGKILL it when it reaches phase. Returns 0
  * when it was killed there, 1 when it finished before reaching it. */
 static int move_killed_at(unsigned first, unsigned last, const char *target, int phase)
 {
-    int fds[2], status;
-    pid_t pid;
-    char c;
+    move_args a = {first, last, target, phase};
+    int status;
 
-    ck_assert_int_eq(pipe(fds), 0);
-    pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-        shard_ctx *mc = NULL;
-        close(fds[0]);
-        stop_fd = fds[1];
-        stop_phase = phase;
-        o.progress = stop_here;
-        if (harness_open_admin(h, &mc, NULL))
-            _exit(2);
-        _exit(shard_move(mc, first, last, target, &o, NULL, NULL) == 0 ? 1 : 2);
-    }
-    close(fds[1]);
-    if (read(fds[0], &c, 1) == 1) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        close(fds[0]);
+    if (child_killed(h, move_body, &a, &status))
         return 0;
-    }
-    waitpid(pid, &status, 0);
-    close(fds[0]);
-    ck_assert_msg(0, "the mover exited with %d before reaching phase %s",
-                  WIFEXITED(status) ? WEXITSTATUS(status) : -1, shard_move_phase_name(phase));
+    ck_assert_msg(0, "the mover exited with %d before reaching phase %s", status,
+                  shard_move_phase_name(phase));
     return 1;
 }
 
@@ -242,90 +121,23 @@ static void resume_ok(shard_move_report *r)
 
 /* ---- tests ------------------------------------------------------------------ */
 
-typedef struct writer {
-    unsigned shards[2];
-    atomic_int *stop;
-    int errors;
-    char err[256];
-    double worst; /* the longest single call, seconds */
-    long ops;
-} writer;
-
-static void *write_loop(void *arg)
-{
-    writer *wr = arg;
-    for (long i = 0; !atomic_load(wr->stop); i++) {
-        unsigned s = wr->shards[i % 2];
-        char json[64];
-        uint64_t id;
-        double t0 = now();
-        int rc;
-        snprintf(json, sizeof json, "{\"w\":%ld,\"s\":%u}", i, s);
-        rc = shard_object_create(ctx, 1, s, json, strlen(json), &id);
-        if (rc == 0) {
-            remember(id, json);
-            /* Read-modify-write and a mapping row on the same object. */
-            char *res = NULL;
-            rc = shard_object_patch(ctx, id, "{\"p\":1}", 7, &res, NULL);
-            if (rc == 0) {
-                pthread_mutex_lock(&wlock);
-                for (int k = nw - 1; k >= 0; k--)
-                    if (w[k].id == id) {
-                        snprintf(w[k].json, sizeof w[k].json, "%s", res);
-                        break;
-                    }
-                pthread_mutex_unlock(&wlock);
-                rc = shard_mapping_add(ctx, "user_likes_pins", id, id, i);
-            }
-            if (rc == 0) {
-                /* A read through the prepared-statement path across the fence. */
-                char *got = NULL;
-                rc = shard_object_get(ctx, id, &got, NULL);
-                if (rc == 0 && strcmp(got, res) != 0)
-                    rc = SHARD_EINTERNAL;
-                shard_free(got);
-            }
-            shard_free(res);
-        }
-        if (now() - t0 > wr->worst)
-            wr->worst = now() - t0;
-        if (rc) {
-            wr->errors++;
-            snprintf(wr->err, sizeof wr->err, "%s", shard_errmsg());
-        }
-        wr->ops++;
-    }
-    return NULL;
-}
-
 START_TEST(move_under_concurrent_writes)
 {
+    static const unsigned shards[4][2] = {{0, 1}, {1, 2}, {0, 6}, {1, 7}};
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_move_report r;
-    atomic_int stop = 0;
-    writer wr[4] = {{{0, 1}, &stop, 0, "", 0, 0}, {{1, 2}, &stop, 0, "", 0, 0},
-                    {{0, 6}, &stop, 0, "", 0, 0}, {{1, 7}, &stop, 0, "", 0, 0}};
-    pthread_t t[4];
+    static load l;
     double worst = 0;
     int rc;
 
-    fill(0, 1, 300);
-    ck_assert_str_eq(pair_of(0), "MySQL001");
-    for (int i = 0; i < 4; i++)
-        pthread_create(&t[i], NULL, write_loop, &wr[i]);
-    usleep(300000);
+    ledger_fill(ctx, 0, 1, 300);
+    ck_assert_str_eq(pair_of(ctx, 0), "MySQL001");
+    load_start(&l, ctx, shards, 0, 300000);
     rc = shard_move(admin, 0, 1, "MySQL002", &o, &r, NULL);
-    usleep(300000);
-    atomic_store(&stop, 1);
-    for (int i = 0; i < 4; i++) /* all of them before any assertion ends the test */
-        pthread_join(t[i], NULL);
-    for (int i = 0; i < 4; i++) {
-        ck_assert_msg(wr[i].errors == 0, "writer %d: %d errors, last: %s", i, wr[i].errors,
-                      wr[i].err);
-        ck_assert_int_gt(wr[i].ops, 0);
-        if (wr[i].worst > worst)
-            worst = wr[i].worst;
-    }
+    load_stop(&l, 300000); /* all of them before any assertion ends the test */
+    for (int i = 0; i < 4; i++)
+        if (l.wr[i].worst > worst)
+            worst = l.wr[i].worst;
     ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
     printf("move 0-1 under load: %llu rows copied in %.3f s, pause %.1f ms, "
            "%u fence attempts, %llu rows verified; worst writer call %.1f ms\n",
@@ -334,21 +146,21 @@ START_TEST(move_under_concurrent_writes)
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r.mismatches, 0);
     ck_assert_int_eq(r.source_dropped, 1);
-    ck_assert_str_eq(pair_of(0), "MySQL002");
-    ck_assert_str_eq(pair_of(1), "MySQL002");
-    ck_assert_str_eq(pair_of(2), "MySQL001");
-    check_all();
+    ck_assert_str_eq(pair_of(ctx, 0), "MySQL002");
+    ck_assert_str_eq(pair_of(ctx, 1), "MySQL002");
+    ck_assert_str_eq(pair_of(ctx, 2), "MySQL001");
+    ledger_check_all(ctx);
     check_rows_on_master(0);
     check_rows_on_master(1);
     /* The source is clean on both halves; no replication connection is left. */
-    ck_assert_int_eq(db_exists("s1", 0), 0);
-    ck_assert_int_eq(db_exists_settled("s2", 1, 0), 0);
+    ck_assert_int_eq(db_exists(h, "s1", 0), 0);
+    ck_assert_int_eq(db_exists_settled(h, "s2", 1, 0), 0);
     ck_assert_int_eq(move_connections("s3"), 0);
     /* The target pair is still a healthy pair: its standby has the rows too. */
     usleep(500000);
     {
-        char *a = sql1("s3", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00000.pins");
-        char *b = sql1("s4", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00000.pins");
+        char *a = sql_ok(h, "s3", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00000.pins");
+        char *b = sql_ok(h, "s4", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00000.pins");
         ck_assert_str_eq(a, b);
         free(a);
         free(b);
@@ -366,18 +178,18 @@ START_TEST(dry_run_changes_nothing)
     ck_assert_ptr_nonnull(strstr(plan, "db00002.pins"));
     ck_assert_ptr_nonnull(strstr(plan, "gtid_ignore_duplicates 1: ok"));
     shard_free(plan);
-    ck_assert_str_eq(pair_of(2), "MySQL001");
-    ck_assert_int_eq(db_exists("s5", 2), 0);
+    ck_assert_str_eq(pair_of(ctx, 2), "MySQL001");
+    ck_assert_int_eq(db_exists(h, "s5", 2), 0);
     /* Bad requests are refused before anything happens. */
     ck_assert_int_eq(shard_move(admin, 2, 3, "MySQL001", &o, NULL, &plan), SHARD_EINVAL);
     ck_assert_int_eq(shard_move(admin, 2, 3, "MySQL009", &o, NULL, &plan), SHARD_EINVAL);
     ck_assert_int_eq(shard_move(admin, 3, 4, "MySQL003", &o, NULL, &plan), SHARD_EINVAL);
     ck_assert_msg(strstr(shard_errmsg(), "span pairs"), "%s", shard_errmsg());
     /* A target pair whose halves could hand out the same local ids. */
-    free(sql1("s6", "SET GLOBAL auto_increment_offset = 1"));
+    free(sql_ok(h, "s6", "SET GLOBAL auto_increment_offset = 1"));
     ck_assert_int_eq(shard_move(admin, 2, 3, "MySQL003", &o, NULL, &plan), SHARD_EINVAL);
     ck_assert_msg(strstr(shard_errmsg(), "auto_increment_offset"), "%s", shard_errmsg());
-    free(sql1("s6", "SET GLOBAL auto_increment_offset = 2"));
+    free(sql_ok(h, "s6", "SET GLOBAL auto_increment_offset = 2"));
 }
 END_TEST
 
@@ -389,19 +201,19 @@ START_TEST(killed_in_each_phase_then_resumed)
                                  SHARD_MOVE_CLEANING};
     const char *targets[] = {"MySQL003", "MySQL001"};
 
-    fill(2, 3, 100);
+    ledger_fill(ctx, 2, 3, 100);
     for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
         const char *target = targets[i % 2];
         shard_move_report r;
         move_killed_at(2, 3, target, phases[i]);
         resume_ok(&r);
-        ck_assert_str_eq(pair_of(2), target);
-        ck_assert_str_eq(pair_of(3), target);
-        check_all();
+        ck_assert_str_eq(pair_of(ctx, 2), target);
+        ck_assert_str_eq(pair_of(ctx, 3), target);
+        ledger_check_all(ctx);
         check_rows_on_master(2);
-        ck_assert_int_eq(db_exists(master_of(targets[(i + 1) % 2]), 2), 0);
+        ck_assert_int_eq(db_exists(h, master_of(targets[(i + 1) % 2]), 2), 0);
         ck_assert_int_eq(move_connections(master_of(target)), 0);
-        fill(2, 3, 5); /* and the shards take writes where they are now */
+        ledger_fill(ctx, 2, 3, 5); /* and the shards take writes where they are now */
     }
 }
 END_TEST
@@ -410,22 +222,22 @@ END_TEST
 START_TEST(aborted_before_flip)
 {
     static const int phases[] = {SHARD_MOVE_COPYING, SHARD_MOVE_CATCHUP, SHARD_MOVE_FENCED};
-    const char *home = pair_of(4);
+    const char *home = pair_of(ctx, 4);
 
-    fill(4, 4, 50);
+    ledger_fill(ctx, 4, 4, 50);
     for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
         move_killed_at(4, 4, "MySQL003", phases[i]);
         /* As a mover killed between STOP ALL SLAVES and the restart leaves
          * it: the target pair's own link stopped. Abort starts it again. */
-        free(sql1("s5", "STOP SLAVE"));
+        free(sql_ok(h, "s5", "STOP SLAVE"));
         ck_assert_msg(shard_move_abort(admin, 0) == 0, "abort: %s", shard_errmsg());
         ck_assert_int_eq(pair_link_running("s5"), 1);
-        ck_assert_str_eq(pair_of(4), home);
-        ck_assert_int_eq(db_exists("s5", 4), 0);
-        ck_assert_int_eq(db_exists_settled("s6", 4, 0), 0);
+        ck_assert_str_eq(pair_of(ctx, 4), home);
+        ck_assert_int_eq(db_exists(h, "s5", 4), 0);
+        ck_assert_int_eq(db_exists_settled(h, "s6", 4, 0), 0);
         ck_assert_int_eq(move_connections("s5"), 0);
-        fill(4, 4, 3); /* writes land on the source again at once */
-        check_all();
+        ledger_fill(ctx, 4, 4, 3); /* writes land on the source again at once */
+        ledger_check_all(ctx);
         check_rows_on_master(4);
     }
     ck_assert_int_eq(shard_move_abort(admin, 0), SHARD_ENOTFOUND);
@@ -485,7 +297,7 @@ START_TEST(long_transaction_delays_fence)
     static holder hd;
     double t0, worst = 0;
 
-    fill(5, 5, 20);
+    ledger_fill(ctx, 5, 5, 20);
     memset(&hd, 0, sizeof hd);
     hd.shard = 5;
     hd.seconds = 3.5;
@@ -500,12 +312,12 @@ START_TEST(long_transaction_delays_fence)
     ck_assert_int_eq(hd.rc, 0);
     ck_assert_uint_ge(r.fence_attempts, 2);
     /* Traffic on the shard stalled at most about the lock timeout. */
-    t0 = now();
-    fill(5, 5, 1);
-    worst = now() - t0;
+    t0 = now_s();
+    ledger_fill(ctx, 5, 5, 1);
+    worst = now_s() - t0;
     ck_assert_msg(worst < 2.0, "a write took %.2f s after the move", worst);
-    ck_assert_str_eq(pair_of(5), "MySQL003");
-    check_all();
+    ck_assert_str_eq(pair_of(ctx, 5), "MySQL003");
+    ledger_check_all(ctx);
 }
 END_TEST
 
@@ -514,21 +326,21 @@ START_TEST(target_restart_during_catchup)
 {
     shard_move_report r;
 
-    fill(6, 7, 30);
-    ck_assert_str_eq(pair_of(6), "MySQL002");
+    ledger_fill(ctx, 6, 7, 30);
+    ck_assert_str_eq(pair_of(ctx, 6), "MySQL002");
     move_killed_at(6, 7, "MySQL003", SHARD_MOVE_CATCHUP);
     ck_assert_int_eq(harness_kill(h, "s5"), 0);
     ck_assert_int_eq(harness_restart(h, "s5"), 0);
     /* Writes on the source's other databases meanwhile must stay there. */
-    ck_assert_str_eq(pair_of(4), "MySQL002");
-    fill(4, 4, 10);
-    fill(6, 7, 10);
+    ck_assert_str_eq(pair_of(ctx, 4), "MySQL002");
+    ledger_fill(ctx, 4, 4, 10);
+    ledger_fill(ctx, 6, 7, 10);
     resume_ok(&r);
-    ck_assert_str_eq(pair_of(6), "MySQL003");
-    check_all();
+    ck_assert_str_eq(pair_of(ctx, 6), "MySQL003");
+    ledger_check_all(ctx);
     check_rows_on_master(6);
     check_rows_on_master(7);
-    ck_assert_int_eq(db_exists("s5", 4), 0);
+    ck_assert_int_eq(db_exists(h, "s5", 4), 0);
     ck_assert_int_eq(move_connections("s5"), 0);
 }
 END_TEST
@@ -557,7 +369,7 @@ START_TEST(verification_finds_tampering)
     char sql[300];
     int rc, victim = -1;
 
-    ck_assert_str_eq(pair_of(4), "MySQL002");
+    ck_assert_str_eq(pair_of(ctx, 4), "MySQL002");
     for (int i = 0; i < nw && victim < 0; i++)
         if (shard_id_shard(w[i].id) == 4)
             victim = i;
@@ -575,10 +387,10 @@ START_TEST(verification_finds_tampering)
     /* The source's copy is kept for the operator, under its own name, and
      * stays fenced: no client reads or writes it there. */
     {
-        char *out = sql1("s3", "SELECT COUNT(*) FROM db00004.pins");
+        char *out = sql_ok(h, "s3", "SELECT COUNT(*) FROM db00004.pins");
         ck_assert_int_gt(atoi(out), 0);
         free(out);
-        out = sql1("s3", "SELECT fenced FROM libshard_control.fence WHERE db = 'db00004'");
+        out = sql_ok(h, "s3", "SELECT fenced FROM libshard_control.fence WHERE db = 'db00004'");
         ck_assert_str_eq(out, "1\n");
         free(out);
     }
@@ -586,8 +398,8 @@ START_TEST(verification_finds_tampering)
      * copy by hand, for the tests after. */
     snprintf(sql, sizeof sql, "UPDATE db00004.pins SET data = '%s' WHERE local_id = %llu",
              w[victim].json, (unsigned long long)shard_id_local(w[victim].id));
-    free(sql1("s5", sql));
-    free(sql1("s3", "DROP DATABASE db00004"));
+    free(sql_ok(h, "s5", sql));
+    free(sql_ok(h, "s3", "DROP DATABASE db00004"));
 }
 END_TEST
 
@@ -597,34 +409,34 @@ START_TEST(merge_two_pairs_onto_one)
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_move_report r;
 
-    ck_assert_str_eq(pair_of(0), "MySQL002");
-    ck_assert_str_eq(pair_of(2), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 0), "MySQL002");
+    ck_assert_str_eq(pair_of(ctx, 2), "MySQL001");
     /* The target's journal as an earlier version made it: positions of at
      * most 1024 characters, no flip position, no fence count. */
-    free(sql1("s5", "ALTER TABLE libshard_control.moves"
-                    " MODIFY snapshot_gtid VARCHAR(1024) NOT NULL DEFAULT '',"
-                    " MODIFY fence_gtid VARCHAR(1024) NOT NULL DEFAULT '',"
-                    " DROP COLUMN flip_gtid, DROP COLUMN fence_statements"));
-    fill(0, 3, 5);
+    free(sql_ok(h, "s5", "ALTER TABLE libshard_control.moves"
+                         " MODIFY snapshot_gtid VARCHAR(1024) NOT NULL DEFAULT '',"
+                         " MODIFY fence_gtid VARCHAR(1024) NOT NULL DEFAULT '',"
+                         " DROP COLUMN flip_gtid, DROP COLUMN fence_statements"));
+    ledger_fill(ctx, 0, 3, 5);
     ck_assert_msg(shard_move(admin, 0, 1, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
     ck_assert_msg(shard_move(admin, 2, 3, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
     {
-        char *out = sql1("s5", "SELECT GROUP_CONCAT(COLUMN_NAME, ' ', DATA_TYPE ORDER BY"
-                               " COLUMN_NAME) FROM information_schema.COLUMNS WHERE"
-                               " TABLE_SCHEMA = 'libshard_control' AND TABLE_NAME = 'moves'"
-                               " AND (COLUMN_NAME LIKE '%gtid' OR COLUMN_NAME ="
-                               " 'fence_statements')");
+        char *out = sql_ok(h, "s5", "SELECT GROUP_CONCAT(COLUMN_NAME, ' ', DATA_TYPE ORDER BY"
+                                    " COLUMN_NAME) FROM information_schema.COLUMNS WHERE"
+                                    " TABLE_SCHEMA = 'libshard_control' AND TABLE_NAME = 'moves'"
+                                    " AND (COLUMN_NAME LIKE '%gtid' OR COLUMN_NAME ="
+                                    " 'fence_statements')");
         ck_assert_str_eq(out, "fence_gtid text,fence_statements int,flip_gtid text,"
                               "reverse_gtid text,snapshot_gtid text\n");
         free(out);
     }
     for (unsigned s = 0; s <= 3; s++) {
-        ck_assert_str_eq(pair_of(s), "MySQL003");
-        ck_assert_int_eq(db_exists("s1", s), 0);
-        ck_assert_int_eq(db_exists("s3", s), 0);
+        ck_assert_str_eq(pair_of(ctx, s), "MySQL003");
+        ck_assert_int_eq(db_exists(h, "s1", s), 0);
+        ck_assert_int_eq(db_exists(h, "s3", s), 0);
         check_rows_on_master(s);
     }
-    check_all();
+    ledger_check_all(ctx);
     {
         char *st = NULL;
         ck_assert_int_eq(shard_move_status(admin, &st), 0);
@@ -642,9 +454,9 @@ START_TEST(standby_behind_keeps_source)
     shard_move_report r;
     char *a, *b;
 
-    ck_assert_str_eq(pair_of(8), "MySQL003");
-    fill(8, 9, 40);
-    free(sql1("s2", "STOP SLAVE SQL_THREAD"));
+    ck_assert_str_eq(pair_of(ctx, 8), "MySQL003");
+    ledger_fill(ctx, 8, 9, 40);
+    free(sql_ok(h, "s2", "STOP SLAVE SQL_THREAD"));
     {
         /* As an operator runs it: shardctl says why, the pair's health and
          * the command that goes on. */
@@ -663,30 +475,30 @@ START_TEST(standby_behind_keeps_source)
         ck_assert_msg(!strstr(res.err, "move abort"), "%s", res.err); /* after the flip */
         run_free(&res);
     }
-    ck_assert_int_eq(db_exists("s5", 8), 1);
-    ck_assert_int_eq(db_exists("s5", 9), 1);
-    ck_assert_str_eq(pair_of(8), "MySQL001"); /* flipped: served by the target */
-    check_all();
+    ck_assert_int_eq(db_exists(h, "s5", 8), 1);
+    ck_assert_int_eq(db_exists(h, "s5", 9), 1);
+    ck_assert_str_eq(pair_of(ctx, 8), "MySQL001"); /* flipped: served by the target */
+    ledger_check_all(ctx);
 
-    free(sql1("s2", "START SLAVE"));
+    free(sql_ok(h, "s2", "START SLAVE"));
     resume_ok(&r);
     ck_assert_int_eq(r.source_dropped, 1);
     ck_assert_int_eq(r.target_pair_healthy, 1);
-    ck_assert_int_eq(db_exists("s5", 8), 0);
+    ck_assert_int_eq(db_exists(h, "s5", 8), 0);
     /* Cleanup waited for the standby: it holds every moved row now. */
-    a = sql1("s1", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00008.pins");
-    b = sql1("s2", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00008.pins");
+    a = sql_ok(h, "s1", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00008.pins");
+    b = sql_ok(h, "s2", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00008.pins");
     ck_assert_str_eq(a, b);
     free(a);
     free(b);
-    a = sql1("s1", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00009.pins");
-    b = sql1("s2", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00009.pins");
+    a = sql_ok(h, "s1", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00009.pins");
+    b = sql_ok(h, "s2", "SELECT COUNT(*), SUM(CRC32(data)) FROM db00009.pins");
     ck_assert_str_eq(a, b);
     free(a);
     free(b);
     check_rows_on_master(8);
     check_rows_on_master(9);
-    check_all();
+    ledger_check_all(ctx);
 }
 END_TEST
 
@@ -700,8 +512,8 @@ START_TEST(fence_is_one_statement)
     int rc;
 
     for (unsigned s = 0; s <= 7; s++)
-        ck_assert_str_eq(pair_of(s), "MySQL003");
-    fill(0, 7, 3);
+        ck_assert_str_eq(pair_of(ctx, s), "MySQL003");
+    ledger_fill(ctx, 0, 7, 3);
     o.flags = SHARD_MOVE_KEEP_SOURCE;
     rc = shard_move(admin, 0, 7, "MySQL002", &o, &r, NULL);
     ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
@@ -709,25 +521,26 @@ START_TEST(fence_is_one_statement)
     ck_assert_uint_eq(r.fence_attempts, 1);
     snprintf(sql, sizeof sql, "SELECT fence_statements FROM libshard_control.moves WHERE id = "
              "%llu", (unsigned long long)r.move_id);
-    out = sql1("s3", sql);
+    out = sql_ok(h, "s3", sql);
     ck_assert_str_eq(out, "1\n");
     free(out);
     /* The source keeps its copy (--keep-source) with every table under its
      * own name, and all 8 rows fenced by this move. */
-    out = sql1("s5", "SELECT COUNT(*), SUM(TABLE_NAME LIKE '\\_%') FROM information_schema.TABLES"
-               " WHERE TABLE_SCHEMA BETWEEN 'db00000' AND 'db00007'");
+    out = sql_ok(h, "s5", "SELECT COUNT(*), SUM(TABLE_NAME LIKE '\\_%') FROM"
+                    " information_schema.TABLES"
+                    " WHERE TABLE_SCHEMA BETWEEN 'db00000' AND 'db00007'");
     ck_assert_str_eq(out, "48\t0\n");
     free(out);
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM libshard_control.fence WHERE fenced = 1"
              " AND move_id = %llu", (unsigned long long)r.move_id);
-    out = sql1("s5", sql);
+    out = sql_ok(h, "s5", sql);
     ck_assert_str_eq(out, "8\n");
     free(out);
     for (unsigned s = 0; s <= 7; s++) {
-        ck_assert_str_eq(pair_of(s), "MySQL002");
+        ck_assert_str_eq(pair_of(ctx, s), "MySQL002");
         check_rows_on_master(s);
     }
-    check_all();
+    ledger_check_all(ctx);
 }
 END_TEST
 
@@ -751,8 +564,8 @@ START_TEST(transient_failure_retried_in_phase)
     shard_move_report r;
     int rc;
 
-    ck_assert_str_eq(pair_of(10), "MySQL003");
-    fill(10, 11, 30);
+    ck_assert_str_eq(pair_of(ctx, 10), "MySQL003");
+    ledger_fill(ctx, 10, 11, 30);
     o.progress = restart_target;
     o.payload = (void *)"s3";
     rc = shard_move(admin, 10, 11, "MySQL002", &o, &r, NULL);
@@ -760,12 +573,12 @@ START_TEST(transient_failure_retried_in_phase)
     ck_assert_int_eq(restarts, 1);
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_int_eq(r.source_dropped, 1);
-    ck_assert_str_eq(pair_of(10), "MySQL002");
+    ck_assert_str_eq(pair_of(ctx, 10), "MySQL002");
     ck_assert_int_eq(pair_link_running("s3"), 1);
     ck_assert_int_eq(move_connections("s3"), 0);
     check_rows_on_master(10);
     check_rows_on_master(11);
-    check_all();
+    ledger_check_all(ctx);
 }
 END_TEST
 
@@ -799,7 +612,7 @@ END_TEST
 static const char *other_pair(unsigned s)
 {
     static char name[65];
-    const char *p = pair_of(s);
+    const char *p = pair_of(ctx, s);
     snprintf(name, sizeof name, "%s", strcmp(p, "MySQL003") == 0 ? "MySQL001"
                                       : strcmp(p, "MySQL001") == 0 ? "MySQL002" : "MySQL003");
     return name;
@@ -840,8 +653,8 @@ START_TEST(verification_finds_swapped_rows)
     unsigned s = 9;
     int a, b, rc;
 
-    fill(s, s, 10);
-    snprintf(source, sizeof source, "%s", pair_of(s));
+    ledger_fill(ctx, s, s, 10);
+    snprintf(source, sizeof source, "%s", pair_of(ctx, s));
     snprintf(target, sizeof target, "%s", other_pair(s));
     two_on_shard(s, &a, &b);
     /* Idempotent (the callback runs more than once in catch-up). */
@@ -866,10 +679,10 @@ START_TEST(verification_finds_swapped_rows)
              (unsigned long long)shard_id_local(w[a].id), w[a].json, w[b].json,
              (unsigned long long)shard_id_local(w[a].id),
              (unsigned long long)shard_id_local(w[b].id));
-    free(sql1(master_of(target), sql));
+    free(sql_ok(h, master_of(target), sql));
     snprintf(sql, sizeof sql, "DROP DATABASE db%05u", s);
-    free(sql1(master_of(source), sql));
-    check_all();
+    free(sql_ok(h, master_of(source), sql));
+    ledger_check_all(ctx);
 }
 END_TEST
 
@@ -884,14 +697,14 @@ START_TEST(verification_chunks_a_large_table)
     uint64_t rows;
     int rc;
 
-    snprintf(source, sizeof source, "%s", pair_of(s));
+    snprintf(source, sizeof source, "%s", pair_of(ctx, s));
     snprintf(target, sizeof target, "%s", other_pair(s));
     /* 2500 rows straight into the source (three chunks and a bit). */
     snprintf(sql, sizeof sql, "INSERT INTO db%05u.pins (data) SELECT CONCAT('{\"bulk\":', seq,"
              " '}') FROM db%05u.seq_1_to_2500", s, s);
-    free(sql1(master_of(source), sql));
+    free(sql_ok(h, master_of(source), sql));
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05u.pins", s);
-    out = sql1(master_of(source), sql);
+    out = sql_ok(h, master_of(source), sql);
     rows = strtoull(out, NULL, 10);
     free(out);
     snprintf(sql, sizeof sql, "SET sql_log_bin = 0; UPDATE db%05u.pins SET data ="
@@ -908,24 +721,25 @@ START_TEST(verification_chunks_a_large_table)
     ck_assert_int_eq(verify_progress_seen, 1);
     ck_assert_int_eq(verify_progress_over, 0);
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05u.pins", s);
-    out = sql1(master_of(source), sql);
+    out = sql_ok(h, master_of(source), sql);
     ck_assert_uint_eq(strtoull(out, NULL, 10), rows);
     free(out);
     /* Every row of the shard's tables counted once: pins and the rest. */
     snprintf(sql, sizeof sql, "SELECT SUM(n) FROM (SELECT COUNT(*) n FROM db%05u.pins UNION"
              " ALL SELECT COUNT(*) FROM db%05u.user_likes_pins) x", s, s);
-    out = sql1(master_of(source), sql);
+    out = sql_ok(h, master_of(source), sql);
     ck_assert_uint_le(strtoull(out, NULL, 10), r.rows_verified);
     free(out);
     /* The bulk rows were never remembered: gone from the target with the
      * changed one, and the kept copy dropped. */
     snprintf(sql, sizeof sql, "DELETE FROM db%05u.pins WHERE data LIKE '{\"bulk\":%%'", s);
-    free(sql1(master_of(target), sql));
+    free(sql_ok(h, master_of(target), sql));
     snprintf(sql, sizeof sql, "DROP DATABASE db%05u", s);
-    free(sql1(master_of(source), sql));
-    check_all();
+    free(sql_ok(h, master_of(source), sql));
+    ledger_check_all(ctx);
 }
 END_TEST
+
 
 static atomic_int last_phase;
 
@@ -959,7 +773,7 @@ static uint64_t count_on(const char *server, unsigned s)
     char sql[200], *out;
     uint64_t n;
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05u.pins", s);
-    out = sql1(server, sql);
+    out = sql_ok(h, server, sql);
     n = strtoull(out, NULL, 10);
     free(out);
     return n;
@@ -976,8 +790,8 @@ START_TEST(postponed_cutover_waits_for_the_file)
     pthread_t t;
     FILE *f;
 
-    fill(s, s, 10);
-    snprintf(source, sizeof source, "%s", pair_of(s));
+    ledger_fill(ctx, s, s, 10);
+    snprintf(source, sizeof source, "%s", pair_of(ctx, s));
     snprintf(target, sizeof target, "%s", other_pair(s));
     snprintf(path, sizeof path, "%s/postpone-cutover", harness_dir(h));
     ck_assert_ptr_nonnull(f = fopen(path, "w"));
@@ -997,20 +811,20 @@ START_TEST(postponed_cutover_waits_for_the_file)
      * round after round, while the move stays in catch-up, unfenced. */
     for (int round = 0; round < 3; round++) {
         uint64_t want;
-        fill(s, s, 10);
-        ck_assert_str_eq(pair_of(s), source);
+        ledger_fill(ctx, s, s, 10);
+        ck_assert_str_eq(pair_of(ctx, s), source);
         want = count_on(master_of(source), s);
         for (int i = 0; i < 200 && count_on(master_of(target), s) != want; i++)
             usleep(50000);
         ck_assert_uint_eq(count_on(master_of(target), s), want);
         ck_assert_int_eq(atomic_load(&last_phase), SHARD_MOVE_CATCHUP);
-        out = sql1(master_of(target), "SELECT phase FROM libshard_control.moves ORDER BY id"
-                                      " DESC LIMIT 1");
+        out = sql_ok(h, master_of(target), "SELECT phase FROM libshard_control.moves ORDER BY id"
+                                           " DESC LIMIT 1");
         ck_assert_int_eq(atoi(out), SHARD_MOVE_CATCHUP);
         free(out);
         snprintf(sql, sizeof sql, "SELECT fenced FROM libshard_control.fence WHERE db ="
                  " 'db%05u'", s);
-        out = sql1(master_of(source), sql);
+        out = sql_ok(h, master_of(source), sql);
         ck_assert_str_eq(out, "0\n");
         free(out);
     }
@@ -1020,8 +834,8 @@ START_TEST(postponed_cutover_waits_for_the_file)
     ck_assert_int_eq(mv.r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(mv.r.mismatches, 0);
     ck_assert_int_eq(mv.r.source_dropped, 1);
-    ck_assert_str_eq(pair_of(s), target);
-    check_all();
+    ck_assert_str_eq(pair_of(ctx, s), target);
+    ledger_check_all(ctx);
     check_rows_on_master(s);
 }
 END_TEST
@@ -1038,12 +852,12 @@ START_TEST(resumed_after_flip_ignores_later_writes)
     unsigned s = 9;
     int a, b, rc;
 
-    fill(s, s, 20);
+    ledger_fill(ctx, s, s, 20);
     snprintf(target, sizeof target, "%s", other_pair(s));
     move_killed_at(s, s, target, SHARD_MOVE_FLIPPED);
-    ck_assert_str_eq(pair_of(s), target);
+    ck_assert_str_eq(pair_of(ctx, s), target);
     /* After the flip: new objects, a patch, a mapping row, on the target. */
-    fill(s, s, 10);
+    ledger_fill(ctx, s, s, 10);
     two_on_shard(s, &a, &b);
     ck_assert_int_eq(shard_object_patch(ctx, w[a].id, "{\"after\":1}", 11, &res, NULL), 0);
     snprintf(w[a].json, sizeof w[a].json, "%s", res);
@@ -1054,14 +868,14 @@ START_TEST(resumed_after_flip_ignores_later_writes)
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r.mismatches, 0);
     ck_assert_int_eq(r.source_dropped, 1);
-    check_all();
+    ledger_check_all(ctx);
     check_rows_on_master(s);
 
     /* Back the other way, an object deleted after the flip: the source's
      * row is missing on the target, which a verification without a
      * snapshot of the flip point cannot tell from a lost row. No
      * mismatch, and the source is kept (and stays kept on a resume). */
-    snprintf(source, sizeof source, "%s", pair_of(s));
+    snprintf(source, sizeof source, "%s", pair_of(ctx, s));
     snprintf(target, sizeof target, "%s", other_pair(s));
     two_on_shard(s, &a, &b);
     move_killed_at(s, s, target, SHARD_MOVE_FLIPPED);
@@ -1072,37 +886,37 @@ START_TEST(resumed_after_flip_ignores_later_writes)
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r.mismatches, 0);
     ck_assert_int_eq(r.source_dropped, 0);
-    ck_assert_int_eq(db_exists(master_of(source), s), 1);
+    ck_assert_int_eq(db_exists(h, master_of(source), s), 1);
     snprintf(sql, sizeof sql, "SELECT flags & %d FROM libshard_control.moves WHERE id = %llu",
              SHARD_MOVE_KEEP_SOURCE, (unsigned long long)r.move_id);
-    res = sql1(master_of(target), sql);
+    res = sql_ok(h, master_of(target), sql);
     ck_assert_int_eq(atoi(res), SHARD_MOVE_KEEP_SOURCE);
     free(res);
     snprintf(sql, sizeof sql, "DROP DATABASE db%05u", s);
-    free(sql1(master_of(source), sql));
-    check_all();
+    free(sql_ok(h, master_of(source), sql));
+    ledger_check_all(ctx);
 
     /* And again, with a row changed behind the mover's back before the
      * flip (it keeps its old updated_at: not a client's write): found. */
-    snprintf(source, sizeof source, "%s", pair_of(s));
+    snprintf(source, sizeof source, "%s", pair_of(ctx, s));
     snprintf(target, sizeof target, "%s", other_pair(s));
     two_on_shard(s, &a, &b);
     move_killed_at(s, s, target, SHARD_MOVE_FLIPPED);
     snprintf(sql, sizeof sql, "SET sql_log_bin = 0; UPDATE db%05u.pins SET data ="
              " '{\"evil\":1}', updated_at = updated_at WHERE local_id = %llu", s,
              (unsigned long long)shard_id_local(w[a].id));
-    free(sql1(master_of(target), sql));
-    fill(s, s, 5); /* and clients' writes after the flip, not counted */
+    free(sql_ok(h, master_of(target), sql));
+    ledger_fill(ctx, s, s, 5); /* and clients' writes after the flip, not counted */
     rc = shard_move_resume(admin, 0, &o, &r);
     ck_assert_int_eq(rc, SHARD_EVERIFY);
     ck_assert_uint_eq(r.mismatches, 1);
     ck_assert_int_eq(r.source_dropped, 0);
     snprintf(sql, sizeof sql, "UPDATE db%05u.pins SET data = '%s' WHERE local_id = %llu", s,
              w[a].json, (unsigned long long)shard_id_local(w[a].id));
-    free(sql1(master_of(target), sql));
+    free(sql_ok(h, master_of(target), sql));
     snprintf(sql, sizeof sql, "DROP DATABASE db%05u", s);
-    free(sql1(master_of(source), sql));
-    check_all();
+    free(sql_ok(h, master_of(source), sql));
+    ledger_check_all(ctx);
 }
 END_TEST
 
@@ -1123,13 +937,13 @@ static void *run_cli(void *arg)
 /* The newest move's journaled phase on a target master (-1: none yet). */
 static int newest_phase(const char *server)
 {
-    char *out = sql1(server, "SELECT IFNULL(MAX(id), 0) FROM libshard_control.moves");
+    char *out = sql_ok(h, server, "SELECT IFNULL(MAX(id), 0) FROM libshard_control.moves");
     char sql[200];
     int phase = -1;
     if (strtoull(out, NULL, 10) != 0) {
         snprintf(sql, sizeof sql, "SELECT phase FROM libshard_control.moves WHERE id = %s", out);
         free(out);
-        out = sql1(server, sql);
+        out = sql_ok(h, server, sql);
         phase = atoi(out);
     }
     free(out);
@@ -1148,7 +962,7 @@ START_TEST(shardctl_postpone_cutover)
     FILE *f;
     int phase = -1;
 
-    fill(s, s, 5);
+    ledger_fill(ctx, s, s, 5);
     snprintf(target, sizeof target, "%s", other_pair(s));
     snprintf(tm, sizeof tm, "%s", master_of(target)); /* master_of's buffer is reused */
     snprintf(range, sizeof range, "%u-%u", s, s);
@@ -1156,7 +970,7 @@ START_TEST(shardctl_postpone_cutover)
     ck_assert_ptr_nonnull(f = fopen(path, "w"));
     fclose(f);
     /* The journal may hold earlier moves: wait for a new one. */
-    out = sql1(tm, "SELECT IFNULL(MAX(id), 0) FROM libshard_control.moves");
+    out = sql_ok(h, tm, "SELECT IFNULL(MAX(id), 0) FROM libshard_control.moves");
     {
         const char *argv[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move",
                               "--shards", range, "--to", target, "--yes", "--max-lag-ms", "200",
@@ -1171,15 +985,15 @@ START_TEST(shardctl_postpone_cutover)
             usleep(50000);
             snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM libshard_control.moves WHERE id >"
                      " %llu AND phase = %d", (unsigned long long)before, SHARD_MOVE_CATCHUP);
-            out = sql1(tm, sql);
+            out = sql_ok(h, tm, sql);
             phase = atoi(out) ? SHARD_MOVE_CATCHUP : -1;
             free(out);
         }
         ck_assert_int_eq(phase, SHARD_MOVE_CATCHUP);
         /* Caught up and holding: writes reach the target, the phase stays. */
-        fill(s, s, 5);
+        ledger_fill(ctx, s, s, 5);
         {
-            uint64_t want = count_on(master_of(pair_of(s)), s);
+            uint64_t want = count_on(master_of(pair_of(ctx, s)), s);
             for (int i = 0; i < 200 && count_on(tm, s) != want; i++)
                 usleep(50000);
             ck_assert_uint_eq(count_on(tm, s), want);
@@ -1197,8 +1011,8 @@ START_TEST(shardctl_postpone_cutover)
         ck_assert_msg(p && !strstr(p + 1, "the cut-over is postponed while"), "%s", c.res.err);
     }
     run_free(&c.res);
-    ck_assert_str_eq(pair_of(s), target);
-    check_all();
+    ck_assert_str_eq(pair_of(ctx, s), target);
+    ledger_check_all(ctx);
     check_rows_on_master(s);
 }
 END_TEST
@@ -1287,10 +1101,10 @@ static shard_ctx *copy_ctx_open(void)
 static const char *copy_other_pair(unsigned s)
 {
     static char name[65];
-    int p = atoi(pair_of(s) + 5) % 3 + 1; /* the next pair, else the one after */
+    int p = atoi(pair_of(ctx, s) + 5) % 3 + 1; /* the next pair, else the one after */
 
     snprintf(name, sizeof name, "MySQL%03d", p);
-    if (db_exists(master_of(name), s))
+    if (db_exists(h, master_of(name), s))
         snprintf(name, sizeof name, "MySQL%03d", p % 3 + 1);
     return name;
 }
@@ -1308,7 +1122,7 @@ static char *shard_digest(const char *server, unsigned s)
              " IFNULL((SELECT GROUP_CONCAT(from_id, ':', to_id, ':', sequence ORDER BY from_id,"
              " to_id) FROM db%05u.user_likes_pins), ''))",
              s, s, s);
-    return sql1(server, sql);
+    return sql_ok(h, server, sql);
 }
 
 static const char *standby_of(const char *pair)
@@ -1322,7 +1136,7 @@ static const char *standby_of(const char *pair)
 static void hostile_rows(unsigned s, size_t big)
 {
     char sql[1600];
-    const char *m = master_of(pair_of(s));
+    const char *m = master_of(pair_of(ctx, s));
 
     snprintf(sql, sizeof sql,
              "INSERT INTO db%05u.pins (data) VALUES"
@@ -1332,17 +1146,17 @@ static void hostile_rows(unsigned s, size_t big)
              " ('{\"k\":\"a\\\\u0000b\\\\\"c\\\\\\\\d\\\\n\", \"e\":\"\xC3\xA9\"}'),"
              " (CONCAT(X'F0908080', REPEAT(X'5C0900', 100), X'0A'))",
              s);
-    free(sql1(m, sql));
+    free(sql_ok(h, m, sql));
     if (big) {
         snprintf(sql, sizeof sql, "INSERT INTO db%05u.pins (data) VALUES (CONCAT('{\"b\":\"',"
                  " REPEAT(CONCAT('ab', X'5C09', 'cdefgh\\n'), %zu), '\"}'))", s, big / 11);
-        free(sql1(m, sql));
+        free(sql_ok(h, m, sql));
     }
     snprintf(sql, sizeof sql, "INSERT INTO db%05u.user_likes_pins (from_id, to_id, sequence)"
              " VALUES (1, 2, -9223372036854775808), (1, 3, 0), (18446744073709551615, 1,"
              " 9223372036854775807)", s);
-    free(sql1(m, sql));
-    ck_assert_int_eq(harness_sync_standby(h, atoi(pair_of(s) + 5), 60), 0);
+    free(sql_ok(h, m, sql));
+    ck_assert_int_eq(harness_sync_standby(h, atoi(pair_of(ctx, s) + 5), 60), 0);
 }
 
 /* The copy's digests on both halves of the target are the source's. */
@@ -1355,9 +1169,9 @@ static void move_exact(unsigned s, const char *must_log, size_t big)
     char *before, *after, *after_sb;
     int rc;
 
-    fill(s, s, 5);
+    ledger_fill(ctx, s, s, 5);
     hostile_rows(s, big);
-    before = shard_digest(master_of(pair_of(s)), s);
+    before = shard_digest(master_of(pair_of(ctx, s)), s);
     mc = copy_ctx_open();
     rc = shard_move(mc, s, s, to, &o, &r, NULL);
     ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
@@ -1366,7 +1180,7 @@ static void move_exact(unsigned s, const char *must_log, size_t big)
     ck_assert_int_eq(r.target_pair_healthy, 1);
     ck_assert_msg(copy_log_has(must_log), "log lacks \"%s\":\n%s", must_log, copy_log);
     shard_ctx_free(mc);
-    ck_assert_str_eq(pair_of(s), to);
+    ck_assert_str_eq(pair_of(ctx, s), to);
     ck_assert_int_eq(harness_sync_standby(h, atoi(to + 5), 60), 0);
     after = shard_digest(master_of(to), s);
     after_sb = shard_digest(standby_of(to), s);
@@ -1380,7 +1194,7 @@ static void move_exact(unsigned s, const char *must_log, size_t big)
 
 START_TEST(copy_hostile_bytes_exact)
 {
-    char *mp = sql1(master_of(copy_other_pair(5)), "SELECT @@max_allowed_packet");
+    char *mp = sql_ok(h, master_of(copy_other_pair(5)), "SELECT @@max_allowed_packet");
     size_t big = (size_t)atol(mp) / 2 - 64 * 1024;
     free(mp);
     move_exact(5, "copying with LOAD DATA LOCAL INFILE", big);
@@ -1392,12 +1206,12 @@ END_TEST
 START_TEST(copy_without_local_infile)
 {
     const char *tm = master_of(copy_other_pair(6));
-    char *mp = sql1(tm, "SELECT @@max_allowed_packet");
+    char *mp = sql_ok(h, tm, "SELECT @@max_allowed_packet");
     size_t big = (size_t)atol(mp) / 2 - 64 * 1024;
     free(mp);
-    free(sql1(tm, "SET GLOBAL local_infile = 0"));
+    free(sql_ok(h, tm, "SET GLOBAL local_infile = 0"));
     move_exact(6, "refuses LOAD DATA LOCAL INFILE", big);
-    free(sql1(tm, "SET GLOBAL local_infile = 1"));
+    free(sql_ok(h, tm, "SET GLOBAL local_infile = 1"));
     ck_assert_msg(copy_log_has("copying with array-bound prepared INSERTs"), "%s", copy_log);
     ck_assert_int_eq(copy_log_has("copying with LOAD DATA"), 0);
 }
@@ -1441,8 +1255,8 @@ static void pace_seen(int phase, uint64_t done, uint64_t total, void *payload)
     p->phase = phase;
     if (phase == SHARD_MOVE_COPYING) {
         if (p->t0 == 0)
-            p->t0 = now();
-        if (p->rate && (double)done > (now() - p->t0) * (double)p->rate + (double)p->batch)
+            p->t0 = now_s();
+        if (p->rate && (double)done > (now_s() - p->t0) * (double)p->rate + (double)p->batch)
             p->over++;
         p->done = done;
         p->total = total;
@@ -1476,15 +1290,15 @@ START_TEST(copy_paused_by_max_load)
     static pace p = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, 0, 0};
     static bg_move b;
     static char spec[64];
-    const char *from = pair_of(8), *src = master_of(from);
+    const char *from = pair_of(ctx, 8), *src = master_of(from);
     MYSQL *idle[IDLE];
     char *out;
     long base;
     uint64_t seen;
 
-    fill(8, 8, 30);
-    out = sql1(src, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE"
-                    " VARIABLE_NAME = 'THREADS_CONNECTED'");
+    ledger_fill(ctx, 8, 8, 30);
+    out = sql_ok(h, src, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE"
+                         " VARIABLE_NAME = 'THREADS_CONNECTED'");
     base = atol(out);
     free(out);
     /* The mover's own source connections (about copy_threads + 4) stay
@@ -1529,7 +1343,7 @@ START_TEST(copy_paused_by_max_load)
     ck_assert_uint_eq(b.r.rows_copied, p.total);
     ck_assert_uint_eq(p.done, p.total);
     shard_ctx_free(b.c);
-    ck_assert_str_eq(pair_of(8), b.to);
+    ck_assert_str_eq(pair_of(ctx, 8), b.to);
     check_rows_on_master(8);
 }
 END_TEST
@@ -1543,7 +1357,7 @@ START_TEST(copy_rate_limited)
     shard_move_report r;
     int rc;
 
-    fill(9, 9, 200);
+    ledger_fill(ctx, 9, 9, 200);
     o.max_rows_per_second = p.rate = 400;
     p.batch = 100; /* a quarter of a second's rows (libshard-move(7)) */
     o.progress = pace_seen;
@@ -1568,7 +1382,7 @@ START_TEST(copy_throttle_from_shardctl)
     char to[65];
     run_spec sp = {NULL, NULL, 0, 120};
 
-    fill(10, 10, 20);
+    ledger_fill(ctx, 10, 10, 20);
     snprintf(to, sizeof to, "%s", copy_other_pair(10));
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *argv[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move", "--shards", "10-10", "--to",
@@ -1578,7 +1392,7 @@ START_TEST(copy_throttle_from_shardctl)
         ck_assert_msg(strstr(res.err, bad[i] + 2) || strstr(res.err, "--max"), "%s", res.err);
         run_free(&res);
     }
-    ck_assert_int_eq(db_exists(master_of(to), 10), 0); /* nothing started */
+    ck_assert_int_eq(db_exists(h, master_of(to), 10), 0); /* nothing started */
     {
         const char *argv[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move", "--shards", "10-10", "--to",
                               to, "--yes", "--max-rows-per-second", "100000", "--max-load",
@@ -1587,8 +1401,62 @@ START_TEST(copy_throttle_from_shardctl)
         ck_assert_msg(res.status == 0, "exit %d: %s", res.status, res.err);
         run_free(&res);
     }
-    ck_assert_str_eq(pair_of(10), to);
+    ck_assert_str_eq(pair_of(ctx, 10), to);
     check_rows_on_master(10);
+}
+END_TEST
+
+/* The source master killed and restarted while verification compares
+ * checksums (both servers have a statement in flight): the move reconnects,
+ * verifies again and completes in the same run, every row right. */
+static int verify_restarts;
+static uint64_t verify_left; /* rows still to verify when the source went */
+
+static void restart_source_verifying(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    if (phase == SHARD_MOVE_VERIFYING && done > 0 && !verify_restarts) {
+        verify_restarts++;
+        verify_left = total - done;
+        ck_assert_int_eq(harness_kill(h, (const char *)payload), 0);
+        ck_assert_int_eq(harness_restart(h, (const char *)payload), 0);
+    }
+}
+
+START_TEST(source_restarted_mid_verification)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    shard_ctx *vmover;
+    char source[65], target[65], master[16];
+    unsigned s = 11;
+    int rc;
+
+    snprintf(source, sizeof source, "%s", pair_of(ctx, s));
+    snprintf(target, sizeof target, "%s", other_pair(s));
+    snprintf(master, sizeof master, "%s", master_of(source));
+    ledger_fill(ctx, s, s, 2500); /* three chunks and a half: several checksum statements */
+    o.progress = restart_source_verifying;
+    o.payload = master;
+    o.copy_threads = 2;
+    vmover = copy_ctx_open();
+    rc = shard_move(vmover, s, s, target, &o, &r, NULL);
+    shard_ctx_free(vmover);
+    shard_ctx_reload(admin); /* the later tests move with it */
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_int_eq(verify_restarts, 1);
+    ck_assert_uint_gt(verify_left, 0); /* killed with chunks still to compare */
+    /* Verified again, in the same run, against the flip point itself. */
+    ck_assert_msg(copy_log_has("verifying again against the target's snapshots of the flip "
+                               "point"), "%s", copy_log);
+    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    ck_assert_uint_eq(r.mismatches, 0);
+    ck_assert_uint_ge(r.rows_verified, 2500);
+    ck_assert_int_eq(r.source_dropped, 1);
+    ck_assert_str_eq(pair_of(ctx, s), target);
+    ck_assert_int_eq(db_exists(h, master, s), 0);
+    ck_assert_int_eq(pair_link_running(master), 1);
+    check_rows_on_master(s);
+    ledger_check_all(ctx);
 }
 END_TEST
 
@@ -1599,55 +1467,29 @@ int main(void)
     SRunner *sr;
     int failed;
 
-    h = harness_start_ex(3, 12, 3);
-    if (!h)
+    if (move_test_start(&h, &ctx, &admin))
         return 1;
-    {
-        shard_options o = SHARD_OPTIONS_INIT;
-        o.refresh_interval_ms = 0; /* moves are followed through the fence alone */
-        if (shard_ctx_open(&ctx, harness_map_path(h), &o) ||
-            harness_open_admin(h, &admin, &o)) {
-            fprintf(stderr, "open: %s\n", shard_errmsg());
-            harness_stop(h);
-            return 1;
-        }
-    }
-    if (shard_schema_apply(admin, NULL, NULL)) {
-        fprintf(stderr, "schema: %s\n", shard_errmsg());
-        harness_stop(h);
-        return 1;
-    }
     /* Later tests build on the map earlier ones published: run in order,
      * in this process. */
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, move_under_concurrent_writes);
-    tcase_add_test(tc, dry_run_changes_nothing);
-    tcase_add_test(tc, killed_in_each_phase_then_resumed);
-    tcase_add_test(tc, aborted_before_flip);
-    tcase_add_test(tc, long_transaction_delays_fence);
-    tcase_add_test(tc, target_restart_during_catchup);
-    tcase_add_test(tc, verification_finds_tampering);
-    tcase_add_test(tc, merge_two_pairs_onto_one);
-    tcase_add_test(tc, standby_behind_keeps_source);
-    tcase_add_test(tc, fence_is_one_statement);
-    tcase_add_test(tc, transient_failure_retried_in_phase);
-    tcase_add_test(tc, unfinished_moves_fail_closed);
-    tcase_add_test(tc, verification_finds_swapped_rows);
-    tcase_add_test(tc, verification_chunks_a_large_table);
-    tcase_add_test(tc, postponed_cutover_waits_for_the_file);
-    tcase_add_test(tc, resumed_after_flip_ignores_later_writes);
-    tcase_add_test(tc, shardctl_postpone_cutover);
+    tcase_add_tests(tc, TESTS(move_under_concurrent_writes, dry_run_changes_nothing,
+                              killed_in_each_phase_then_resumed, aborted_before_flip,
+                              long_transaction_delays_fence, target_restart_during_catchup,
+                              verification_finds_tampering, merge_two_pairs_onto_one,
+                              standby_behind_keeps_source, fence_is_one_statement,
+                              transient_failure_retried_in_phase, unfinished_moves_fail_closed,
+                              verification_finds_swapped_rows, verification_chunks_a_large_table,
+                              source_restarted_mid_verification,
+                              postponed_cutover_waits_for_the_file,
+                              resumed_after_flip_ignores_later_writes, shardctl_postpone_cutover));
     suite_add_tcase(s, tc);
     /* The copy's own: each picks its shard's current pair, any map will do. */
     tcc = tcase_create("copy");
     tcase_set_timeout(tcc, 300);
     tcase_add_unchecked_fixture(tcc, copy_settle, NULL);
-    tcase_add_test(tcc, copy_hostile_bytes_exact);
-    tcase_add_test(tcc, copy_without_local_infile);
-    tcase_add_test(tcc, copy_throttle_options_checked);
-    tcase_add_test(tcc, copy_paused_by_max_load);
-    tcase_add_test(tcc, copy_rate_limited);
-    tcase_add_test(tcc, copy_throttle_from_shardctl);
+    tcase_add_tests(tcc, TESTS(copy_hostile_bytes_exact, copy_without_local_infile,
+                               copy_throttle_options_checked, copy_paused_by_max_load,
+                               copy_rate_limited, copy_throttle_from_shardctl));
     suite_add_tcase(s, tcc);
     sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

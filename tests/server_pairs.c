@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "harness.h"
 
 #define NPAIRS 2
@@ -28,19 +29,6 @@
 static harness *H;
 
 /* ------------------------------------------------------------ helpers */
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static const char *sname(int k)
 {
@@ -143,7 +131,7 @@ static int wait_count(int k, const char *tbl, const char *cond, long want,
                 m = NULL;
             }
         }
-        sleep_ms(50);
+        nap_ms(50);
     }
     if (m)
         mysql_close(m);
@@ -213,7 +201,7 @@ static void assert_link_healthy(int k)
                 break;
             }
         }
-        sleep_ms(100);
+        nap_ms(100);
     }
     ck_assert_msg(ok,
                   "%s replication link unhealthy: found=%d IO=%s SQL=%s "
@@ -577,15 +565,11 @@ static Suite *pairs_suite(void)
     Suite *s = suite_create("server_pairs");
     TCase *tc = tcase_create("pairs");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_map_json);
-    tcase_add_test(tc, test_server_identity);
-    tcase_add_test(tc, test_accounts);
+    tcase_add_tests(tc, TESTS(test_map_json, test_server_identity, test_accounts));
     tcase_add_loop_test(tc, test_pair_replicates_both_ways, 0, NPAIRS);
-    tcase_add_test(tc, test_pairs_are_separate);
-    tcase_add_test(tc, test_standby_kill_restart);
-    tcase_add_test(tc, test_standby_pause_resume);
-    tcase_add_test(tc, test_master_stop_restart);
-    tcase_add_test(tc, test_all_servers_still_up);
+    tcase_add_tests(tc, TESTS(test_pairs_are_separate, test_standby_kill_restart,
+                              test_standby_pause_resume, test_master_stop_restart,
+                              test_all_servers_still_up));
     suite_add_tcase(s, tc);
     return s;
 }
@@ -601,10 +585,7 @@ int main(void)
     fprintf(stderr, "server_pairs: %d pairs up in %.2fs (%s)\n", NPAIRS,
             now_s() - t0, harness_dir(H));
 
-    SRunner *sr = srunner_create(pairs_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = run_suite(pairs_suite(), CK_FORK_GETENV);
 
     t0 = now_s();
     harness_stop(H);

@@ -8,7 +8,13 @@
  * nothing; planning by writes, refused while userstat is off; no plan
  * while a move is unfinished.
  */
+/* The objects written through the library; set up in main, outside any
+ * test, where nothing may assert: fill() stops at LEDGER_MAX itself. */
+#define LEDGER_MAX 200
+#define LEDGER_DROP_WHEN_FULL
+#include "check_util.h"
 #include "harness.h"
+#include "move_util.h"
 #include "run_cmd.h"
 
 #include <check.h>
@@ -34,17 +40,10 @@ static shard_ctx *app; /* the application's (the map's account): its rows */
 static uint64_t rows_expected; /* pins rows, every shard */
 static double spread_first;    /* of the first plan */
 
-static char *sql1(const char *server, const char *sql)
-{
-    char *out = NULL;
-    ck_assert_int_eq(harness_sql(h, server, sql, &out), 0);
-    return out;
-}
-
 static int shard_dbs(const char *server)
 {
-    char *out = sql1(server, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE "
-                             "SCHEMA_NAME LIKE 'db%'");
+    char *out = sql_ok(h, server, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE "
+                                  "SCHEMA_NAME LIKE 'db%'");
     int n = atoi(out);
     free(out);
     return n;
@@ -76,33 +75,6 @@ static unsigned shards_on(const char *pair)
     return n;
 }
 
-/* ---- what was written, and checking it is all there ------------------------ */
-
-#define MAXW 200
-static struct written {
-    uint64_t id;
-    char json[64];
-} w[MAXW];
-static int nw;
-
-static void check_all(void)
-{
-    shard_item *items = NULL;
-    uint64_t ids[MAXW];
-    int rc;
-
-    for (int i = 0; i < nw; i++)
-        ids[i] = w[i].id;
-    rc = shard_object_mget(app, ids, (size_t)nw, &items);
-    ck_assert_msg(rc == 0, "mget: %d %s", rc, shard_errmsg());
-    for (int i = 0; i < nw; i++) {
-        ck_assert_msg(items[i].status == 0, "object %llu: status %d",
-                      (unsigned long long)w[i].id, items[i].status);
-        ck_assert_str_eq(items[i].data, w[i].json);
-    }
-    shard_items_free(items, (size_t)nw);
-}
-
 /* Every row of every shard, read through the library: its "shard" field
  * names the shard its ID says. */
 static int scan_one(uint64_t id, const char *json, size_t len, void *payload)
@@ -125,7 +97,7 @@ static void check_rows(void)
     rc = shard_scatter_scan(app, 1, scan_one, &n);
     ck_assert_msg(rc == 0, "scan: %s", shard_errmsg());
     ck_assert_uint_eq(n, rows_expected);
-    check_all();
+    ledger_check_all(app);
 }
 
 /* ---- plans ------------------------------------------------------------------ */
@@ -427,7 +399,7 @@ END_TEST
 static atomic_int writing;
 static char hot_pair[16];
 
-static void *writer(void *arg)
+static void *hot_writer(void *arg)
 {
     shard_map *m = NULL;
     unsigned hot[SHARDS], nhot = 0;
@@ -470,11 +442,11 @@ START_TEST(plan_by_writes)
     for (int s = 1; s <= 5; s += 2) {
         char name[8];
         snprintf(name, sizeof name, "s%d", s);
-        free(sql1(name, "SET GLOBAL userstat = 1"));
+        free(sql_ok(h, name, "SET GLOBAL userstat = 1"));
     }
     snprintf(hot_pair, sizeof hot_pair, "MySQL002");
     atomic_store(&writing, 1);
-    ck_assert_int_eq(pthread_create(&t, NULL, writer, NULL), 0);
+    ck_assert_int_eq(pthread_create(&t, NULL, hot_writer, NULL), 0);
     rc = shard_rebalance_plan(ctx, &o, &p);
     atomic_store(&writing, 0);
     pthread_join(t, NULL);
@@ -489,7 +461,7 @@ START_TEST(plan_by_writes)
     for (int s = 1; s <= 5; s += 2) {
         char name[8];
         snprintf(name, sizeof name, "s%d", s);
-        free(sql1(name, "SET GLOBAL userstat = 0"));
+        free(sql_ok(h, name, "SET GLOBAL userstat = 0"));
     }
     check_rows();
 }
@@ -579,15 +551,13 @@ static int fill(void)
         if (harness_sql(h, "s1", sql, NULL))
             return -1;
         rows_expected += rows;
-        for (int i = 0; i < 5 && nw < MAXW; i++) {
+        for (int i = 0; i < 5 && nw < LEDGER_MAX; i++) {
             char json[64];
             uint64_t id;
             snprintf(json, sizeof json, "{\"shard\":%u,\"lib\":%d}", s, i);
             if (shard_object_create(app, 1, s, json, strlen(json), &id))
                 return -1;
-            w[nw].id = id;
-            snprintf(w[nw].json, sizeof w[nw].json, "%s", json);
-            nw++;
+            ledger_add(id, json);
             rows_expected++;
         }
     }
@@ -599,7 +569,6 @@ int main(void)
     Suite *s = suite_create("server_rebalance");
     TCase *tc = tcase_create("rebalance");
     shard_options so = SHARD_OPTIONS_INIT;
-    SRunner *sr;
     int failed;
 
     /* Pair 1 serves every shard and holds all the data; pairs 2 and 3 are empty. */
@@ -617,18 +586,12 @@ int main(void)
     }
     /* In order, in this process: each test starts from where the last left. */
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, bad_options);
-    tcase_add_test(tc, dry_run_changes_nothing);
-    tcase_add_test(tc, stopped_after_one_move_then_continued);
-    tcase_add_test(tc, drain_interrupted_then_continued);
-    tcase_add_test(tc, plan_by_writes);
-    tcase_add_test(tc, no_plan_while_a_move_is_unfinished);
+    tcase_add_tests(tc, TESTS(bad_options, dry_run_changes_nothing,
+                              stopped_after_one_move_then_continued,
+                              drain_interrupted_then_continued, plan_by_writes,
+                              no_plan_while_a_move_is_unfinished));
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(app);
     shard_ctx_free(ctx);
     harness_stop(h);

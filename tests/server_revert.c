@@ -7,7 +7,12 @@
  * from one source into two targets, and two between the same pairs (taking
  * turns on their one connection) run at once under writers and lose nothing.
  */
+/* The writers may outrun the ledger: what it cannot hold is not checked. */
+#define LEDGER_MAX 40000
+#define LEDGER_DROP_WHEN_FULL
+#include "check_util.h"
 #include "harness.h"
+#include "move_util.h"
 #include "run_cmd.h"
 
 #include <check.h>
@@ -25,65 +30,11 @@ static harness *h;
 static shard_ctx *ctx;   /* the application's context (the map's account) */
 static shard_ctx *admin; /* the operator's (shardadmin): schema apply, moves, reverts */
 
-static const char *pair_of(unsigned shard)
-{
-    static __thread char name[65];
-    shard_map *m = NULL;
-    const char *p = "?";
-    shard_ctx_reload(ctx);
-    ck_assert_int_eq(shard_ctx_map(ctx, &m), 0);
-    shard_map_pair_of(m, shard, &p);
-    snprintf(name, sizeof name, "%s", p);
-    shard_map_free(m);
-    return name;
-}
-
-static int pair_no(const char *pair)
-{
-    return atoi(pair + 5);
-}
-
-static const char *master_of(const char *pair)
-{
-    static char s[16];
-    snprintf(s, sizeof s, "s%d", 2 * pair_no(pair) - 1);
-    return s;
-}
-
-static char *sql1(const char *server, const char *sql)
-{
-    char *out = NULL;
-    ck_assert_int_eq(harness_sql(h, server, sql, &out), 0);
-    return out;
-}
-
-static int db_exists(const char *server, unsigned shard)
-{
-    char sql[200], *out;
-    int yes;
-    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE "
-             "SCHEMA_NAME = 'db%05u'", shard);
-    out = sql1(server, sql);
-    yes = strcmp(out, "0\n") != 0;
-    free(out);
-    return yes;
-}
-
-static int db_exists_settled(const char *server, unsigned shard, int want)
-{
-    int have = db_exists(server, shard);
-    for (int i = 0; i < 100 && have != want; i++) {
-        usleep(50000);
-        have = db_exists(server, shard);
-    }
-    return have;
-}
-
 /* How many replication connections of a server are named prefix... (the
  * first column of SHOW ALL SLAVES STATUS). */
 static int connections(const char *server, const char *prefix)
 {
-    char *out = sql1(server, "SHOW ALL SLAVES STATUS");
+    char *out = sql_ok(h, server, "SHOW ALL SLAVES STATUS");
     size_t len = strlen(prefix);
     int n = 0;
     for (char *line = out; line && *line;) {
@@ -95,160 +46,22 @@ static int connections(const char *server, const char *prefix)
     return n;
 }
 
-/* ---- what was written ------------------------------------------------------- */
-
-#define MAXW 40000
-static struct written {
-    uint64_t id;
-    char json[64];
-} w[MAXW];
-static int nw;
-static pthread_mutex_t wlock = PTHREAD_MUTEX_INITIALIZER;
-
-static void remember(uint64_t id, const char *json)
-{
-    pthread_mutex_lock(&wlock);
-    if (nw < MAXW) {
-        w[nw].id = id;
-        snprintf(w[nw].json, sizeof w[nw].json, "%s", json);
-        nw++;
-    }
-    pthread_mutex_unlock(&wlock);
-}
-
-static void fill(unsigned first, unsigned last, int per_shard)
-{
-    for (unsigned s = first; s <= last; s++)
-        for (int i = 0; i < per_shard; i++) {
-            char json[64];
-            uint64_t id;
-            snprintf(json, sizeof json, "{\"shard\":%u,\"n\":%d}", s, i);
-            ck_assert_msg(shard_object_create(ctx, 1, s, json, strlen(json), &id) == 0, "%s",
-                          shard_errmsg());
-            remember(id, json);
-        }
-}
-
-/* Every acknowledged write is there, read through the library. */
-static void check_all(void)
-{
-    shard_item *items = NULL;
-    uint64_t *ids = calloc((size_t)nw, sizeof *ids);
-    int rc;
-
-    for (int i = 0; i < nw; i++)
-        ids[i] = w[i].id;
-    rc = shard_object_mget(ctx, ids, (size_t)nw, &items);
-    ck_assert_msg(rc == 0, "mget: %d %s", rc, shard_errmsg());
-    for (int i = 0; i < nw; i++) {
-        ck_assert_msg(items[i].status == 0, "object %llu: status %d",
-                      (unsigned long long)w[i].id, items[i].status);
-        ck_assert_str_eq(items[i].data, w[i].json);
-    }
-    shard_items_free(items, (size_t)nw);
-    free(ids);
-}
-
 /* Each row of the shard on both halves of the pair the map names. */
 static void check_both_halves(unsigned shard)
 {
-    const char *pair = pair_of(shard);
-    int p = pair_no(pair), expect = 0;
+    const char *pair = pair_of(ctx, shard);
+    int p = pair_no(pair), expect = ledger_rows(shard);
     char sql[200], sb[16], *a, *b;
 
-    for (int i = 0; i < nw; i++)
-        expect += shard_id_shard(w[i].id) == shard && shard_id_type(w[i].id) == 1;
     ck_assert_int_eq(harness_sync_standby(h, p, 60), 0);
     snprintf(sql, sizeof sql, "SELECT COUNT(*), SUM(CRC32(data)) FROM db%05u.pins", shard);
     snprintf(sb, sizeof sb, "s%d", 2 * p);
-    a = sql1(master_of(pair), sql);
-    b = sql1(sb, sql);
+    a = sql_ok(h, master_of(pair), sql);
+    b = sql_ok(h, sb, sql);
     ck_assert_int_eq(atoi(a), expect);
     ck_assert_str_eq(a, b);
     free(a);
     free(b);
-}
-
-/* ---- writers ------------------------------------------------------------------ */
-
-typedef struct writer {
-    unsigned shards[2];
-    atomic_int *stop;
-    int errors;
-    char err[256];
-    long ops;
-} writer;
-
-static void *write_loop(void *arg)
-{
-    writer *wr = arg;
-    for (long i = 0; !atomic_load(wr->stop); i++) {
-        unsigned s = wr->shards[i % 2];
-        char json[64], *res = NULL, *got = NULL;
-        uint64_t id;
-        int rc;
-        snprintf(json, sizeof json, "{\"w\":%ld,\"s\":%u}", i, s);
-        rc = shard_object_create(ctx, 1, s, json, strlen(json), &id);
-        if (rc == 0) {
-            remember(id, json);
-            rc = shard_object_patch(ctx, id, "{\"p\":1}", 7, &res, NULL);
-            if (rc == 0) {
-                pthread_mutex_lock(&wlock);
-                for (int k = nw - 1; k >= 0; k--)
-                    if (w[k].id == id) {
-                        snprintf(w[k].json, sizeof w[k].json, "%s", res);
-                        break;
-                    }
-                pthread_mutex_unlock(&wlock);
-                rc = shard_mapping_add(ctx, "user_likes_pins", id, id, i);
-            }
-            if (rc == 0 && (rc = shard_object_get(ctx, id, &got, NULL)) == 0 &&
-                strcmp(got, res) != 0)
-                rc = SHARD_EINTERNAL;
-            shard_free(got);
-            shard_free(res);
-        }
-        if (rc) {
-            wr->errors++;
-            snprintf(wr->err, sizeof wr->err, "%s", shard_errmsg());
-        }
-        wr->ops++;
-        usleep(2000);
-    }
-    return NULL;
-}
-
-typedef struct load {
-    atomic_int stop;
-    writer wr[4];
-    pthread_t t[4];
-} load;
-
-static void load_start(load *l, const unsigned shards[4][2])
-{
-    atomic_store(&l->stop, 0);
-    for (int i = 0; i < 4; i++) {
-        memset(&l->wr[i], 0, sizeof l->wr[i]);
-        l->wr[i].shards[0] = shards[i][0];
-        l->wr[i].shards[1] = shards[i][1];
-        l->wr[i].stop = &l->stop;
-        pthread_create(&l->t[i], NULL, write_loop, &l->wr[i]);
-    }
-    usleep(200000);
-}
-
-/* Stop them all before any assertion can end the test. */
-static void load_stop(load *l)
-{
-    usleep(200000);
-    atomic_store(&l->stop, 1);
-    for (int i = 0; i < 4; i++)
-        pthread_join(l->t[i], NULL);
-    for (int i = 0; i < 4; i++) {
-        ck_assert_msg(l->wr[i].errors == 0, "writer %d: %d errors, last: %s", i,
-                      l->wr[i].errors, l->wr[i].err);
-        ck_assert_int_gt(l->wr[i].ops, 0);
-    }
 }
 
 /* ---- movers in threads ------------------------------------------------------------ */
@@ -288,7 +101,20 @@ static void move_ok(mover *mv)
     ck_assert_uint_eq(mv->r.mismatches, 0);
     ck_assert_int_eq(mv->r.source_dropped, 1);
     for (unsigned s = mv->first; s <= mv->last; s++)
-        ck_assert_str_eq(pair_of(s), mv->to);
+        ck_assert_str_eq(pair_of(ctx, s), mv->to);
+}
+
+/* The two moves mv at once, under 4 writers on shards: both done, and
+ * no writer saw an error. */
+static void two_moves_under_writers(mover mv[2], const unsigned shards[4][2])
+{
+    static load l;
+
+    load_start(&l, ctx, shards, 2000, 200000);
+    moves_at_once(mv, 2);
+    load_stop(&l, 200000);
+    move_ok(&mv[0]);
+    move_ok(&mv[1]);
 }
 
 /* ---- tests -------------------------------------------------------------------------- */
@@ -305,17 +131,17 @@ START_TEST(revert_under_writers_then_forward_again)
     int rc, rrc = -1, mrc, kept = -1, streams = -1, status_ok = 0;
     static load l;
 
-    fill(0, 1, 100);
-    ck_assert_str_eq(pair_of(0), "MySQL001");
+    ledger_fill(ctx, 0, 1, 100);
+    ck_assert_str_eq(pair_of(ctx, 0), "MySQL001");
     o.reverse_window_s = 3600;
     memset(&rr, 0, sizeof rr);
     /* Under the writers nothing may end the test: what is seen is kept
      * and checked once they have stopped. */
-    load_start(&l, shards);
+    load_start(&l, ctx, shards, 2000, 200000);
     rc = shard_move(admin, 0, 1, "MySQL002", &o, &r, NULL);
     if (rc == 0 && r.phase == SHARD_MOVE_REVERSIBLE) {
-        snprintf(during, sizeof during, "%s", pair_of(0));
-        kept = db_exists("s1", 0);
+        snprintf(during, sizeof during, "%s", pair_of(ctx, 0));
+        kept = db_exists(h, "s1", 0);
         streams = connections("s1", "libshard_revert_mysql002");
         if (shard_move_status(admin, &st) == 0)
             status_ok = strstr(st, "\"phase\":\"reversible\"") &&
@@ -325,13 +151,13 @@ START_TEST(revert_under_writers_then_forward_again)
         snprintf(json, sizeof json, "{\"between\":1}");
         mrc = shard_object_create(ctx, 1, 0, json, strlen(json), &marker);
         if (mrc == 0)
-            remember(marker, json);
+            ledger_add(marker, json);
         usleep(300000);
         rrc = shard_move_revert(admin, r.move_id, NULL, &rr);
         if (rrc)
             snprintf(sql, sizeof sql, "%s", shard_errmsg());
     }
-    load_stop(&l);
+    load_stop(&l, 200000);
     ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
     ck_assert_int_eq(r.phase, SHARD_MOVE_REVERSIBLE);
     ck_assert_uint_eq(r.mismatches, 0);
@@ -350,38 +176,38 @@ START_TEST(revert_under_writers_then_forward_again)
     ck_assert_uint_eq(rr.mismatches, 0);
     ck_assert_uint_gt(rr.rows_verified, 0);
     ck_assert_str_eq(rr.target, "MySQL001");
-    ck_assert_str_eq(pair_of(0), "MySQL001");
-    ck_assert_str_eq(pair_of(1), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 0), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 1), "MySQL001");
     /* The target's write is on the source, on both halves. */
     snprintf(sql, sizeof sql, "SELECT data FROM db00000.pins WHERE local_id = %llu",
              (unsigned long long)shard_id_local(marker));
-    out = sql1("s1", sql);
+    out = sql_ok(h, "s1", sql);
     ck_assert_str_eq(out, "{\"between\":1}\n");
     free(out);
-    check_all();
+    ledger_check_all(ctx);
     check_both_halves(0);
     check_both_halves(1);
-    out = sql1("s2", sql);
+    out = sql_ok(h, "s2", sql);
     ck_assert_str_eq(out, "{\"between\":1}\n");
     free(out);
     /* The revert ended the move: target copies and the stream are gone. */
-    ck_assert_int_eq(db_exists_settled("s3", 0, 0), 0);
-    ck_assert_int_eq(db_exists_settled("s4", 1, 0), 0);
+    ck_assert_int_eq(db_exists_settled(h, "s3", 0, 0), 0);
+    ck_assert_int_eq(db_exists_settled(h, "s4", 1, 0), 0);
     ck_assert_int_eq(connections("s1", "libshard_revert_"), 0);
     ck_assert_int_eq(shard_move_revert(admin, r.move_id, NULL, NULL), SHARD_ENOTFOUND);
 
     /* And forward again: a new move, under writers. */
-    load_start(&l, shards);
+    load_start(&l, ctx, shards, 2000, 200000);
     rc = shard_move(admin, 0, 1, "MySQL002", NULL, &r, NULL);
-    load_stop(&l);
+    load_stop(&l, 200000);
     ck_assert_msg(rc == 0, "forward again: %s", shard_errmsg());
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_int_eq(r.source_dropped, 1);
-    ck_assert_str_eq(pair_of(0), "MySQL002");
-    check_all();
+    ck_assert_str_eq(pair_of(ctx, 0), "MySQL002");
+    ledger_check_all(ctx);
     check_both_halves(0);
     check_both_halves(1);
-    ck_assert_int_eq(db_exists("s1", 0), 0);
+    ck_assert_int_eq(db_exists(h, "s1", 0), 0);
 }
 END_TEST
 
@@ -394,13 +220,13 @@ START_TEST(broken_reverse_stream_refuses_revert)
     char *st = NULL;
     int rc;
 
-    ck_assert_str_eq(pair_of(8), "MySQL003");
-    fill(8, 9, 30);
+    ck_assert_str_eq(pair_of(ctx, 8), "MySQL003");
+    ledger_fill(ctx, 8, 9, 30);
     o.reverse_window_s = 3600;
     rc = shard_move(admin, 8, 9, "MySQL001", &o, &r, NULL);
     ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
     ck_assert_int_eq(r.phase, SHARD_MOVE_REVERSIBLE);
-    free(sql1("s5", "STOP SLAVE 'libshard_revert_mysql001'"));
+    free(sql_ok(h, "s5", "STOP SLAVE 'libshard_revert_mysql001'"));
     ck_assert_int_eq(shard_move_status(admin, &st), 0);
     ck_assert_msg(strstr(st, "\"reverse_stream\":\"broken: "), "%s", st);
     shard_free(st);
@@ -408,8 +234,8 @@ START_TEST(broken_reverse_stream_refuses_revert)
     ck_assert_int_eq(rc, SHARD_EBUSY);
     ck_assert_msg(strstr(shard_errmsg(), "cannot be reverted") &&
                   strstr(shard_errmsg(), "libshard_revert_mysql001"), "%s", shard_errmsg());
-    ck_assert_str_eq(pair_of(8), "MySQL001"); /* nothing changed */
-    fill(8, 9, 2);
+    ck_assert_str_eq(pair_of(ctx, 8), "MySQL001"); /* nothing changed */
+    ledger_fill(ctx, 8, 9, 2);
     /* As an operator would: the command says the same. */
     {
         char id[32];
@@ -435,9 +261,9 @@ START_TEST(broken_reverse_stream_refuses_revert)
     ck_assert_msg(rc == 0, "finish: %s", shard_errmsg());
     ck_assert_int_eq(rr.phase, SHARD_MOVE_DONE);
     ck_assert_int_eq(rr.source_dropped, 1);
-    ck_assert_int_eq(db_exists("s5", 8), 0);
+    ck_assert_int_eq(db_exists(h, "s5", 8), 0);
     ck_assert_int_eq(connections("s5", "libshard_revert_"), 0);
-    check_all();
+    ledger_check_all(ctx);
     check_both_halves(8);
     check_both_halves(9);
 }
@@ -448,18 +274,13 @@ START_TEST(two_sources_into_one_target)
 {
     static const unsigned shards[4][2] = {{2, 3}, {4, 5}, {3, 4}, {2, 5}};
     mover mv[2] = {{2, 3, "MySQL003", {0}, 0, "", 0}, {4, 5, "MySQL003", {0}, 0, "", 0}};
-    static load l;
 
-    ck_assert_str_eq(pair_of(2), "MySQL001");
-    ck_assert_str_eq(pair_of(4), "MySQL002");
-    fill(2, 5, 40);
-    load_start(&l, shards);
-    moves_at_once(mv, 2);
-    load_stop(&l);
-    move_ok(&mv[0]);
-    move_ok(&mv[1]);
+    ck_assert_str_eq(pair_of(ctx, 2), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 4), "MySQL002");
+    ledger_fill(ctx, 2, 5, 40);
+    two_moves_under_writers(mv, shards);
     ck_assert_int_eq(connections("s5", "libshard_from_"), 0);
-    check_all();
+    ledger_check_all(ctx);
     for (unsigned s = 2; s <= 5; s++)
         check_both_halves(s);
 }
@@ -470,17 +291,12 @@ START_TEST(one_source_into_two_targets)
 {
     static const unsigned shards[4][2] = {{2, 10}, {3, 11}, {2, 11}, {3, 10}};
     mover mv[2] = {{2, 3, "MySQL001", {0}, 0, "", 0}, {10, 11, "MySQL002", {0}, 0, "", 0}};
-    static load l;
 
-    ck_assert_str_eq(pair_of(2), "MySQL003");
-    ck_assert_str_eq(pair_of(10), "MySQL003");
-    fill(10, 11, 40);
-    load_start(&l, shards);
-    moves_at_once(mv, 2);
-    load_stop(&l);
-    move_ok(&mv[0]);
-    move_ok(&mv[1]);
-    check_all();
+    ck_assert_str_eq(pair_of(ctx, 2), "MySQL003");
+    ck_assert_str_eq(pair_of(ctx, 10), "MySQL003");
+    ledger_fill(ctx, 10, 11, 40);
+    two_moves_under_writers(mv, shards);
+    ledger_check_all(ctx);
     for (unsigned s = 2; s <= 3; s++)
         check_both_halves(s);
     for (unsigned s = 10; s <= 11; s++)
@@ -495,23 +311,18 @@ START_TEST(two_moves_share_one_connection)
 {
     static const unsigned shards[4][2] = {{4, 5}, {6, 7}, {4, 7}, {5, 6}};
     mover mv[2] = {{4, 5, "MySQL002", {0}, 0, "", 0}, {6, 7, "MySQL002", {0}, 0, "", 0}};
-    static load l;
 
-    ck_assert_str_eq(pair_of(4), "MySQL003");
+    ck_assert_str_eq(pair_of(ctx, 4), "MySQL003");
     /* 6-7 to MySQL003 first, so that both ranges come from there. */
     {
         mover pre = {6, 7, "MySQL003", {0}, 0, "", 0};
         run_move(&pre);
         move_ok(&pre);
     }
-    fill(4, 7, 40);
-    load_start(&l, shards);
-    moves_at_once(mv, 2);
-    load_stop(&l);
-    move_ok(&mv[0]);
-    move_ok(&mv[1]);
+    ledger_fill(ctx, 4, 7, 40);
+    two_moves_under_writers(mv, shards);
     ck_assert_int_eq(connections("s3", "libshard_from_"), 0);
-    check_all();
+    ledger_check_all(ctx);
     for (unsigned s = 4; s <= 7; s++)
         check_both_halves(s);
 }
@@ -519,47 +330,38 @@ END_TEST
 
 /* A revert in a child process, SIGKILLed at its nth entry into phase
  * reverting (1: the target fenced, 2: flipped back). */
-static int kill_at, kill_seen, kill_fd;
+static int kill_at, kill_seen;
 
 static void stop_here(int phase, uint64_t done, uint64_t total, void *payload)
 {
-    char c = 1;
     (void)done;
     (void)total;
     (void)payload;
-    if (phase == SHARD_MOVE_REVERTING && ++kill_seen == kill_at) {
-        if (write(kill_fd, &c, 1) != 1)
-            _exit(3);
-        raise(SIGSTOP); /* the parent SIGKILLs us here */
-    }
+    if (phase == SHARD_MOVE_REVERTING && ++kill_seen == kill_at)
+        child_stop_here(); /* the parent SIGKILLs us here */
+}
+
+typedef struct revert_args {
+    uint64_t id;
+    int nth;
+} revert_args;
+
+static int revert_body(shard_ctx *mc, void *arg)
+{
+    revert_args *a = arg;
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    kill_at = a->nth;
+    kill_seen = 0;
+    o.progress = stop_here;
+    return shard_move_revert(mc, a->id, &o, NULL) == 0 ? 1 : 2;
 }
 
 static void revert_killed_at(uint64_t id, int nth)
 {
-    int fds[2], status;
-    pid_t pid;
-    char c;
+    revert_args a = {id, nth};
+    int status;
 
-    ck_assert_int_eq(pipe(fds), 0);
-    pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-        shard_ctx *mc = NULL;
-        close(fds[0]);
-        kill_fd = fds[1];
-        kill_at = nth;
-        kill_seen = 0;
-        o.progress = stop_here;
-        if (harness_open_admin(h, &mc, NULL))
-            _exit(2);
-        _exit(shard_move_revert(mc, id, &o, NULL) == 0 ? 1 : 2);
-    }
-    close(fds[1]);
-    ck_assert_int_eq(read(fds[0], &c, 1), 1);
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    close(fds[0]);
+    ck_assert_int_eq(child_killed(h, revert_body, &a, &status), 1);
 }
 
 /* A revert killed before and after its flip back is completed by a resume. */
@@ -569,25 +371,25 @@ START_TEST(killed_revert_resumed)
     shard_move_report r, rr;
     int rc;
 
-    ck_assert_str_eq(pair_of(8), "MySQL001");
-    fill(8, 9, 20);
+    ck_assert_str_eq(pair_of(ctx, 8), "MySQL001");
+    ledger_fill(ctx, 8, 9, 20);
     o.reverse_window_s = 600;
     for (int nth = 1; nth <= 2; nth++) {
         rc = shard_move(admin, 8, 9, "MySQL003", &o, &r, NULL);
         ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
         ck_assert_int_eq(r.phase, SHARD_MOVE_REVERSIBLE);
-        fill(8, 9, 3); /* on the target: the revert must bring them back */
+        ledger_fill(ctx, 8, 9, 3); /* on the target: the revert must bring them back */
         revert_killed_at(r.move_id, nth);
         rc = shard_move_resume(admin, r.move_id, NULL, &rr);
         ck_assert_msg(rc == 0, "resume after a kill at %d: %s", nth, shard_errmsg());
         ck_assert_int_eq(rr.phase, SHARD_MOVE_REVERTED);
-        ck_assert_str_eq(pair_of(8), "MySQL001");
-        ck_assert_str_eq(pair_of(9), "MySQL001");
-        fill(8, 9, 2); /* the source takes writes again */
-        check_all();
+        ck_assert_str_eq(pair_of(ctx, 8), "MySQL001");
+        ck_assert_str_eq(pair_of(ctx, 9), "MySQL001");
+        ledger_fill(ctx, 8, 9, 2); /* the source takes writes again */
+        ledger_check_all(ctx);
         check_both_halves(8);
         check_both_halves(9);
-        ck_assert_int_eq(db_exists_settled("s5", 8, 0), 0);
+        ck_assert_int_eq(db_exists_settled(h, "s5", 8, 0), 0);
         ck_assert_int_eq(connections("s1", "libshard_revert_"), 0);
     }
 }
@@ -600,13 +402,13 @@ START_TEST(window_end_cleans_up_on_resume)
     const char *bad[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move", "--shards",
                          "8-9", "--to", "MySQL003", "--yes", "--reverse-window", "5x", NULL};
     const char *mv[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move", "--shards",
-                        "8-9", "--to", "MySQL003", "--yes", "--reverse-window", "1s", NULL};
+                        "8-9", "--to", "MySQL003", "--yes", "--reverse-window", "6s", NULL};
     const char *resume[] = {"--map", harness_map_path(h), HARNESS_ADMIN_ARGS, "move", "resume",
                             NULL};
     run_spec sp = {NULL, NULL, 0, 120};
     run_result res;
 
-    ck_assert_str_eq(pair_of(8), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 8), "MySQL001");
     res = run_cmd(&sp, bad);
     ck_assert_msg(res.status == 2 && strstr(res.err, "--reverse-window"), "exit %d: %s",
                   res.status, res.err);
@@ -616,18 +418,21 @@ START_TEST(window_end_cleans_up_on_resume)
                   strstr(res.out, "shardctl move revert "), "exit %d: %s %s", res.status,
                   res.out, res.err);
     run_free(&res);
-    ck_assert_str_eq(pair_of(8), "MySQL003");
-    ck_assert_int_eq(db_exists("s1", 8), 1);
-    fill(8, 9, 2);
-    sleep(2);
+    ck_assert_str_eq(pair_of(ctx, 8), "MySQL003");
+    ck_assert_int_eq(db_exists(h, "s1", 8), 1);
+    ledger_fill(ctx, 8, 9, 2);
+    /* Past the window (long enough that the move parks before it ends,
+     * even on a loaded machine where starting the reverse stream takes
+     * seconds). */
+    sleep(7);
     res = run_cmd(&sp, resume);
     ck_assert_msg(res.status == 0 && strstr(res.out, ": done\n") &&
                   strstr(res.out, "source dropped"), "exit %d: %s %s", res.status, res.out,
                   res.err);
     run_free(&res);
-    ck_assert_int_eq(db_exists("s1", 8), 0);
+    ck_assert_int_eq(db_exists(h, "s1", 8), 0);
     ck_assert_int_eq(connections("s1", "libshard_revert_"), 0);
-    check_all();
+    ledger_check_all(ctx);
     check_both_halves(8);
     check_both_halves(9);
 }
@@ -637,42 +442,18 @@ int main(void)
 {
     Suite *s = suite_create("server_revert");
     TCase *tc = tcase_create("revert");
-    SRunner *sr;
     int failed;
 
-    h = harness_start_ex(3, 12, 3);
-    if (!h)
+    if (move_test_start(&h, &ctx, &admin))
         return 1;
-    {
-        shard_options o = SHARD_OPTIONS_INIT;
-        o.refresh_interval_ms = 0; /* moves are followed through the fence alone */
-        if (shard_ctx_open(&ctx, harness_map_path(h), &o) ||
-            harness_open_admin(h, &admin, &o)) {
-            fprintf(stderr, "open: %s\n", shard_errmsg());
-            harness_stop(h);
-            return 1;
-        }
-    }
-    if (shard_schema_apply(admin, NULL, NULL)) {
-        fprintf(stderr, "schema: %s\n", shard_errmsg());
-        harness_stop(h);
-        return 1;
-    }
     /* Later tests build on the map earlier ones published: in order. */
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, revert_under_writers_then_forward_again);
-    tcase_add_test(tc, broken_reverse_stream_refuses_revert);
-    tcase_add_test(tc, two_sources_into_one_target);
-    tcase_add_test(tc, one_source_into_two_targets);
-    tcase_add_test(tc, two_moves_share_one_connection);
-    tcase_add_test(tc, killed_revert_resumed);
-    tcase_add_test(tc, window_end_cleans_up_on_resume);
+    tcase_add_tests(tc, TESTS(revert_under_writers_then_forward_again,
+                              broken_reverse_stream_refuses_revert, two_sources_into_one_target,
+                              one_source_into_two_targets, two_moves_share_one_connection,
+                              killed_revert_resumed, window_end_cleans_up_on_resume));
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(admin);
     shard_ctx_free(ctx);
     harness_stop(h);

@@ -52,6 +52,7 @@
  *    GRANT SELECT ON `libshard\_control`.* TO failover;  (unfinished moves)
  *  Reasons at FAILOVER_GRANTS.
  */
+#include "check_util.h"
 #include "harness.h"
 
 #include "ctx.h" /* private: to ask a pooled connection for its TLS cipher */
@@ -1504,7 +1505,6 @@ int main(void)
 {
     Suite *s = suite_create("server_security");
     TCase *tc = tcase_create("security");
-    SRunner *sr;
     const char *tmp = getenv("TMPDIR");
     double t0 = (double)time(NULL);
     int failed;
@@ -1538,35 +1538,22 @@ int main(void)
     }
     /* Accounts and maps are made inside a test, where ck_assert works. */
     tcase_set_timeout(tc, search_mode ? 1800 : 300);
-    tcase_add_test(tc, make_accounts_and_maps);
-    tcase_add_test(tc, tls_verified_connection_works);
-    tcase_add_test(tc, tls_missing_from_map_is_refused);
-    tcase_add_test(tc, tls_wrong_ca_fails_verification);
-    tcase_add_test(tc, tls_missing_ca_file_is_clear);
-    tcase_add_test(tc, tls_without_verification_connects);
-    tcase_add_test(tc, tls_client_certificate);
-    tcase_add_test(tc, tls_map_store);
-    tcase_add_test(tc, passwords_never_show);
-    tcase_add_test(tc, broken_json_with_a_password);
-    tcase_add_test(tc, schema_role);
-    tcase_add_test(tc, app_role);
-    tcase_add_test(tc, app_account_cannot_operate);
+    tcase_add_tests(tc, TESTS(make_accounts_and_maps, tls_verified_connection_works,
+                              tls_missing_from_map_is_refused, tls_wrong_ca_fails_verification,
+                              tls_missing_ca_file_is_clear, tls_without_verification_connects,
+                              tls_client_certificate, tls_map_store, passwords_never_show,
+                              broken_json_with_a_password, schema_role, app_role,
+                              app_account_cannot_operate));
     if (search_mode) {
         tcase_add_test(tc, search_mover_privileges);
         tcase_add_test(tc, search_failover_privileges);
     } else {
-        tcase_add_test(tc, mover_role);
-        tcase_add_test(tc, mover_over_tls);
-        tcase_add_test(tc, failover_role);
-        tcase_add_test(tc, failover_failing_after_the_fence);
+        tcase_add_tests(tc, TESTS(mover_role, mover_over_tls, failover_role,
+                                  failover_failing_after_the_fence));
     }
     tcase_add_test(tc, logs_hold_no_password);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* the tests build on each other */
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_NOFORK); /* the tests build on each other */
     printf("checked %u error messages, %u log messages, %u shardctl runs for passwords; "
            "%.0f s\n", nerrs, nlogs, nctl, (double)time(NULL) - t0);
     harness_stop(h);

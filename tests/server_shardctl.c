@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "harness.h"
 #include "run_cmd.h"
 
@@ -821,40 +822,19 @@ static Suite *shardctl_suite(void)
 
     /* Generous for valgrind runs: dozens of processes per test. */
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, schema_apply_twice); /* first: the others need the schema */
-    tcase_add_test(tc, obj_round_trip);
-    tcase_add_test(tc, obj_exact_not_found_line);
-    tcase_add_test(tc, obj_json_is_one_line);
-    tcase_add_test(tc, obj_type_by_name_and_number);
-    tcase_add_test(tc, obj_placement);
-    tcase_add_test(tc, obj_get_many);
-    tcase_add_test(tc, obj_bad_input);
-    tcase_add_test(tc, mapping_round_trip);
-    tcase_add_test(tc, mapping_default_and_signed_seq);
-    tcase_add_test(tc, mapping_bad_input);
-    tcase_add_test(tc, kv_round_trip);
-    tcase_add_test(tc, kv_bad_input);
-    tcase_add_test(tc, map_fifo);
-    tcase_add_test(tc, map_and_credentials);
-    tcase_add_test(tc, server_down); /* last: it kills a server */
+    /* schema_apply_twice first: the others need the schema; server_down
+     * last: it kills a server. */
+    tcase_add_tests(tc, TESTS(schema_apply_twice, obj_round_trip, obj_exact_not_found_line,
+                              obj_json_is_one_line, obj_type_by_name_and_number, obj_placement,
+                              obj_get_many, obj_bad_input, mapping_round_trip,
+                              mapping_default_and_signed_seq, mapping_bad_input, kv_round_trip,
+                              kv_bad_input, map_fifo, map_and_credentials, server_down));
     suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
-    SRunner *sr;
-    int failed;
-
-    H = harness_start_ex(NPAIRS, ID_SHARDS, MOD_SHARDS);
-    if (!H) {
-        fprintf(stderr, "server_shardctl: could not start the test servers\n");
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(shardctl_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    harness_stop(H);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return server_test_main("server_shardctl", &H, NPAIRS, ID_SHARDS, MOD_SHARDS, 0,
+                            shardctl_suite);
 }

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "harness.h"
 
 #define NPAIRS 2
@@ -41,46 +42,6 @@
 #define WAIT_SECS 60.0
 
 static harness *H;
-
-#define OK(call)                                                              \
-    do {                                                                      \
-        int rc_ = (call);                                                     \
-        ck_assert_msg(rc_ == 0, "%s = %d (%s): %s", #call, rc_,               \
-                      shard_strerror(rc_), shard_errmsg());                   \
-    } while (0)
-
-#define FAILS(code, call)                                                     \
-    do {                                                                      \
-        int rc_ = (call), want_ = (code);                                     \
-        ck_assert_msg(rc_ == want_, "%s = %d (%s), want %d (%s): %s", #call,  \
-                      rc_, shard_strerror(rc_), want_, shard_strerror(want_), \
-                      shard_errmsg());                                        \
-    } while (0)
-
-#define LIT(s) s, (sizeof(s) - 1)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static char *fmt(const char *f, ...)
-{
-    va_list ap;
-    char *s = NULL;
-    va_start(ap, f);
-    ck_assert_int_ge(vasprintf(&s, f, ap), 0);
-    va_end(ap);
-    return s;
-}
 
 static shard_ctx *open_ctx_with(const char *location, unsigned pool, unsigned budget_ms)
 {
@@ -592,20 +553,6 @@ START_TEST(test_errors_by_code)
 }
 END_TEST
 
-typedef struct waiter {
-    shard_ctx *ctx;
-    uint64_t id;
-    unsigned shard;
-    int rc;
-} waiter;
-
-static void *create_waiting(void *arg)
-{
-    waiter *w = arg;
-    w->rc = shard_object_create(w->ctx, PINS, w->shard, LIT("{\"waited\":1}"), &w->id);
-    return NULL;
-}
-
 static void *get_waiting(void *arg)
 {
     waiter *w = arg;
@@ -625,7 +572,7 @@ static metrics wait_for(shard_ctx *ctx, const char *name, const char *labels, do
             return m;
         metrics_free(&m);
         ck_assert_msg(now_s() < until, "%s{%s} never reached %.0f", name, labels, want);
-        sleep_ms(2);
+        nap_ms(2);
     }
 }
 
@@ -674,48 +621,6 @@ static char *sql_on(const char *server, const char *f, ...)
     return out;
 }
 
-static void set_fence(shard_map *map, const char *server, unsigned shard, int fenced)
-{
-    char db[64];
-    OK(shard_map_database(map, shard, db, sizeof db));
-    free(sql_on(server, "SET SESSION sql_log_bin = 0; INSERT INTO libshard_control.fence "
-                        "(db, fenced, move_id) VALUES ('%s', %d, 77) ON DUPLICATE KEY "
-                        "UPDATE fenced = VALUES(fenced)", db, fenced));
-}
-
-/* The map with id shard `shard` served by `pair` (shards below it by
- * MySQL001, above by MySQL002), at `version`. */
-static char *map_routing(shard_map *map, unsigned shard, const char *pair, uint64_t version)
-{
-    char *text = NULL;
-    json_error_t e;
-    OK(shard_map_to_json(map, &text));
-    json_t *doc = json_loads(text, 0, &e);
-    ck_assert_ptr_nonnull(doc);
-    shard_free(text);
-    json_t *ranges = json_pack("[{s:[i,i],s:s},{s:[i,i],s:s},{s:[i,i],s:s}]",
-                               "range", 0, shard - 1, "pair", "MySQL001",
-                               "range", shard, shard, "pair", pair,
-                               "range", shard + 1, NSHARDS - 1, "pair", "MySQL002");
-    ck_assert_ptr_nonnull(ranges);
-    json_object_set_new(doc, "id_shards", ranges);
-    json_object_set_new(doc, "version", json_integer((json_int_t)version));
-    char *out = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-    return out;
-}
-
-static void publish(const char *json)
-{
-    shard_store *st = NULL;
-    shard_map *m = NULL;
-    OK(shard_map_parse(&m, json, strlen(json)));
-    OK(shard_store_open(&st, harness_map_path(H)));
-    OK(shard_store_publish(st, m, shard_map_version(m) - 1));
-    shard_store_free(st);
-    shard_map_free(m);
-}
-
 /* A create on a fenced shard waits for the map that routes the shard
  * elsewhere (as after a move's cut-over), reading the store until it comes. */
 START_TEST(test_fence_wait)
@@ -730,32 +635,22 @@ START_TEST(test_fence_wait)
     create(ctx, PINS, F, "{\"before\":1}");
     uint64_t v = shard_map_version(map);
     /* The shard's copy on MySQL002, as a move leaves it before cut-over. */
-    char *moved = map_routing(map, F, "MySQL002", v + 1);
-    char *path = fmt("%s/moved.json", harness_dir(H));
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(moved, f);
-    fclose(f);
-    shard_options ao = SHARD_OPTIONS_INIT; /* the schema is the operators' */
-    shard_ctx *target = NULL;
-    harness_admin_options(&ao);
-    OK(shard_ctx_open(&target, path, &ao));
-    OK(shard_schema_apply(target, NULL, NULL));
-    shard_ctx_free(target);
+    char *moved = map_routing(map, NSHARDS, F, "MySQL002", v + 1);
+    char *path = map_schema_apply(H, moved);
 
     metrics m = read_metrics(ctx);
     double reloads0 = must(&m, "libshard_map_reloads_total", "");
     ck_assert(must(&m, "libshard_fence_waits_total", "") == 0);
     metrics_free(&m);
 
-    set_fence(map, "s1", F, 1);
+    fence_set(H, map, "s1", F, 1);
     waiter w = {.ctx = ctx, .shard = F};
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, create_waiting, &w), 0);
     m = wait_for(ctx, "libshard_fence_waits_total", "", 1);
     double reloads1 = must(&m, "libshard_map_reloads_total", "");
     metrics_free(&m);
-    publish(moved);
+    map_publish(H, moved);
     pthread_join(th, NULL);
     ck_assert_msg(w.rc == 0, "the waiting create: %s", shard_strerror(w.rc));
     char *n = sql_on("s3", "SELECT COUNT(*) FROM `%s`.pins WHERE local_id = %llu", db,
@@ -781,11 +676,7 @@ START_TEST(test_fence_wait)
             reloads1, reloads2);
 
     /* Back: the shard on MySQL001, unfenced, no copy on MySQL002. */
-    char *back = map_routing(map, F, "MySQL001", v + 2);
-    publish(back);
-    set_fence(map, "s1", F, 0);
-    free(sql_on("s3", "DROP DATABASE `%s`", db));
-    free(back);
+    route_back(H, map, NSHARDS, F, v + 2, db);
     free(moved);
     unlink(path);
     free(path);
@@ -809,38 +700,13 @@ static Suite *stats_suite(void)
     Suite *s = suite_create("server_stats");
     TCase *tc = tcase_create("stats");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_arguments);
-    tcase_add_test(tc, test_every_call_once);
-    tcase_add_test(tc, test_threads_exact);
-    tcase_add_test(tc, test_errors_by_code);
-    tcase_add_test(tc, test_pool_wait);
-    tcase_add_test(tc, test_fence_wait);
+    tcase_add_tests(tc, TESTS(test_arguments, test_every_call_once, test_threads_exact,
+                              test_errors_by_code, test_pool_wait, test_fence_wait));
     suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
-    double t0 = now_s();
-    H = harness_start_ex(NPAIRS, NSHARDS, NMOD);
-    if (!H) {
-        fprintf(stderr, "server_stats: could not start the test servers\n");
-        return EXIT_FAILURE;
-    }
-    int rc = harness_schema_apply(H);
-    if (rc) {
-        fprintf(stderr, "server_stats: schema apply: %s\n", shard_errmsg());
-        harness_stop(H);
-        return EXIT_FAILURE;
-    }
-    fprintf(stderr, "server_stats: %d pairs up with schema in %.2fs (%s)\n", NPAIRS,
-            now_s() - t0, harness_dir(H));
-    SRunner *sr = srunner_create(stats_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    harness_stop(H);
-    shard_global_cleanup();
-    fprintf(stderr, "server_stats: %.1fs in all\n", now_s() - t0);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return server_test_main("server_stats", &H, NPAIRS, NSHARDS, NMOD, 1, stats_suite);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "harness.h"
 #include "run_cmd.h"
 
@@ -393,31 +394,15 @@ static Suite *status_suite(void)
     TCase *tc = tcase_create("status");
 
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, healthy_pairs); /* first: it applies the schema */
-    tcase_add_test(tc, broken_pair_link);
-    tcase_add_test(tc, move_in_flight);
-    tcase_add_test(tc, paused_standby);
-    tcase_add_test(tc, version_and_help);
-    tcase_add_test(tc, dry_run_summary);
-    tcase_add_test(tc, killed_standby); /* last: it kills a server */
+    /* healthy_pairs first: it applies the schema; killed_standby last: it
+     * kills a server. */
+    tcase_add_tests(tc, TESTS(healthy_pairs, broken_pair_link, move_in_flight, paused_standby,
+                              version_and_help, dry_run_summary, killed_standby));
     suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
-    SRunner *sr;
-    int failed;
-
-    H = harness_start_ex(NPAIRS, ID_SHARDS, MOD_SHARDS);
-    if (!H) {
-        fprintf(stderr, "server_status: could not start the test servers\n");
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(status_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    harness_stop(H);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return server_test_main("server_status", &H, NPAIRS, ID_SHARDS, MOD_SHARDS, 0, status_suite);
 }

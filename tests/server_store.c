@@ -4,6 +4,7 @@
  * and on a jittered timer, and operations that keep working when the store
  * is gone or broken (the hot path never reads the store).
  */
+#include "check_util.h"
 #include "harness.h"
 
 #include <check.h>
@@ -67,17 +68,6 @@ static void publish(const char *location, uint64_t version, uint64_t expected)
     shard_map_free(m);
 }
 
-/* A file store leaves its map and the lock file publishers take turns on. */
-static void remove_store_dir(const char *dir)
-{
-    char f[160];
-    snprintf(f, sizeof f, "%s/map.json", dir);
-    unlink(f);
-    snprintf(f, sizeof f, "%s/map.json.lock", dir);
-    unlink(f);
-    ck_assert_int_eq(rmdir(dir), 0);
-}
-
 START_TEST(mysql_store_round_trip_and_cas)
 {
     shard_store *st = NULL, *app = NULL;
@@ -125,31 +115,14 @@ END_TEST
 START_TEST(mysql_store_concurrent_publishers)
 {
     char uri[600];
-    int wins = 0;
+    int wins;
     shard_store *st = NULL;
     shard_map *m2 = map_version(2, 0);
 
     store_uri(uri, sizeof uri, "maps_race");
     publish(uri, 1, 0);
     ck_assert_int_eq(shard_store_open(&st, uri), 0);
-    for (int i = 0; i < 6; i++) {
-        pid_t pid = fork();
-        ck_assert_int_ge(pid, 0);
-        if (pid == 0) {
-            int prc = shard_store_publish(st, m2, 1);
-            if (prc && prc != SHARD_ECONFLICT)
-                fprintf(stderr, "publisher: %s\n", shard_errmsg());
-            /* Free before leaving, so a valgrind run of the child stays clean. */
-            shard_store_free(st);
-            shard_map_free(m2);
-            _exit(prc == 0 ? 0 : 1);
-        }
-    }
-    for (int i = 0; i < 6; i++) {
-        int status;
-        ck_assert_int_gt(wait(&status), 0);
-        wins += WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    }
+    wins = publish_race(st, m2, 1, 6, NULL, NULL);
     ck_assert_int_eq(wins, 1);
     shard_store_free(st);
     shard_map_free(m2);
@@ -362,7 +335,6 @@ int main(void)
 {
     Suite *s = suite_create("server_store");
     TCase *tc = tcase_create("store");
-    SRunner *sr;
     int failed;
 
     h = harness_start_ex(1, 8, 4);
@@ -374,18 +346,12 @@ int main(void)
         return 1;
     }
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, mysql_store_round_trip_and_cas);
-    tcase_add_test(tc, mysql_store_concurrent_publishers);
-    tcase_add_test(tc, mysql_store_bad_locations);
-    tcase_add_test(tc, mysql_store_empty_and_wrong_password);
-    tcase_add_test(tc, context_follows_mysql_store);
-    tcase_add_test(tc, store_gone_operations_continue);
-    tcase_add_test(tc, reload_under_load);
+    tcase_add_tests(tc, TESTS(mysql_store_round_trip_and_cas, mysql_store_concurrent_publishers,
+                              mysql_store_bad_locations, mysql_store_empty_and_wrong_password,
+                              context_follows_mysql_store, store_gone_operations_continue,
+                              reload_under_load));
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_FORK_GETENV);
     harness_stop(h);
     shard_global_cleanup();
     return failed ? 1 : 0;

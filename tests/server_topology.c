@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "harness.h"
 #include "run_cmd.h"
 
@@ -307,17 +308,15 @@ static Suite *topology_suite(void)
     TCase *tc = tcase_create("topology");
 
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, schema_first);
-    tcase_add_test(tc, pair_round_trip);
-    tcase_add_test(tc, shards_open_running); /* after: it opens shards on MySQL003 */
-    tcase_add_test(tc, premature_publish_refused);
+    /* shards_open_running after pair_round_trip: it opens shards on MySQL003. */
+    tcase_add_tests(tc, TESTS(schema_first, pair_round_trip, shards_open_running,
+                              premature_publish_refused));
     suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
-    SRunner *sr;
     int failed;
 
     H = harness_start_ex(3, 12, 6);
@@ -326,10 +325,7 @@ int main(void)
         harness_stop(H);
         return EXIT_FAILURE;
     }
-    sr = srunner_create(topology_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(topology_suite(), CK_FORK_GETENV);
     harness_stop(H);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -23,28 +23,18 @@
 #include <unistd.h>
 
 #include "alloc_budget.h" /* shard__alloc_budget, budget_take, budget_malloc */
+#include "base_map.h"
+#include "check_util.h"
 #include "map.h"          /* map_reassign */
 #include "object.h"       /* object_parse, merge_patch, object_dump */
 
 /* A loop gives up here: no path needs anywhere near this many allocations. */
 #define MAX_ALLOCS 100000
 
-static const char base_map[] =
-    "{\"version\": 7, \"open_shards\": 64, \"database_format\": \"db%05d\","
+static const char base_map[] = BASE_MAP_HEAD
     " \"credentials\": {\"user\": \"app\", \"password_env\": \"LIBSHARD_PASSWORD\","
     "                   \"tls\": {\"ca\": \"/etc/ca.pem\", \"verify\": true}},"
-    " \"objects\": {\"pins\": 1, \"boards\": 2, \"users\": 3},"
-    " \"mappings\": {\"board_has_pins\": {\"reverse\": \"pin_owned_by_board\"},"
-    "                \"user_likes_pins\": {}},"
-    " \"pairs\": {"
-    "   \"MySQL001\": {\"master\": \"127.0.0.1:33061\", \"standby\": \"127.0.0.1:33062\"},"
-    "   \"MySQL002\": {\"master\": \"unix:/var/run/mysqld/b.sock\","
-    "                  \"standby\": \"127.0.0.1:33064\"}},"
-    " \"id_shards\": [{\"range\": [0, 31], \"pair\": \"MySQL001\"},"
-    "                {\"range\": [32, 63], \"pair\": \"MySQL002\"}],"
-    " \"mod_shards\": {\"count\": 16, \"database_format\": \"modshard%05d\","
-    "   \"tables\": [\"users_by_email\", \"users_by_name\"],"
-    "   \"ranges\": [{\"range\": [0, 15], \"pair\": \"MySQL001\"}]}}";
+    BASE_MAP_TAIL;
 
 /* ---- one budget for libshard, jansson and OpenSSL ------------------------ */
 
@@ -138,39 +128,13 @@ static void map_state_free(map_state *s)
  * budget spent, right after a parse that just made it. */
 static void check_accessors(const shard_map *m)
 {
-    const char *pair, *master, *standby, *name;
-    unsigned type;
-    char db[SHARD_DBNAME_MAX];
+    const char *master, *standby;
 
-    ck_assert_uint_eq(shard_map_version(m), 7);
-    ck_assert_uint_eq(shard_map_open_shards(m), 64);
-    ck_assert_uint_eq(shard_map_mod_count(m), 16);
-    ck_assert_uint_eq(shard_map_pair_count(m), 2);
+    assert_base_map_lookups(m);
     ck_assert_str_eq(shard_map_pair_name(m, 1), "MySQL002");
     ck_assert_ptr_null(shard_map_pair_name(m, 2));
-    ck_assert_int_eq(shard_map_pair_of(m, 31, &pair), 0);
-    ck_assert_str_eq(pair, "MySQL001");
-    ck_assert_int_eq(shard_map_pair_of(m, 32, &pair), 0);
-    ck_assert_str_eq(pair, "MySQL002");
-    ck_assert_int_eq(shard_map_pair_of(m, 64, &pair), SHARD_ENOSHARD);
-    ck_assert_int_eq(shard_map_mod_pair_of(m, 15, &pair), 0);
-    ck_assert_str_eq(pair, "MySQL001");
-    ck_assert_int_eq(shard_map_mod_pair_of(m, 16, &pair), SHARD_ENOSHARD);
-    ck_assert_int_eq(shard_map_pair_addrs(m, "MySQL002", &master, &standby), 0);
-    ck_assert_str_eq(master, "unix:/var/run/mysqld/b.sock");
-    ck_assert_str_eq(standby, "127.0.0.1:33064");
     ck_assert_int_eq(shard_map_pair_addrs(m, "MySQL003", &master, &standby),
                      SHARD_ENOTFOUND);
-    ck_assert_int_eq(shard_map_type_of(m, "boards", &type), 0);
-    ck_assert_uint_eq(type, 2);
-    ck_assert_int_eq(shard_map_type_of(m, "nope", &type), SHARD_ENOTFOUND);
-    ck_assert_int_eq(shard_map_type_name(m, 3, &name), 0);
-    ck_assert_str_eq(name, "users");
-    ck_assert_int_eq(shard_map_type_name(m, 4, &name), SHARD_ENOTFOUND);
-    ck_assert_int_eq(shard_map_database(m, 3429, db, sizeof db), 0);
-    ck_assert_str_eq(db, "db03429");
-    ck_assert_int_eq(shard_map_mod_database(m, 5, db, sizeof db), 0);
-    ck_assert_str_eq(db, "modshard00005");
 }
 
 static int map_step(void *arg)
@@ -502,8 +466,6 @@ int main(void)
 {
     Suite *s = suite_create("alloc");
     TCase *tc = tcase_create("alloc");
-    SRunner *sr;
-    int failed;
 
     /* Before anything makes OpenSSL allocate: afterwards it refuses. */
     openssl_routed = CRYPTO_set_mem_functions(ossl_malloc, ossl_realloc, ossl_free);
@@ -518,16 +480,9 @@ int main(void)
     }
     tcase_set_timeout(tc, 120); /* thousands of iterations under valgrind */
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, map_parse_accessors_json_summary);
-    tcase_add_test(tc, map_reassign_allocation_failures);
-    tcase_add_test(tc, map_load_allocation_failures);
-    tcase_add_test(tc, file_store_allocation_failures);
-    tcase_add_test(tc, codec_allocation_failures);
-    tcase_add_test(tc, merge_patch_allocation_failures);
+    tcase_add_tests(tc, TESTS(map_parse_accessors_json_summary, map_reassign_allocation_failures,
+                              map_load_allocation_failures, file_store_allocation_failures,
+                              codec_allocation_failures, merge_patch_allocation_failures));
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }

@@ -4,6 +4,7 @@
  * backs off, and which errors leave a connection fit for the pool.
  */
 #include "exec.h" /* private: tests link libshard.a */
+#include "check_util.h"
 
 #include <check.h>
 #include <pthread.h>
@@ -178,20 +179,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("exec");
-    TCase *tc = tcase_create("policy");
-    SRunner *sr;
-    int failed;
 
-    tcase_add_test(tc, transient_errors);
-    tcase_add_test(tc, backoff_grows_jittered_and_capped);
-    tcase_add_test(tc, connection_reuse);
-    tcase_add_test(tc, fence_sql);
-    tcase_add_test(tc, reload_single_flight);
-    tcase_add_test(tc, wait_map);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    tcase_of(s, "policy", TESTS(transient_errors, backoff_grows_jittered_and_capped,
+                                connection_reuse, fence_sql, reload_single_flight, wait_map));
+    return run_suite(s, CK_FORK_GETENV) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

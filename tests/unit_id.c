@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
+
 #define LOCAL_LIMIT (UINT64_C(1) << 36) /* first local id that is too big */
 
 /*
@@ -607,43 +609,22 @@ END_TEST
 static Suite *id_suite(void)
 {
     Suite *s = suite_create("id");
-    TCase *tc = tcase_create("id");
-    TCase *mod = tcase_create("modshard");
-    TCase *misc = tcase_create("errors");
 
-    tcase_add_test(tc, make_bounds);
-    tcase_add_test(tc, make_null_out);
-    tcase_add_test(tc, make_bit_layout);
-    tcase_add_test(tc, make_round_trip);
-    tcase_add_test(tc, valid_rules);
-    tcase_add_test(tc, parse_valid);
-    tcase_add_test(tc, parse_rejects);
-    tcase_set_timeout(tc, 60);
-    suite_add_tcase(s, tc);
-
-    tcase_add_test(mod, mod_design_example);
-    tcase_add_test(mod, mod_vectors_match_python);
-    tcase_add_test(mod, mod_empty_and_nul_keys);
-    tcase_add_test(mod, mod_rejects);
-    tcase_add_test(mod, mod_property);
-    tcase_set_timeout(mod, 60);
-    suite_add_tcase(s, mod);
-
-    tcase_add_test(misc, strerror_codes);
-    tcase_add_test(misc, version_matches_header);
-    tcase_add_test(misc, errmsg_thread_local);
-    tcase_set_timeout(misc, 60);
-    suite_add_tcase(s, misc);
+    tcase_set_timeout(tcase_of(s, "id", TESTS(make_bounds, make_null_out, make_bit_layout,
+                                              make_round_trip, valid_rules, parse_valid,
+                                              parse_rejects)),
+                      60);
+    tcase_set_timeout(tcase_of(s, "modshard", TESTS(mod_design_example, mod_vectors_match_python,
+                                                    mod_empty_and_nul_keys, mod_rejects,
+                                                    mod_property)),
+                      60);
+    tcase_set_timeout(tcase_of(s, "errors", TESTS(strerror_codes, version_matches_header,
+                                                  errmsg_thread_local)),
+                      60);
     return s;
 }
 
 int main(void)
 {
-    SRunner *sr = srunner_create(id_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_suite(id_suite(), CK_FORK_GETENV) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -6,6 +6,7 @@
 #include <libshard.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "legacy.h"
 
 START_TEST(urls)
@@ -101,18 +102,7 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("import");
-    TCase *tc = tcase_create("import");
-    SRunner *sr;
-    int failed;
 
-    tcase_add_test(tc, urls);
-    tcase_add_test(tc, url_password_refused);
-    tcase_add_test(tc, utf8);
-    tcase_add_test(tc, entries);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    tcase_of(s, "import", TESTS(urls, url_password_refused, utf8, entries));
+    return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }

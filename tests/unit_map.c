@@ -15,23 +15,13 @@
 #include <unistd.h>
 
 #include "alloc_budget.h" /* shard__alloc_budget, budget_malloc */
+#include "base_map.h"
+#include "check_util.h"
 #include "map.h"          /* the parsed legacy section */
 
-static const char base_map[] =
-    "{\"version\": 7, \"open_shards\": 64, \"database_format\": \"db%05d\","
+static const char base_map[] = BASE_MAP_HEAD
     " \"credentials\": {\"user\": \"app\", \"password_env\": \"LIBSHARD_PASSWORD\"},"
-    " \"objects\": {\"pins\": 1, \"boards\": 2, \"users\": 3},"
-    " \"mappings\": {\"board_has_pins\": {\"reverse\": \"pin_owned_by_board\"},"
-    "                \"user_likes_pins\": {}},"
-    " \"pairs\": {"
-    "   \"MySQL001\": {\"master\": \"127.0.0.1:33061\", \"standby\": \"127.0.0.1:33062\"},"
-    "   \"MySQL002\": {\"master\": \"unix:/var/run/mysqld/b.sock\","
-    "                  \"standby\": \"127.0.0.1:33064\"}},"
-    " \"id_shards\": [{\"range\": [0, 31], \"pair\": \"MySQL001\"},"
-    "                {\"range\": [32, 63], \"pair\": \"MySQL002\"}],"
-    " \"mod_shards\": {\"count\": 16, \"database_format\": \"modshard%05d\","
-    "   \"tables\": [\"users_by_email\", \"users_by_name\"],"
-    "   \"ranges\": [{\"range\": [0, 15], \"pair\": \"MySQL001\"}]}}";
+    BASE_MAP_TAIL;
 
 static shard_map *parse_ok(const char *text)
 {
@@ -41,55 +31,19 @@ static shard_map *parse_ok(const char *text)
     return m;
 }
 
-/* A file store leaves its map and the lock file publishers take turns on. */
-static void remove_store_dir(const char *dir)
-{
-    char f[160];
-    snprintf(f, sizeof f, "%s/map.json", dir);
-    unlink(f);
-    snprintf(f, sizeof f, "%s/map.json.lock", dir);
-    unlink(f);
-    ck_assert_int_eq(rmdir(dir), 0);
-}
-
 START_TEST(valid_map_lookups)
 {
     shard_map *m = parse_ok(base_map);
-    const char *pair, *master, *standby, *name;
-    unsigned type;
+    const char *pair, *master, *standby;
     char db[65];
 
-    ck_assert_uint_eq(shard_map_version(m), 7);
-    ck_assert_uint_eq(shard_map_open_shards(m), 64);
-    ck_assert_uint_eq(shard_map_mod_count(m), 16);
-    ck_assert_uint_eq(shard_map_pair_count(m), 2);
+    assert_base_map_lookups(m);
     ck_assert_int_eq(shard_map_pair_of(m, 0, &pair), 0);
     ck_assert_str_eq(pair, "MySQL001");
-    ck_assert_int_eq(shard_map_pair_of(m, 31, &pair), 0);
-    ck_assert_str_eq(pair, "MySQL001");
-    ck_assert_int_eq(shard_map_pair_of(m, 32, &pair), 0);
-    ck_assert_str_eq(pair, "MySQL002");
     ck_assert_int_eq(shard_map_pair_of(m, 63, &pair), 0);
     ck_assert_str_eq(pair, "MySQL002");
-    ck_assert_int_eq(shard_map_pair_of(m, 64, &pair), SHARD_ENOSHARD);
-    ck_assert_int_eq(shard_map_mod_pair_of(m, 15, &pair), 0);
-    ck_assert_str_eq(pair, "MySQL001");
-    ck_assert_int_eq(shard_map_mod_pair_of(m, 16, &pair), SHARD_ENOSHARD);
-    ck_assert_int_eq(shard_map_pair_addrs(m, "MySQL002", &master, &standby), 0);
-    ck_assert_str_eq(master, "unix:/var/run/mysqld/b.sock");
-    ck_assert_str_eq(standby, "127.0.0.1:33064");
     ck_assert_int_eq(shard_map_pair_addrs(m, "MySQL009", &master, &standby),
                      SHARD_ENOTFOUND);
-    ck_assert_int_eq(shard_map_type_of(m, "boards", &type), 0);
-    ck_assert_uint_eq(type, 2);
-    ck_assert_int_eq(shard_map_type_of(m, "nope", &type), SHARD_ENOTFOUND);
-    ck_assert_int_eq(shard_map_type_name(m, 3, &name), 0);
-    ck_assert_str_eq(name, "users");
-    ck_assert_int_eq(shard_map_type_name(m, 4, &name), SHARD_ENOTFOUND);
-    ck_assert_int_eq(shard_map_database(m, 3429, db, sizeof db), 0);
-    ck_assert_str_eq(db, "db03429");
-    ck_assert_int_eq(shard_map_mod_database(m, 5, db, sizeof db), 0);
-    ck_assert_str_eq(db, "modshard00005");
     ck_assert_int_eq(shard_map_database(m, 3429, db, 7), SHARD_EINVAL);
     shard_map_free(m);
 }
@@ -453,6 +407,14 @@ START_TEST(file_store_refuses_corrupt_current)
 }
 END_TEST
 
+/* What a publisher child frees of its parent's: two map texts. */
+static void free_texts(void *arg)
+{
+    char **texts = arg;
+    free(texts[0]);
+    free(texts[1]);
+}
+
 /* Concurrent publishers: exactly one of those expecting the same version wins. */
 START_TEST(file_store_concurrent_publishers)
 {
@@ -469,22 +431,9 @@ START_TEST(file_store_concurrent_publishers)
     ck_assert_int_eq(shard_store_publish(st, m, 0), 0);
     shard_map_free(m);
     m = parse_ok(t2);
-    for (int i = 0; i < 8; i++) {
-        pid_t pid = fork();
-        ck_assert_int_ge(pid, 0);
-        if (pid == 0) {
-            int prc = shard_store_publish(st, m, 1);
-            shard_map_free(m); /* free before leaving: valgrind checks children too */
-            shard_store_free(st);
-            free(t1);
-            free(t2);
-            _exit(prc == 0 ? 0 : 1);
-        }
-    }
-    for (int i = 0; i < 8; i++) {
-        int status;
-        ck_assert_int_gt(wait(&status), 0);
-        wins += WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    {
+        char *texts[] = {t1, t2};
+        wins = publish_race(st, m, 1, 8, free_texts, texts);
     }
     ck_assert_int_eq(wins, 1);
     shard_map_free(m);
@@ -537,24 +486,13 @@ int main(void)
 {
     Suite *s = suite_create("map");
     TCase *tc = tcase_create("map");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, valid_map_lookups);
     tcase_add_test(tc, lookup_many_ranges);
     tcase_add_loop_test(tc, broken_map_rejected, 0, (int)(sizeof corpus / sizeof corpus[0]));
-    tcase_add_test(tc, broken_json_rejected);
-    tcase_add_test(tc, legacy_section);
-    tcase_add_test(tc, minimal_map);
-    tcase_add_test(tc, json_round_trip);
-    tcase_add_test(tc, file_store_publish_cas);
-    tcase_add_test(tc, file_store_refuses_corrupt_current);
-    tcase_add_test(tc, file_store_concurrent_publishers);
-    tcase_add_test(tc, parser_allocation_failures);
+    tcase_add_tests(tc, TESTS(broken_json_rejected, legacy_section, minimal_map, json_round_trip,
+                              file_store_publish_cas, file_store_refuses_corrupt_current,
+                              file_store_concurrent_publishers, parser_allocation_failures));
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }

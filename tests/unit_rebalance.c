@@ -5,6 +5,7 @@
  * (no flapping); drains empty their pair; --max-moves bounds the plan.
  */
 #include "internal.h" /* private: tests link libshard.a */
+#include "check_util.h"
 #include "rebalance.h"
 
 #include <check.h>
@@ -182,23 +183,11 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("unit_rebalance");
-    TCase *tc = tcase_create("planner");
-    SRunner *sr;
-    int failed;
 
-    tcase_add_test(tc, skewed_to_balanced_in_two_moves);
-    tcase_add_test(tc, uneven_shards);
-    tcase_add_test(tc, balanced_is_left_alone);
-    tcase_add_test(tc, a_giant_shard_is_not_moved_back_and_forth);
-    tcase_add_test(tc, drain_empties_the_pair);
-    tcase_add_test(tc, drain_of_nothing_is_one_move_per_run);
-    tcase_add_test(tc, merge_two_of_three);
-    tcase_add_test(tc, max_moves_bounds_and_a_second_plan_continues);
-    tcase_add_test(tc, nowhere_to_drain_to);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    tcase_of(s, "planner", TESTS(skewed_to_balanced_in_two_moves, uneven_shards,
+                                 balanced_is_left_alone, a_giant_shard_is_not_moved_back_and_forth,
+                                 drain_empties_the_pair, drain_of_nothing_is_one_move_per_run,
+                                 merge_two_of_three, max_moves_bounds_and_a_second_plan_continues,
+                                 nowhere_to_drain_to));
+    return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }

@@ -5,6 +5,7 @@
  * compare-and-swap on a file store.
  */
 #include "repl.h" /* private: tests link libshard.a */
+#include "check_util.h"
 #include "map.h"
 
 #include <check.h>
@@ -236,20 +237,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("repl");
-    TCase *tc = tcase_create("gtid");
-    SRunner *sr;
-    int failed;
 
-    tcase_add_test(tc, gtid_valid_and_check);
-    tcase_add_test(tc, gtid_seq_and_covers);
-    tcase_add_test(tc, gtid_merge_keeps_own_domains);
-    tcase_add_test(tc, gtid_start_ahead_only);
-    tcase_add_test(tc, gtid_long_positions);
-    tcase_add_test(tc, publish_compare_and_swap);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    tcase_of(s, "gtid", TESTS(gtid_valid_and_check, gtid_seq_and_covers,
+                              gtid_merge_keeps_own_domains, gtid_start_ahead_only,
+                              gtid_long_positions, publish_compare_and_swap));
+    return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "run_cmd.h"
 
 /* ------------------------------------------------------------------ */
@@ -408,27 +409,19 @@ static Suite *shardctl_suite(void)
     TCase *chk = tcase_create("check");
     TCase *use = tcase_create("usage");
 
-    tcase_add_test(id, decode_plain);
-    tcase_add_test(id, decode_json);
-    tcase_add_test(id, decode_rejects);
-    tcase_add_test(id, encode_ok);
-    tcase_add_test(id, encode_rejects);
+    tcase_add_tests(id, TESTS(decode_plain, decode_json, decode_rejects, encode_ok,
+                              encode_rejects));
 
     /* Unchecked: the files are removed even when a (forked) test fails. */
     tcase_add_unchecked_fixture(mod, maps_setup, maps_teardown);
-    tcase_add_test(mod, modshard_default_4096);
-    tcase_add_test(mod, modshard_shards_option);
-    tcase_add_test(mod, modshard_hex);
-    tcase_add_test(mod, modshard_map_count);
-    tcase_add_test(mod, modshard_rejects);
+    tcase_add_tests(mod, TESTS(modshard_default_4096, modshard_shards_option, modshard_hex,
+                               modshard_map_count, modshard_rejects));
 
     tcase_add_unchecked_fixture(chk, maps_setup, maps_teardown);
     tcase_add_test(chk, check_valid);
     tcase_add_test(chk, check_rejects);
 
-    tcase_add_test(use, usage_errors);
-    tcase_add_test(use, help_on_stdout);
-    tcase_add_test(use, write_error_fails);
+    tcase_add_tests(use, TESTS(usage_errors, help_on_stdout, write_error_fails));
 
     /* Dozens of processes per test; generous for valgrind runs. */
     TCase *all[] = {id, mod, chk, use};
@@ -441,11 +434,5 @@ static Suite *shardctl_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(shardctl_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_suite(shardctl_suite(), CK_FORK_GETENV) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -3,6 +3,7 @@
  * the library uses, and saving and restoring the thread's error message.
  */
 #include "internal.h" /* private: tests link libshard.a */
+#include "check_util.h"
 
 #include <check.h>
 #include <pthread.h>
@@ -91,19 +92,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("util");
-    TCase *tc = tcase_create("util");
-    SRunner *sr;
-    int failed;
 
-    tcase_add_test(tc, fanout_every_item_once);
-    tcase_add_test(tc, fanout_first_failure_comes_back);
-    tcase_add_test(tc, fanout_workers_bounded);
-    tcase_add_test(tc, error_save_restore);
-    tcase_add_test(tc, copy_out_terminates);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    tcase_of(s, "util", TESTS(fanout_every_item_once, fanout_first_failure_comes_back,
+                              fanout_workers_bounded, error_save_restore, copy_out_terminates));
+    return run_suite(s, CK_FORK_GETENV) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

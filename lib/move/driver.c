@@ -251,7 +251,6 @@ static int state_planned(mv *m)
         return rc;
     move_step(m, &t0, "preparing the fence");
     rc = move_create_target(m);
-    move_step(m, &t0, "creating the target's tables");
     if (rc == SHARD_EEXISTS && !m->target_ours) {
         /* Not ours: end the move here, so that no resume ever drops it. */
         shard_error_save(&why, rc);
@@ -570,33 +569,53 @@ static int state_reversible(mv *m)
 
 /*
  * A read timeout, a lost connection, a restarted server: worth another
- * try of the same phase, entered as a resume enters it. Not in
- * verification, which would then compare with a target written since
- * the flip.
+ * try of the same phase, entered as a resume enters it. Verification too:
+ * it starts over with the target's snapshots of the flip point when they
+ * are still open (it was the source, or one statement, that failed), or
+ * else as a resumed verification does (libshard-move(7), "Verification").
  */
 static bool retryable(const mv *m, int rc)
 {
     return (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT) && !m->final &&
-           m->phase != MOVE_VERIFYING && m->retries < MOVE_RETRIES;
+           m->retries < MOVE_RETRIES;
+}
+
+/* Whether every snapshot of the target is still open and in step. */
+static bool vsnaps_alive(mv *m)
+{
+    for (unsigned w = 0; w < m->nvsnap; w++) {
+        uint64_t one = 0;
+        if (!m->vsnap[w] || repl_value_u64(m->vsnap[w], "SELECT 1", &one) != 0 || one != 1)
+            return false;
+    }
+    return m->nvsnap > 0;
 }
 
 /* Every connection anew (the journal's only if it is gone: it holds the
  * move's lock), and the run's memory of what is set up forgotten. */
 static int reconnect(mv *m)
 {
-    uint64_t alive = 0;
+    uint64_t one = 0;
     int rc;
 
-    move_close_vsnaps(m);
+    if (m->phase != MOVE_VERIFYING) {
+        move_close_vsnaps(m);
+    } else if (vsnaps_alive(m)) {
+        ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: verifying again against the target's "
+                "snapshots of the flip point", (unsigned long long)m->id);
+    } else {
+        move_close_vsnaps(m);
+        ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: verifying again as a resumed verification "
+                "does (the target's snapshots of the flip point are gone)",
+                (unsigned long long)m->id);
+    }
     move_close_workers(m);
     move_close(&m->src);
     move_close(&m->t);
     m->resumed = true;
     m->target_made = false;
     m->repl_checked = false;
-    /* A value read (its result consumed: an unread one would make the
-     * journal's next statement fail with "commands out of sync"). */
-    if (m->ctl && repl_value_u64(m->ctl, "SELECT 1", &alive) != 0) {
+    if (m->ctl && repl_value_u64(m->ctl, "SELECT 1", &one) != 0) { /* its result read */
         char sql[128];
         uint64_t got = 0;
         move_close(&m->ctl);

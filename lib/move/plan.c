@@ -563,6 +563,7 @@ int move_create_target(mv *m)
     move_step(m, &t0, "creating the target's databases");
     if ((rc = fanout_run(m->ntables, move_threads(m), create_table_fn, m)))
         return rc;
+    move_step(m, &t0, "creating the target's tables");
     m->target_made = true;
     return 0;
 }

@@ -783,7 +783,10 @@ int move_verify(mv *m)
         rc = fanout_run(vr.ngroups, n, group_fn, &vr);
     }
     move_step(m, &t1, "comparing the chunks' checksums");
-    move_close_vsnaps(m);
+    /* Kept after a failure: a retry verifies again against them while
+     * they last (reconnect() in driver.c). */
+    if (rc == 0)
+        move_close_vsnaps(m);
     move_close_workers(m);
     for (size_t i = 0; vr.tables && i < m->ntables; i++) {
         sql_free(&vr.tables[i].hash);

@@ -1,0 +1,354 @@
+/*
+ * tests/bench_import.c: the first pass of an import from an unsharded
+ * database (shard_import_table(3), libshard-import(7)) measured side by
+ * side with mydumper + myloader of the same table.
+ *
+ *   bench import-vs-myloader  (mydumper of the legacy table + myloader of it
+ *                             into a database of the target pair's master,
+ *                             same thread count, myloader -e: binary log on
+ *                             like the import's writes) wall time / the
+ *                             import's first pass wall time; the detail
+ *                             gives the first pass's rows/s and a second,
+ *                             unchanged pass's rows/s
+ *
+ * Two pairs (16 ID shards, 4 mod shards). The legacy table is pins-like
+ * (id INT AUTO_INCREMENT PRIMARY KEY, board_id, title VARCHAR, created_at
+ * DATETIME, note TEXT), BENCH_IMPORT_ROWS rows (default 100000), in the
+ * database `legacy` on s1 (MySQL001's master, as in tests/server_import.c).
+ * The tools copy it from s1 to MySQL002's master (s3), so the source is the
+ * same server for both; the import writes its objects over both pairs and
+ * its lookup entries over the mod shards. Each pair's standby is caught up
+ * before each measurement, so that replication of the previous step does
+ * not steal CPU from the next.
+ *
+ * Figures only: nothing here is a timed assertion. Exit status 1 means
+ * something failed outright (a server, a query, a tool, the import).
+ * Arguments or BENCH_ONLY choose the lines to produce (see bench_util.h).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <libshard.h>
+#include <mysql.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define BENCH_NAME "bench_import"
+#include "bench_util.h"
+
+#define THREADS 4         /* the import's --threads = mydumper/myloader -t */
+#define ID_SHARDS 16      /* 0-7 on MySQL001, 8-15 on MySQL002 */
+#define MOD_SHARDS 4
+#define DEFAULT_ROWS 100000
+
+static harness *H;
+static char Tmpdir[PATH_MAX];
+static char Map_path[PATH_MAX + 32];
+
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, BENCH_NAME ": [%.3f] ", now());
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void rm_tree(const char *path)
+{
+    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void cleanup(void)
+{
+    if (Tmpdir[0]) {
+        rm_tree(Tmpdir);
+        Tmpdir[0] = '\0';
+    }
+}
+
+/* Run argv with its output in log; its wall seconds. Dies if it fails. */
+static double run_tool(const char *const argv[], const char *log)
+{
+    double t0;
+    int st;
+    pid_t pid;
+
+    fflush(stdout);
+    fflush(stderr);
+    t0 = now();
+    pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+            _exit(127);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            die("waitpid: %s", strerror(errno));
+    t0 = now() - t0;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        char buf[2048];
+        FILE *f = fopen(log, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = '\0';
+        die("%s failed (status 0x%x):\n%s", argv[0], st, buf);
+    }
+    return t0;
+}
+
+/* An option file holding the password (mode 0600, in the private dir), so
+ * that it never shows on a command line. */
+static void write_defaults(const char *path, int port)
+{
+    const char *pw = getenv("LIBSHARD_PASSWORD");
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+
+    if (!f)
+        die("%s: %s", path, strerror(errno));
+    fprintf(f, "[client]\nuser=%s\nhost=127.0.0.1\nport=%d\npassword=\"", HARNESS_ADMIN_USER,
+            port);
+    for (const char *p = pw ? pw : ""; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fputc('\\', f);
+        fputc(*p, f);
+    }
+    fprintf(f, "\"\n");
+    if (fclose(f) != 0)
+        die("%s: %s", path, strerror(errno));
+}
+
+static uint64_t count_of(const char *server, const char *sql)
+{
+    char *out = NULL;
+    uint64_t n;
+
+    if (harness_sql(H, server, sql, &out) != 0)
+        die("%s on %s failed", sql, server);
+    n = strtoull(out, NULL, 10);
+    free(out);
+    return n;
+}
+
+static void sync_standbys(void)
+{
+    for (int p = 1; p <= 2; p++)
+        if (harness_sync_standby(H, p, 300) != 0)
+            die("pair %d's standby did not catch up", p);
+}
+
+/* mydumper of legacy.pins from s1, myloader of it into legacy_copy on s3
+ * (binary log on); the copy is dropped afterwards. Wall seconds of both. */
+static double tools(unsigned rows, double *dump_s, double *load_s)
+{
+    char cnf[PATH_MAX + 16], dir[PATH_MAX + 16], log[PATH_MAX + 16], t[16], port[16];
+    uint64_t loaded;
+
+    snprintf(cnf, sizeof cnf, "%s/my.cnf", Tmpdir);
+    snprintf(dir, sizeof dir, "%s/dump", Tmpdir);
+    snprintf(t, sizeof t, "%d", THREADS);
+    rm_tree(dir);
+
+    write_defaults(cnf, harness_port(H, "s1"));
+    snprintf(log, sizeof log, "%s/mydumper.log", Tmpdir);
+    snprintf(port, sizeof port, "%d", harness_port(H, "s1"));
+    {
+        const char *argv[] = {"mydumper", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
+                              port, "-u", HARNESS_ADMIN_USER, "-t", t, "--trx-consistency-only",
+                              "-x", "^legacy[.]pins$", "-o", dir, "-v", "1", NULL};
+        *dump_s = run_tool(argv, log);
+    }
+    unlink(cnf);
+    write_defaults(cnf, harness_port(H, "s3"));
+    snprintf(log, sizeof log, "%s/myloader.log", Tmpdir);
+    snprintf(port, sizeof port, "%d", harness_port(H, "s3"));
+    {
+        const char *argv[] = {"myloader", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
+                              port, "-u", HARNESS_ADMIN_USER, "-t", t, "-e", "-B",
+                              "legacy_copy", "-d", dir, "-v", "1", NULL};
+        *load_s = run_tool(argv, log);
+    }
+    unlink(cnf);
+    rm_tree(dir);
+    loaded = count_of("s3", "SELECT COUNT(*) FROM legacy_copy.pins");
+    if (loaded != rows)
+        die("myloader loaded %" PRIu64 " rows, expected %u", loaded, rows);
+    note("mydumper %.2f s + myloader %.2f s of %u rows", *dump_s, *load_s, rows);
+    sync_standbys();
+    if (harness_sql(H, "s3", "DROP DATABASE legacy_copy", NULL) != 0)
+        die("dropping legacy_copy failed");
+    return *dump_s + *load_s;
+}
+
+/* The harness's map with a lookup for pins. */
+static void write_map(void)
+{
+    json_t *m = json_load_file(harness_map_path(H), 0, NULL), *legacy;
+
+    if (!m)
+        die("cannot read %s", harness_map_path(H));
+    json_array_append_new(json_object_get(json_object_get(m, "mod_shards"), "tables"),
+                          json_string("legacy_pins"));
+    legacy = json_object();
+    json_object_set_new(legacy, "pins", json_object());
+    json_object_set_new(m, "legacy", legacy);
+    snprintf(Map_path, sizeof Map_path, "%s/import-map.json", harness_dir(H));
+    if (json_dump_file(m, Map_path, JSON_INDENT(2)) != 0)
+        die("cannot write %s", Map_path);
+    json_decref(m);
+}
+
+static void make_legacy(unsigned rows)
+{
+    char sql[1600];
+
+    snprintf(sql, sizeof sql,
+             "CREATE DATABASE legacy; USE legacy;"
+             "CREATE TABLE pins (id INT UNSIGNED PRIMARY KEY AUTO_INCREMENT,"
+             " board_id INT UNSIGNED NOT NULL, title VARCHAR(200) CHARACTER SET utf8mb4 NOT NULL,"
+             " created_at DATETIME NOT NULL, note TEXT CHARACTER SET utf8mb4);"
+             "INSERT INTO pins SELECT seq, 1 + seq %% 977, CONCAT('Pin ', seq, ' of the trip'),"
+             " '2021-01-01' + INTERVAL seq MINUTE,"
+             " IF(seq %% 5 = 0, NULL, CONCAT('Lorem ipsum dolor sit amet, consectetur adipiscing"
+             " elit, sed do eiusmod tempor incididunt ut labore et dolore magna aliqua ', seq))"
+             " FROM seq_1_to_%u", rows);
+    if (harness_sql(H, "s1", sql, NULL) != 0)
+        die("creating the legacy table failed");
+}
+
+static shard_import_report import_pass(shard_ctx *ctx, unsigned type, const char *url)
+{
+    shard_import_options o = SHARD_IMPORT_OPTIONS_INIT;
+    shard_import_report r;
+
+    o.source = url;
+    o.table = "pins";
+    o.type = type;
+    o.threads = THREADS;
+    if (shard_import_table(ctx, &o, &r) != 0)
+        die("import: %s", shard_errmsg());
+    return r;
+}
+
+int main(int argc, char **argv)
+{
+    shard_options so = SHARD_OPTIONS_INIT;
+    shard_import_report r1, r2;
+    shard_ctx *ctx = NULL;
+    shard_map *map;
+    unsigned rows = DEFAULT_ROWS, type = 0;
+    double dump_s = 0, load_s = 0, tools_s, t0, pass1_s, pass2_s;
+    bool have_mydumper;
+    char url[200];
+    uint64_t objects = 0;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    bench_select(argc, argv);
+    if (!bench_selected("import-vs-myloader"))
+        return 0;
+    have_mydumper = system("command -v mydumper >/dev/null 2>&1 && "
+                           "command -v myloader >/dev/null 2>&1") == 0;
+    if (!have_mydumper) {
+        printf("bench import-vs-myloader skipped (install mydumper)\n");
+        return 0;
+    }
+    if (getenv("BENCH_IMPORT_ROWS"))
+        rows = (unsigned)strtoul(getenv("BENCH_IMPORT_ROWS"), NULL, 10);
+    if (rows < 1000 || rows > 10000000)
+        die("BENCH_IMPORT_ROWS must be 1000..10000000");
+    {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(Tmpdir, sizeof Tmpdir, "%s/bench_import-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(Tmpdir))
+            die("mkdtemp: %s", strerror(errno));
+        atexit(cleanup);
+    }
+    if (!(H = harness_start_ex(2, ID_SHARDS, MOD_SHARDS)))
+        die("could not start the servers");
+    note("servers in %s", harness_dir(H));
+    write_map();
+    make_legacy(rows);
+    harness_admin_options(&so);
+    so.refresh_interval_ms = 0;
+    if (shard_ctx_open(&ctx, Map_path, &so) != 0 || shard_schema_apply(ctx, NULL, NULL) != 0)
+        die("set-up: %s", shard_errmsg());
+    if (shard_ctx_map(ctx, &map) != 0 || shard_map_type_of(map, "pins", &type) != 0)
+        die("no type pins: %s", shard_errmsg());
+    shard_map_free(map);
+    snprintf(url, sizeof url, "mysql://%s@127.0.0.1:%d/legacy", HARNESS_ADMIN_USER,
+             harness_port(H, "s1"));
+    sync_standbys();
+
+    tools_s = tools(rows, &dump_s, &load_s);
+
+    t0 = now();
+    r1 = import_pass(ctx, type, url);
+    pass1_s = now() - t0;
+    if (r1.created != rows)
+        die("the first pass created %" PRIu64 " objects, expected %u", r1.created, rows);
+    note("first pass %.2f s: %" PRIu64 " new", pass1_s, r1.created);
+    sync_standbys();
+    t0 = now();
+    r2 = import_pass(ctx, type, url);
+    pass2_s = now() - t0;
+    if (r2.unchanged != rows || r2.created || r2.changed || r2.deleted)
+        die("the second pass was not clean: %" PRIu64 " new, %" PRIu64 " changed, %" PRIu64
+            " deleted", r2.created, r2.changed, r2.deleted);
+    for (int s = 0; s < ID_SHARDS; s++) {
+        char sql[100];
+        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05d.pins", s);
+        objects += count_of(s < ID_SHARDS / 2 ? "s1" : "s3", sql);
+    }
+    if (objects != rows)
+        die("%" PRIu64 " objects on the shards, expected %u", objects, rows);
+
+    printf("bench import-vs-myloader ratio=%.2f (mydumper %.2f s + myloader %.2f s = %.2f s "
+           "(%d threads each, myloader -e: binlog on) / import first pass %.2f s (%d threads) "
+           "of %u rows into %d shards on 2 pairs: first pass %.0f rows/s, tools %.0f rows/s; "
+           "second (unchanged) pass %.2f s, %.0f rows/s)\n",
+           tools_s / pass1_s, dump_s, load_s, tools_s, THREADS, pass1_s, THREADS, rows,
+           ID_SHARDS, rows / pass1_s, rows / tools_s, pass2_s, rows / pass2_s);
+    shard_ctx_free(ctx);
+    harness_stop(H);
+    return 0;
+}
