@@ -226,17 +226,17 @@ START_TEST(transient_failure_is_retried)
     shard_move_report r;
     int rc;
 
-    ck_assert_str_eq(pair_of(4), "MySQL002");
+    ck_assert_str_eq(pair_of(8), "MySQL002");
     for (int i = 0; i < 5; i++)
-        create(ctx, 4, "{\"retried\":1}");
+        create(ctx, 8, "{\"retried\":1}");
     hook_set("fence prepared", SHARD_ECONNECT, 1);
-    rc = shard_move(admin, 4, 4, "MySQL001", NULL, &r, NULL);
+    rc = shard_move(admin, 8, 8, "MySQL001", NULL, &r, NULL);
     hook_clear();
     ck_assert_msg(rc == 0, "move with one retried failure: %d %s", rc, shard_errmsg());
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r.mismatches, 0);
-    ck_assert_str_eq(pair_of(4), "MySQL001");
-    ck_assert_int_eq(count_rows("s1", 4), 5);
+    ck_assert_str_eq(pair_of(8), "MySQL001");
+    ck_assert_int_eq(count_rows("s1", 8), 5);
 }
 END_TEST
 
@@ -324,6 +324,77 @@ START_TEST(stale_map_write_during_move_back)
                   (unsigned long long)id);
     ck_assert_str_eq(got, "{\"stale\":1}");
     shard_free(got);
+}
+END_TEST
+
+static int acked_c;
+
+static void write_c_in_catchup(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    (void)done;
+    (void)total;
+    (void)payload;
+    if (phase != SHARD_MOVE_CATCHUP || acked_c)
+        return;
+    for (int i = 0; i < 3; i++) {
+        uint64_t id;
+        if (shard_object_create(ctx, 1, 6, "{\"c\":1}", 7, &id) == 0)
+            acked_c++;
+    }
+}
+
+/*
+ * One gtid_slave_pos per domain and server: a move joining a server must
+ * not move a domain that another move's connection there still has to
+ * apply. Move A (shard 5, MySQL001 -> MySQL002) is in catchup, its
+ * connection behind (stopped here; a slow applier is the same) while
+ * shard 5 takes writes. Move C (shard 6, MySQL001 -> MySQL003) then puts
+ * later events of MySQL001's domain into MySQL003's binary log, and move B
+ * (shard 16, MySQL003 -> MySQL002) starts its connection on MySQL002 from
+ * a position that has them. If B's start moved MySQL001's domain ahead on
+ * MySQL002, A's connection would skip the writes to shard 5 for good.
+ */
+START_TEST(join_keeps_other_connections_positions)
+{
+    shard_move_options oc = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    uint64_t ids[10];
+    int rc, brc, n = 0;
+    char *got;
+
+    ck_assert_str_eq(pair_of(5), "MySQL001");
+    ck_assert_str_eq(pair_of(16), "MySQL003");
+    for (int i = 0; i < 5; i++)
+        ids[n++] = create(ctx, 5, "{\"a\":1}");
+    create(ctx, 16, "{\"b\":1}");
+    move_killed_in_catchup(5, "MySQL002");
+    free(sql1("s3", "STOP SLAVE 'libshard_from_mysql001'"));
+    for (int i = 0; i < 5; i++)
+        ids[n++] = create(ctx, 5, "{\"a\":2}");
+    oc.progress = write_c_in_catchup;
+    rc = shard_move(admin, 6, 6, "MySQL003", &oc, &r, NULL);
+    ck_assert_msg(rc == 0, "move C: %s", shard_errmsg());
+    ck_assert_int_gt(acked_c, 0);
+    brc = shard_move(admin, 16, 16, "MySQL002", NULL, &r, NULL);
+    if (brc)
+        printf("move B while A's connection lags: %d %s\n", brc, shard_errmsg());
+    ck_assert_msg(brc == 0 || brc == SHARD_EBUSY, "move B: %d %s", brc, shard_errmsg());
+    /* A goes on (its resume starts its connection again). */
+    rc = shard_move_resume(admin, 0, NULL, &r);
+    ck_assert_msg(rc == 0, "move A resumed: %d %s", rc, shard_errmsg());
+    ck_assert_uint_eq(r.mismatches, 0);
+    ck_assert_str_eq(pair_of(5), "MySQL002");
+    for (int i = 0; i < n; i++) {
+        got = get(ids[i]);
+        ck_assert_msg(got != NULL, "object %llu of shard 5 is gone after the move",
+                      (unsigned long long)ids[i]);
+        shard_free(got);
+    }
+    if (brc) { /* refused while A lagged: it goes now */
+        rc = shard_move(admin, 16, 16, "MySQL002", NULL, &r, NULL);
+        ck_assert_msg(rc == 0, "move B again: %s", shard_errmsg());
+    }
+    ck_assert_str_eq(pair_of(16), "MySQL002");
 }
 END_TEST
 
@@ -442,7 +513,7 @@ int main(void)
     SRunner *sr;
     int failed;
 
-    h = harness_start_ex(2, 8, 2);
+    h = harness_start_ex(3, 24, 3); /* 0-7, 8-15, 16-23 */
     if (!h)
         return 1;
     {
@@ -469,6 +540,7 @@ int main(void)
             {"planning_retry", retry_in_planning_keeps_existing_target},
             {"retried", transient_failure_is_retried},
             {"stale_map", stale_map_write_during_move_back},
+            {"join", join_keeps_other_connections_positions},
             {"log_slave_updates", target_without_log_slave_updates},
         };
         /* One case each (CK_RUN_CASE=name runs one); in this order, each
