@@ -25,6 +25,7 @@
 
 #include <check.h>
 #include <libshard.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -401,6 +402,86 @@ START_TEST(join_keeps_other_connections_positions)
 }
 END_TEST
 
+/* A transaction on shard 7 held open across a move's fence, committed by
+ * a thread once the fence is in place (or once the move waits for it). */
+typedef struct late_commit {
+    shard_txn *t;
+    int fenced_first; /* the fence went up while the transaction was open */
+    int blocked;      /* the move waited for the transaction */
+    int rc;
+} late_commit;
+
+static void *commit_late(void *arg)
+{
+    late_commit *lc = arg;
+    for (int i = 0; i < 600 && !lc->fenced_first && !lc->blocked; i++) {
+        char *out = NULL;
+        usleep(50000);
+        if (harness_sql(h, "s1", "SELECT (SELECT COUNT(*) FROM libshard_control.fence WHERE"
+                                 " db = 'db00007' AND fenced = 1), (SELECT COUNT(*) FROM"
+                                 " information_schema.INNODB_LOCK_WAITS)", &out) == 0) {
+            lc->fenced_first = atoi(out) > 0;
+            lc->blocked = atoi(strchr(out, '\t') ? strchr(out, '\t') + 1 : "0") > 0;
+        }
+        free(out);
+    }
+    lc->rc = shard_txn_commit(lc->t);
+    return NULL;
+}
+
+/*
+ * The fence holds writes through the shared lock a write takes on its
+ * shard's fence row, and for a shard that was never moved (no row yet)
+ * through the gap lock of REPEATABLE READ, which the mover's INSERT of the
+ * row waits for. A server running READ-COMMITTED (a common setting) takes
+ * no gap lock: a transaction opened before the move could then commit on
+ * the source after the fence. The library's sessions must not depend on
+ * the server's default.
+ */
+START_TEST(read_committed_server_still_fences)
+{
+    shard_options so = SHARD_OPTIONS_INIT;
+    shard_move_report r;
+    shard_ctx *rc_ctx = NULL;
+    late_commit lc = {0};
+    pthread_t th;
+    uint64_t id = 0;
+    char *out;
+    int rc;
+
+    ck_assert_str_eq(pair_of(7), "MySQL001");
+    out = sql1("s1", "SELECT COUNT(*) FROM libshard_control.fence WHERE db = 'db00007'");
+    ck_assert_str_eq(out, "0\n"); /* never moved: no fence row */
+    free(out);
+    free(sql1("s1", "SET GLOBAL tx_isolation = 'READ-COMMITTED'"));
+    so.refresh_interval_ms = 0;
+    rc = shard_ctx_open(&rc_ctx, harness_map_path(h), &so);
+    if (rc == 0)
+        rc = shard_txn_begin(rc_ctx, 7, &lc.t);
+    if (rc == 0)
+        rc = shard_txn_object_create(lc.t, 1, "{\"late\":1}", 10, &id);
+    if (rc) {
+        free(sql1("s1", "SET GLOBAL tx_isolation = 'REPEATABLE-READ'"));
+        ck_abort_msg("transaction: %s", shard_errmsg());
+    }
+    pthread_create(&th, NULL, commit_late, &lc);
+    rc = shard_move(admin, 7, 7, "MySQL002", NULL, &r, NULL);
+    pthread_join(th, NULL);
+    free(sql1("s1", "SET GLOBAL tx_isolation = 'REPEATABLE-READ'"));
+    shard_ctx_free(rc_ctx);
+    ck_assert_msg(!(lc.fenced_first && lc.rc == 0), "a transaction opened before the move "
+                  "committed on the source after the fence (object %llu)",
+                  (unsigned long long)id);
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_uint_eq(r.mismatches, 0);
+    if (lc.rc == 0) {
+        char *got = get(id);
+        ck_assert_msg(got != NULL, "object %llu, committed, is gone", (unsigned long long)id);
+        shard_free(got);
+    }
+}
+END_TEST
+
 /* ---- a server started with other options ----------------------------------------- */
 
 /* Stop server (s1...) and start it again with its own command line, one
@@ -544,6 +625,7 @@ int main(void)
             {"retried", transient_failure_is_retried},
             {"stale_map", stale_map_write_during_move_back},
             {"join", join_keeps_other_connections_positions},
+            {"read_committed", read_committed_server_still_fences},
             {"log_slave_updates", target_without_log_slave_updates},
         };
         /* One case each (CK_RUN_CASE=name runs one); in this order, each
