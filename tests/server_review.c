@@ -532,6 +532,43 @@ static void restart_with(const char *server, const char *from, const char *to)
     free(out);
 }
 
+/*
+ * A move stopped in catchup, its target master restarted without
+ * log_slave_updates (a configuration that only had it set at run time,
+ * say), the shard written meanwhile: the resume must check again what
+ * the fresh move checked, or the rows replicated from then on live on the
+ * target master alone when the source is dropped.
+ */
+START_TEST(resume_rechecks_log_slave_updates)
+{
+    shard_move_report r;
+    int rc, master, standby, acked = 0;
+
+    ck_assert_str_eq(pair_of(4), "MySQL001");
+    for (int i = 0; i < 10; i++)
+        create(ctx, 4, "{\"copied\":1}");
+    move_killed_in_catchup(4, "MySQL002");
+    restart_with("s3", "--log-slave-updates=ON", "--log-slave-updates=OFF");
+    for (int i = 0; i < 5; i++, acked++)
+        create(ctx, 4, "{\"after_restart\":1}");
+    rc = shard_move_resume(admin, 0, NULL, &r);
+    if (rc == SHARD_EINVAL && strstr(shard_errmsg(), "log_slave_updates")) {
+        printf("resume refused: %s\n", shard_errmsg());
+        restart_with("s3", "--log-slave-updates=OFF", "--log-slave-updates=ON");
+        rc = shard_move_resume(admin, 0, NULL, &r);
+    }
+    ck_assert_msg(rc == 0, "resume: %d %s", rc, shard_errmsg());
+    ck_assert_str_eq(pair_of(4), "MySQL002");
+    harness_sync_standby(h, 2, 30);
+    master = count_rows("s3", 4);
+    standby = count_rows("s4", 4);
+    ck_assert_int_eq(master, 10 + acked);
+    ck_assert_msg(standby == master, "the resumed move dropped the source (%s) while target "
+                  "standby s4 holds %d of the %d rows", r.source_dropped ? "dropped" : "kept",
+                  standby, master);
+}
+END_TEST
+
 static int acked_in_catchup;
 
 static void write_in_catchup(int phase, uint64_t done, uint64_t total, void *payload)
@@ -626,6 +663,7 @@ int main(void)
             {"stale_map", stale_map_write_during_move_back},
             {"join", join_keeps_other_connections_positions},
             {"read_committed", read_committed_server_still_fences},
+            {"resume_recheck", resume_rechecks_log_slave_updates},
             {"log_slave_updates", target_without_log_slave_updates},
         };
         /* One case each (CK_RUN_CASE=name runs one); in this order, each

@@ -846,7 +846,8 @@ int shard_move_resume(shard_ctx *ctx, uint64_t move_id, const shard_move_options
     if (!ctx)
         return shard_fail(SHARD_EINVAL, "shard_move_resume: NULL context");
     mv_init(&m, ctx, report ? report : &scratch);
-    if ((rc = options(&m, opts)) == 0 && (rc = move_load(ctx, move_id, &m)) == 0) {
+    if ((rc = options(&m, opts)) == 0 && (rc = move_load(ctx, move_id, &m)) == 0 &&
+        (rc = move_recheck(&m)) == 0) {
         ctx_log(ctx, SHARD_LOG_INFO, "move %llu: resuming in phase %s",
                 (unsigned long long)m.id, shard_move_phase_name((int)m.phase));
         rc = drive(&m);
@@ -907,7 +908,8 @@ static int reversible_call(shard_ctx *ctx, uint64_t move_id, const shard_move_op
     if (!ctx)
         return shard_fail(SHARD_EINVAL, "%s: NULL context", what);
     mv_init(&m, ctx, report ? report : &scratch);
-    if ((rc = options(&m, opts)) || (rc = move_load(ctx, move_id, &m)))
+    if ((rc = options(&m, opts)) || (rc = move_load(ctx, move_id, &m)) ||
+        (rc = move_recheck(&m)))
         goto out;
     if (!revert && m.phase == MOVE_CLEANING) {
         rc = drive(&m); /* finished already: only the cleanup was left */

@@ -195,6 +195,8 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m);
 int move_resolve_pairs(mv *m, const char *target);
 /* Both pairs can take part (plan: the checks as text, may be NULL). */
 int move_preflight(mv *m, sqlbuf *plan);
+/* A resumed move: what a restart can change, checked again. */
+int move_recheck(mv *m);
 int move_list_tables(mv *m);
 int move_plan_text(mv *m, char **plan);
 /* Create the target's databases and tables from the source's definitions

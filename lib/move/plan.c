@@ -174,6 +174,45 @@ int move_preflight(mv *m, sqlbuf *plan)
     return 0;
 }
 
+/*
+ * A resumed move checks again what a server restart can change (the
+ * servers a move needs were restarted, often, which is why it stopped):
+ * the target master logs what it replicates and ignores duplicates, and
+ * with a reverse window the source master too. The halves that are only
+ * waited for are not asked: one that is down must not keep a fenced move
+ * from going on.
+ */
+int move_recheck(mv *m)
+{
+    const shard_pairdef *sp = move_sp(m), *dp = move_dp(m);
+    char label[400];
+    srvinfo si;
+    int rc;
+
+    if (dp->has_standby) {
+        snprintf(label, sizeof label, "target %s master %s", dp->name, dp->master.text);
+        if ((rc = probe(m, &dp->master, label, &si)))
+            return rc;
+        if (!si.ignore_dups || !si.log_slave_updates)
+            return shard_fail(SHARD_EINVAL, "%s: needs gtid_ignore_duplicates=ON and "
+                              "log_slave_updates=ON (it has %d and %d since the move began: "
+                              "restarted with other settings?); set them, then resume move %llu",
+                              label, si.ignore_dups, si.log_slave_updates,
+                              (unsigned long long)m->id);
+    }
+    if (m->window_s && sp->has_standby && m->phase <= MOVE_REVERTING) {
+        snprintf(label, sizeof label, "source %s master %s", sp->name, sp->master.text);
+        if ((rc = probe(m, &sp->master, label, &si)))
+            return rc;
+        if (!si.ignore_dups || !si.log_slave_updates)
+            return shard_fail(SHARD_EINVAL, "%s: a reverse window needs gtid_ignore_duplicates=ON "
+                              "and log_slave_updates=ON (it has %d and %d); set them, then "
+                              "resume move %llu", label, si.ignore_dups, si.log_slave_updates,
+                              (unsigned long long)m->id);
+    }
+    return 0;
+}
+
 static int tables_add(mv *m, size_t *cap, const char *db, const char *name)
 {
     if (m->ntables == *cap) {
