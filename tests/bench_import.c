@@ -100,63 +100,7 @@ static void cleanup(void)
     }
 }
 
-/* Run argv with its output in log; its wall seconds. Dies if it fails. */
-static double run_tool(const char *const argv[], const char *log)
-{
-    double t0;
-    int st;
-    pid_t pid;
 
-    fflush(stdout);
-    fflush(stderr);
-    t0 = now();
-    pid = fork();
-    if (pid < 0)
-        die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
-            _exit(127);
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            die("waitpid: %s", strerror(errno));
-    t0 = now() - t0;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        char buf[2048];
-        FILE *f = fopen(log, "r");
-        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-        if (f)
-            fclose(f);
-        buf[n] = '\0';
-        die("%s failed (status 0x%x):\n%s", argv[0], st, buf);
-    }
-    return t0;
-}
-
-/* An option file holding the password (mode 0600, in the private dir), so
- * that it never shows on a command line. */
-static void write_defaults(const char *path, int port)
-{
-    const char *pw = getenv("LIBSHARD_PASSWORD");
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-
-    if (!f)
-        die("%s: %s", path, strerror(errno));
-    fprintf(f, "[client]\nuser=%s\nhost=127.0.0.1\nport=%d\npassword=\"", HARNESS_ADMIN_USER,
-            port);
-    for (const char *p = pw ? pw : ""; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fputc('\\', f);
-        fputc(*p, f);
-    }
-    fprintf(f, "\"\n");
-    if (fclose(f) != 0)
-        die("%s: %s", path, strerror(errno));
-}
 
 static uint64_t count_of(const char *server, const char *sql)
 {
@@ -189,24 +133,24 @@ static double tools(unsigned rows, double *dump_s, double *load_s)
     snprintf(t, sizeof t, "%d", THREADS);
     rm_tree(dir);
 
-    write_defaults(cnf, harness_port(H, "s1"));
+    bench_write_defaults(cnf, harness_port(H, "s1"));
     snprintf(log, sizeof log, "%s/mydumper.log", Tmpdir);
     snprintf(port, sizeof port, "%d", harness_port(H, "s1"));
     {
         const char *argv[] = {"mydumper", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
                               port, "-u", HARNESS_ADMIN_USER, "-t", t, "--trx-consistency-only",
                               "-x", "^legacy[.]pins$", "-o", dir, "-v", "1", NULL};
-        *dump_s = run_tool(argv, log);
+        *dump_s = bench_run_tool(argv, log, NULL);
     }
     unlink(cnf);
-    write_defaults(cnf, harness_port(H, "s3"));
+    bench_write_defaults(cnf, harness_port(H, "s3"));
     snprintf(log, sizeof log, "%s/myloader.log", Tmpdir);
     snprintf(port, sizeof port, "%d", harness_port(H, "s3"));
     {
         const char *argv[] = {"myloader", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
                               port, "-u", HARNESS_ADMIN_USER, "-t", t, "-e", "-B",
                               "legacy_copy", "-d", dir, "-v", "1", NULL};
-        *load_s = run_tool(argv, log);
+        *load_s = bench_run_tool(argv, log, NULL);
     }
     unlink(cnf);
     rm_tree(dir);

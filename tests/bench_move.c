@@ -552,66 +552,7 @@ static cpusplit split_of(const double a[5], const double b[5], int src, int dst,
 
 /* ------------------------------------------------------------ external tools */
 
-/* Run argv with output to LOG; returns wall seconds (and the tool's CPU
- * seconds in *cpu), dies on failure. */
-static double run_tool(const char *const argv[], const char *log, double *cpu)
-{
-    struct rusage ru;
-    double t0;
-    int st;
-    pid_t pid;
 
-    fflush(stdout);
-    fflush(stderr);
-    t0 = now();
-    pid = fork();
-    if (pid < 0)
-        die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
-            _exit(127);
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    while (wait4(pid, &st, 0, &ru) < 0)
-        if (errno != EINTR)
-            die("wait4: %s", strerror(errno));
-    t0 = now() - t0;
-    *cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        char buf[2048];
-        FILE *f = fopen(log, "r");
-        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-        if (f)
-            fclose(f);
-        buf[n] = '\0';
-        die("%s failed (status 0x%x):\n%s", argv[0], st, buf);
-    }
-    return t0;
-}
-
-/* An option file holding the password (mode 0600, in the private dir),
- * so that it never shows on a command line. Removed right after use. */
-static void write_defaults(const char *path, int port)
-{
-    const char *pw = getenv("LIBSHARD_PASSWORD");
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-
-    if (!f)
-        die("%s: %s", path, strerror(errno));
-    fprintf(f, "[client]\nuser=shard\nhost=127.0.0.1\nport=%d\npassword=\"", port);
-    for (const char *p = pw ? pw : ""; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fputc('\\', f);
-        fputc(*p, f);
-    }
-    fprintf(f, "\"\n");
-    if (fclose(f) != 0)
-        die("%s: %s", path, strerror(errno));
-}
 
 typedef struct dumpres {
     double dump_s, load_s, standby_lag;
@@ -631,7 +572,7 @@ static void dump_and_load(int src, int dst, dumpres *out)
     snprintf(t, sizeof t, "%d", THREADS);
 
     rm_tree(dir);
-    write_defaults(cnf, master_port_of(src));
+    bench_write_defaults(cnf, master_port_of(src));
     snprintf(log, sizeof log, "%s/mydumper.log", Tmpdir);
     snprintf(port, sizeof port, "%d", master_port_of(src));
     {
@@ -640,12 +581,12 @@ static void dump_and_load(int src, int dst, dumpres *out)
                               "-x", "^db0000[01][.]", "-o", dir, "-v", "1", NULL};
         cpu_servers(c0);
         tw[0] = now();
-        out->dump_s = run_tool(argv, log, &tool);
+        out->dump_s = bench_run_tool(argv, log, &tool);
         cpu_servers(c1);
         out->dump_cpu = split_of(c0, c1, src, dst, tool);
     }
     unlink(cnf);
-    write_defaults(cnf, master_port_of(dst));
+    bench_write_defaults(cnf, master_port_of(dst));
     snprintf(log, sizeof log, "%s/myloader.log", Tmpdir);
     snprintf(port, sizeof port, "%d", master_port_of(dst));
     {
@@ -654,7 +595,7 @@ static void dump_and_load(int src, int dst, dumpres *out)
                               "-v", "1", NULL};
         cpu_servers(c0);
         tw[1] = now();
-        out->load_s = run_tool(argv, log, &tool);
+        out->load_s = bench_run_tool(argv, log, &tool);
         cpu_servers(c1);
         out->load_cpu = split_of(c0, c1, src, dst, tool);
         tw[2] = now();
@@ -1295,7 +1236,7 @@ static void scale_tools(int src, int dst, unsigned first, unsigned last, scale_t
     snprintf(t, sizeof t, "%d", THREADS);
     rm_tree(dir);
 
-    write_defaults(cnf, master_port_of(src));
+    bench_write_defaults(cnf, master_port_of(src));
     snprintf(log, sizeof log, "%s/mydumper.log", Tmpdir);
     snprintf(port, sizeof port, "%d", master_port_of(src));
     {
@@ -1304,13 +1245,13 @@ static void scale_tools(int src, int dst, unsigned first, unsigned last, scale_t
                               "-x", regex, "-o", dir, "-v", "1", NULL};
         for (int k = 1; k <= 6; k++)
             c0[k] = cpu_of(Srv_pid[k]);
-        out->dump_s = run_tool(argv, log, &tool);
+        out->dump_s = bench_run_tool(argv, log, &tool);
         for (int k = 1; k <= 6; k++)
             c1[k] = cpu_of(Srv_pid[k]);
         out->dump_cpu = split_of(c0, c1, src, dst, tool);
     }
     unlink(cnf);
-    write_defaults(cnf, master_port_of(dst));
+    bench_write_defaults(cnf, master_port_of(dst));
     snprintf(log, sizeof log, "%s/myloader.log", Tmpdir);
     snprintf(port, sizeof port, "%d", master_port_of(dst));
     {
@@ -1319,7 +1260,7 @@ static void scale_tools(int src, int dst, unsigned first, unsigned last, scale_t
                               "-v", "1", NULL};
         for (int k = 1; k <= 6; k++)
             c0[k] = cpu_of(Srv_pid[k]);
-        out->load_s = run_tool(argv, log, &tool);
+        out->load_s = bench_run_tool(argv, log, &tool);
         for (int k = 1; k <= 6; k++)
             c1[k] = cpu_of(Srv_pid[k]);
         out->load_cpu = split_of(c0, c1, src, dst, tool);

@@ -20,13 +20,16 @@
 #include <mysql.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -283,6 +286,73 @@ BENCH_UTIL void wait_standby(harness *h, const char *master, int domain, const c
     if (harness_sql(h, standby, sql, &out) != 0 || strncmp(out, "0", 1) != 0)
         die("%s did not catch up with %s (%s)", standby, master, want);
     free(out);
+}
+
+/* ------------------------------------------------------------ tools */
+
+/* Run argv with its output to LOG; returns wall seconds (and the tool's
+ * CPU seconds in *cpu, when cpu is not NULL); dies on failure, with the
+ * start of the log. */
+BENCH_UTIL double bench_run_tool(const char *const argv[], const char *log, double *cpu)
+{
+    struct rusage ru;
+    double t0;
+    int st;
+    pid_t pid;
+
+    fflush(stdout);
+    fflush(stderr);
+    t0 = now();
+    pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+            _exit(127);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    while (wait4(pid, &st, 0, &ru) < 0)
+        if (errno != EINTR)
+            die("wait4: %s", strerror(errno));
+    t0 = now() - t0;
+    if (cpu)
+        *cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+               (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        char buf[2048];
+        FILE *f = fopen(log, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = '\0';
+        die("%s failed (status 0x%x):\n%s", argv[0], st, buf);
+    }
+    return t0;
+}
+
+/* An option file for the tools holding the operators' account and its
+ * password (mode 0600, in the private dir), so that the password never
+ * shows on a command line. Remove it right after use. */
+BENCH_UTIL void bench_write_defaults(const char *path, int port)
+{
+    const char *pw = getenv("LIBSHARD_PASSWORD");
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+
+    if (!f)
+        die("%s: %s", path, strerror(errno));
+    fprintf(f, "[client]\nuser=%s\nhost=127.0.0.1\nport=%d\npassword=\"", HARNESS_ADMIN_USER,
+            port);
+    for (const char *p = pw ? pw : ""; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fputc('\\', f);
+        fputc(*p, f);
+    }
+    fprintf(f, "\"\n");
+    if (fclose(f) != 0)
+        die("%s: %s", path, strerror(errno));
 }
 
 #endif

@@ -1406,13 +1406,16 @@ START_TEST(copy_throttle_from_shardctl)
 }
 END_TEST
 
-/* The source master killed and restarted while verification compares
- * checksums (both servers have a statement in flight): the move reconnects,
- * verifies again and completes in the same run, every row right. */
+/* A master killed and restarted while verification compares checksums
+ * (both servers have a statement in flight): the move reconnects, verifies
+ * again and completes in the same run, every row right. The source going
+ * leaves the target's snapshots of the flip point open, and verification
+ * compares with them again; the target going takes them, and verification
+ * starts over as a resumed one does. */
 static int verify_restarts;
-static uint64_t verify_left; /* rows still to verify when the source went */
+static uint64_t verify_left; /* rows still to verify when the server went */
 
-static void restart_source_verifying(int phase, uint64_t done, uint64_t total, void *payload)
+static void restart_verifying(int phase, uint64_t done, uint64_t total, void *payload)
 {
     if (phase == SHARD_MOVE_VERIFYING && done > 0 && !verify_restarts) {
         verify_restarts++;
@@ -1422,21 +1425,23 @@ static void restart_source_verifying(int phase, uint64_t done, uint64_t total, v
     }
 }
 
-START_TEST(source_restarted_mid_verification)
+static void restarted_mid_verification(unsigned s, bool kill_source, const char *logged)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_move_report r;
     shard_ctx *vmover;
-    char source[65], target[65], master[16];
-    unsigned s = 11;
+    char source[65], target[65], smaster[16], killed[16];
     int rc;
 
     snprintf(source, sizeof source, "%s", pair_of(ctx, s));
     snprintf(target, sizeof target, "%s", other_pair(s));
-    snprintf(master, sizeof master, "%s", master_of(source));
+    snprintf(smaster, sizeof smaster, "%s", master_of(source));
+    snprintf(killed, sizeof killed, "%s", kill_source ? smaster : master_of(target));
     ledger_fill(ctx, s, s, 2500); /* three chunks and a half: several checksum statements */
-    o.progress = restart_source_verifying;
-    o.payload = master;
+    verify_restarts = 0;
+    verify_left = 0;
+    o.progress = restart_verifying;
+    o.payload = killed;
     o.copy_threads = 2;
     vmover = copy_ctx_open();
     rc = shard_move(vmover, s, s, target, &o, &r, NULL);
@@ -1445,18 +1450,28 @@ START_TEST(source_restarted_mid_verification)
     ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
     ck_assert_int_eq(verify_restarts, 1);
     ck_assert_uint_gt(verify_left, 0); /* killed with chunks still to compare */
-    /* Verified again, in the same run, against the flip point itself. */
-    ck_assert_msg(copy_log_has("verifying again against the target's snapshots of the flip "
-                               "point"), "%s", copy_log);
+    ck_assert_msg(copy_log_has(logged), "%s", copy_log);
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r.mismatches, 0);
     ck_assert_uint_ge(r.rows_verified, 2500);
     ck_assert_int_eq(r.source_dropped, 1);
     ck_assert_str_eq(pair_of(ctx, s), target);
-    ck_assert_int_eq(db_exists(h, master, s), 0);
-    ck_assert_int_eq(pair_link_running(master), 1);
+    ck_assert_int_eq(db_exists(h, smaster, s), 0);
+    ck_assert_int_eq(pair_link_running(killed), 1);
     check_rows_on_master(s);
     ledger_check_all(ctx);
+}
+
+START_TEST(source_restarted_mid_verification)
+{
+    restarted_mid_verification(11, true, "verifying again against the target's snapshots of "
+                               "the flip point");
+}
+END_TEST
+
+START_TEST(target_restarted_mid_verification)
+{
+    restarted_mid_verification(11, false, "verifying again as a resumed verification does");
 }
 END_TEST
 
@@ -1480,6 +1495,7 @@ int main(void)
                               transient_failure_retried_in_phase, unfinished_moves_fail_closed,
                               verification_finds_swapped_rows, verification_chunks_a_large_table,
                               source_restarted_mid_verification,
+                              target_restarted_mid_verification,
                               postponed_cutover_waits_for_the_file,
                               resumed_after_flip_ignores_later_writes, shardctl_postpone_cutover));
     suite_add_tcase(s, tc);
