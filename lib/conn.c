@@ -288,6 +288,13 @@ static int conn_open(shard_server *srv, shard_conn **out)
     mysql_optionsv(c->my, MYSQL_INIT_COMMAND,
                    "SET SESSION sql_mode='STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,"
                    "NO_AUTO_VALUE_ON_ZERO'");
+    /* The fence (libshard-move(7), "The fence") holds a write through the
+     * lock its check takes on the shard's fence row, and, where the row is
+     * missing, through REPEATABLE READ's gap lock, which the mover's
+     * INSERT of the row waits for. A server whose default is READ
+     * COMMITTED takes no gap lock: never depend on it. */
+    mysql_optionsv(c->my, MYSQL_INIT_COMMAND,
+                   "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ");
     if ((rc = take_credentials(cf, c->my, srv->label, &user, &pw)))
         goto fail;
     t0 = now_seconds();

@@ -477,6 +477,78 @@ static bool wait_standby_has(mv *m, const move_link *l, const unsigned long *own
     return done;
 }
 
+/* The map's pair one of whose servers is at host:port (-1: none). */
+static long pair_at(const shard_map *map, const char *host, unsigned port)
+{
+    for (size_t p = 0; p < map->npairs; p++) {
+        const shard_pairdef *d = &map->pairs[p];
+        if ((d->master.port == port && strcmp(d->master.host, host) == 0) ||
+            (d->has_standby && d->standby.port == port && strcmp(d->standby.host, host) == 0))
+            return (long)p;
+    }
+    return -1;
+}
+
+/*
+ * A server has one gtid_slave_pos per domain, shared by its connections.
+ * The start this connection needs may be ahead, in a domain of another
+ * connection's source pair, of what that connection has applied there (a
+ * move's catch-up that lags): setting it would make that connection skip
+ * those events for good, and its move lose the rows in them. So the
+ * others get there first: a running one is waited for (bounded), a
+ * stopped one refuses the join.
+ */
+static int others_reached(mv *m, const move_link *l, const repl_status *st, const char *pos,
+                          const unsigned long *from, size_t nfrom, const unsigned long *keep,
+                          size_t nkeep)
+{
+    char *cur = NULL;
+    int rc;
+
+    if ((rc = repl_value(l->c, "SELECT @@gtid_slave_pos", &cur)) || (rc = repl_gtid_check(cur)))
+        goto out;
+    for (size_t i = 0; rc == 0 && i < st->n; i++) {
+        const repl_link *k = &st->links[i];
+        unsigned long d[2];
+        size_t nd = 0;
+        long pi;
+
+        if (!k->name[0] || strcasecmp(k->name, l->name) == 0 ||
+            (pi = pair_at(m->map, k->master_host, k->master_port)) < 0)
+            continue;
+        if ((rc = move_pair_domains(m, &m->map->pairs[pi], d, &nd)))
+            break;
+        for (size_t j = 0; rc == 0 && j < nd; j++) {
+            bool given = false, have = false;
+            uint64_t want = repl_gtid_seq(pos, d[j], &given), now = repl_gtid_seq(cur, d[j], &have);
+            char *one = NULL;
+            bool reached = false, skip = false;
+
+            for (size_t x = 0; x < nfrom; x++)
+                skip |= from[x] == d[j];
+            for (size_t x = 0; x < nkeep; x++)
+                skip |= keep[x] == d[j];
+            if (skip || !given || !have || now >= want)
+                continue;
+            if ((rc = repl_gtid_only(pos, &d[j], 1, &one)))
+                break;
+            if (!repl_link_stopped(k))
+                rc = repl_wait_pos(l->c, one, MOVE_PAIR_WAIT_S, &reached);
+            if (rc == 0 && !reached)
+                rc = shard_fail(SHARD_EBUSY, "replication connection %s on %s (%s, from %s) has "
+                                "applied domain %lu up to %llu only, and this move's start "
+                                "(%s) would make it skip what lies before it: let it catch up "
+                                "(resume its move), then try again", k->name, l->pair->name,
+                                repl_link_stopped(k) ? "stopped" : "behind",
+                                m->map->pairs[pi].name, d[j], (unsigned long long)now, one);
+            free(one);
+        }
+    }
+out:
+    free(cur);
+    return rc;
+}
+
 int move_link_join(mv *m, const move_link *l, const char *pos)
 {
     unsigned long keep[2], orig[2];
@@ -506,7 +578,8 @@ int move_link_join(mv *m, const move_link *l, const char *pos)
                         "databases (%s...)", l->name, other.v[0]);
         goto out;
     }
-    if ((rc = same_master_elsewhere(&st, l)))
+    if ((rc = same_master_elsewhere(&st, l)) ||
+        (rc = others_reached(m, l, &st, pos, orig, norig, keep, nkeep)))
         goto out;
     /*
      * gtid_slave_pos can only change with every connection stopped,

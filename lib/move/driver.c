@@ -178,6 +178,20 @@ int move_set_str(char **slot, const char *s)
     return 0;
 }
 
+/* ---- a test hook ------------------------------------------------------------------ */
+
+int (*shard__move_hook)(uint64_t move_id, const char *point);
+
+/* Tests (tests/server_review.c) stop a move at a named point, leaving the
+ * journal and the servers as a mover killed there would. */
+static int move_hook(mv *m, const char *point)
+{
+    int rc = shard__move_hook ? shard__move_hook(m->id, point) : 0;
+    return rc ? shard_fail(rc, "move %llu: stopped by a test hook at \"%s\"",
+                           (unsigned long long)m->id, point)
+              : 0;
+}
+
 /* ---- the phases ------------------------------------------------------------------- */
 
 /* A cut-over attempt that could not finish: try again later, while
@@ -226,15 +240,18 @@ static int state_planned(mv *m)
     if ((rc = move_list_tables(m)))
         return rc;
     move_step(m, &t0, "listing the tables");
-    /* A resumed copy starts again; the earlier runs' copies are this
-     * move's own. A fresh move never drops anything on the target. */
-    if (m->resumed && ((rc = move_repl_remove(m)) || (rc = move_drop_target(m))))
+    /* A resumed copy starts again; the earlier runs' copies are dropped
+     * when the journal says they are this move's own. Nothing else on the
+     * target is ever dropped (a fresh move, or a resumed one that stopped
+     * before making any, finds it and ends). */
+    if (m->resumed && m->target_ours &&
+        ((rc = move_repl_remove(m)) || (rc = move_drop_target(m))))
         return rc;
-    if ((rc = move_fence_prepare(m)))
+    if ((rc = move_fence_prepare(m)) || (rc = move_hook(m, "fence prepared")))
         return rc;
     move_step(m, &t0, "preparing the fence");
     rc = move_create_target(m);
-    if (rc == SHARD_EEXISTS && !m->resumed) {
+    if (rc == SHARD_EEXISTS && !m->target_ours) {
         /* Not ours: end the move here, so that no resume ever drops it. */
         shard_error_save(&why, rc);
         move_enter(m, MOVE_ABORTED, why.msg);
@@ -362,6 +379,30 @@ static int state_fenced(mv *m)
     return rc;
 }
 
+/* The reverse stream's start position, read under the fence before the
+ * flip (libshard-move(7), "Revert"), and journaled. */
+static int reverse_start(mv *m)
+{
+    int flipped = m->resumed ? move_flipped_in_store(m) : 0;
+
+    if (flipped < 0)
+        return flipped;
+    if (flipped == 0) {
+        int rc = move_read_reverse_start(m);
+        return rc ? rc : move_journal_save(m, "reverse stream start read under the fence");
+    }
+    if (m->rev && m->rev[0])
+        return 0; /* journaled before the publish that landed */
+    /* Flipped by a run that journaled no start (an older library): the
+     * target took writes since, and no position is known to be before
+     * them. A reverse stream from now would miss them: no window. */
+    ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: the map flipped before the reverse stream's "
+            "start was journaled: the move goes on without a reverse window",
+            (unsigned long long)m->id);
+    m->window_s = 0;
+    return 0;
+}
+
 static int fenced_flip(mv *m)
 {
     double t0 = m->fence_t0 ? m->fence_t0 : now_seconds();
@@ -387,9 +428,12 @@ static int fenced_flip(mv *m)
     if (rc == 0)
         rc = move_open_vsnaps(m);
     /* The reverse stream's start: the target's position while the fence
-     * holds, before the flip, so no write made there after it is missed. */
+     * holds, before the flip, so no write made there after it is missed.
+     * Journaled before the publish: a run that stops after the flip
+     * landed (clients write on the target from then on) leaves it to the
+     * resume, which must not read it again. */
     if (rc == 0 && m->window_s)
-        rc = move_read_reverse_start(m);
+        rc = reverse_start(m);
     if (rc == 0)
         rc = move_publish(m);
     if (rc) {
@@ -414,7 +458,10 @@ static int fenced_flip(mv *m)
     /* Flipped (also when the publish's answer was lost but the store shows it). */
     m->r->pause_ms = (now_seconds() - t0) * 1000.0;
     m->r->cutover_seconds = now_seconds() - t0;
-    if ((rc = move_read_flip(m)) || (rc = move_enter(m, MOVE_FLIPPED, NULL)))
+    /* The target serves from here: its fence (since planning) comes off. */
+    if ((rc = move_fence_target_lift(m)) || (rc = move_hook(m, "flipped")) ||
+        (rc = move_read_flip(m)) ||
+        (rc = move_enter(m, MOVE_FLIPPED, NULL)))
         return rc;
     shard_ctx_reload(m->ctx);
     return 0;
@@ -799,7 +846,8 @@ int shard_move_resume(shard_ctx *ctx, uint64_t move_id, const shard_move_options
     if (!ctx)
         return shard_fail(SHARD_EINVAL, "shard_move_resume: NULL context");
     mv_init(&m, ctx, report ? report : &scratch);
-    if ((rc = options(&m, opts)) == 0 && (rc = move_load(ctx, move_id, &m)) == 0) {
+    if ((rc = options(&m, opts)) == 0 && (rc = move_load(ctx, move_id, &m)) == 0 &&
+        (rc = move_recheck(&m)) == 0) {
         ctx_log(ctx, SHARD_LOG_INFO, "move %llu: resuming in phase %s",
                 (unsigned long long)m.id, shard_move_phase_name((int)m.phase));
         rc = drive(&m);
@@ -835,7 +883,10 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
      * the target pair's own link running. */
     if (on && (rc = move_fence_set(&m, false)))
         goto out;
-    if ((rc = move_repl_remove(&m)) || (rc = move_drop_target(&m)))
+    /* Only copies the journal says are this move's: a move stopped in
+     * planning before it made any leaves what was there. */
+    if ((rc = move_repl_remove(&m)) ||
+        (m.target_ours && ((rc = move_drop_target(&m)) || (rc = move_fence_target_delete(&m)))))
         goto out;
     move_pair_link_start(&m);
     move_set_str(&m.fence, "");
@@ -857,7 +908,8 @@ static int reversible_call(shard_ctx *ctx, uint64_t move_id, const shard_move_op
     if (!ctx)
         return shard_fail(SHARD_EINVAL, "%s: NULL context", what);
     mv_init(&m, ctx, report ? report : &scratch);
-    if ((rc = options(&m, opts)) || (rc = move_load(ctx, move_id, &m)))
+    if ((rc = options(&m, opts)) || (rc = move_load(ctx, move_id, &m)) ||
+        (rc = move_recheck(&m)))
         goto out;
     if (!revert && m.phase == MOVE_CLEANING) {
         rc = drive(&m); /* finished already: only the cleanup was left */

@@ -19,6 +19,7 @@ static const char *const journal_columns[][2] = {
     {"reverse_window_s", "INT UNSIGNED NOT NULL DEFAULT 0 AFTER reverse_gtid"},
     {"reverse_until", "BIGINT UNSIGNED NOT NULL DEFAULT 0 AFTER reverse_window_s"},
     {"reverse_state", "TINYINT NOT NULL DEFAULT 0 AFTER reverse_until"},
+    {"target_made", "TINYINT NOT NULL DEFAULT 0 AFTER reverse_state"},
 };
 
 int move_journal_open(mv *m)
@@ -43,6 +44,7 @@ int move_journal_open(mv *m)
                    " reverse_window_s INT UNSIGNED NOT NULL DEFAULT 0,"
                    " reverse_until BIGINT UNSIGNED NOT NULL DEFAULT 0,"
                    " reverse_state TINYINT NOT NULL DEFAULT 0,"
+                   " target_made TINYINT NOT NULL DEFAULT 0,"
                    " map_version_from BIGINT UNSIGNED NOT NULL,"
                    " map_version_to BIGINT UNSIGNED NOT NULL DEFAULT 0,"
                    " rows_copied BIGINT UNSIGNED NOT NULL DEFAULT 0,"
@@ -141,8 +143,9 @@ static int journal_write(mv *m, const char *message)
     add_gtid(&q, m->flip);
     sql_add(&q, ", reverse_gtid = ");
     add_gtid(&q, m->rev);
-    sql_addf(&q, ", reverse_window_s = %u, reverse_until = %llu, reverse_state = %d", m->window_s,
-             (unsigned long long)m->reverse_until, m->reverse_state);
+    sql_addf(&q, ", reverse_window_s = %u, reverse_until = %llu, reverse_state = %d,"
+                 " target_made = %d", m->window_s, (unsigned long long)m->reverse_until,
+             m->reverse_state, m->target_ours ? 1 : 0);
     sql_addf(&q, ", map_version_to = %llu, rows_copied = %llu, bytes_copied = %llu,"
                  " rows_verified = %llu, mismatches = %llu, fence_attempts = %u,"
                  " fence_statements = %u, source_dropped = %d,",
@@ -177,6 +180,11 @@ int move_enter(mv *m, move_phase phase, const char *msg)
     ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: %s%s%s", (unsigned long long)m->id,
             shard_move_phase_name((int)phase), msg && *msg ? ": " : "", msg ? msg : "");
     return 0;
+}
+
+int move_journal_save(mv *m, const char *msg)
+{
+    return m->id ? journal_write(m, msg) : 0;
 }
 
 void move_note(mv *m, const char *msg)
@@ -406,5 +414,17 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m)
     m->r->phase = (int)m->phase;
     if ((rc = move_journal_open(m)) || (rc = move_journal_lock(m)) || (rc = load_positions(m)))
         return rc;
+    {
+        /* Whether the target's copies are this move's: a move that got
+         * past planning made them; one in planning says so before it makes
+         * them (what was there before is never dropped). */
+        char sql[160];
+        uint64_t made = 0;
+        snprintf(sql, sizeof sql, "SELECT target_made FROM " MOVE_CONTROL_DB ".moves WHERE"
+                 " id = %llu", (unsigned long long)m->id);
+        if ((rc = repl_value_u64(m->ctl, sql, &made)))
+            return shard_fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);
+        m->target_ours = made != 0 || m->phase != MOVE_PLANNED;
+    }
     return 0;
 }

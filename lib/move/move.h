@@ -94,6 +94,7 @@ typedef struct mv {
     size_t ntables;
     bool listed;       /* tables listed in this run */
     bool target_made;  /* target's databases and tables made in this run */
+    bool target_ours;  /* the target's copies are this move's (journaled) */
     bool repl_checked; /* the replication connection runs with its filter */
     bool cut_locked;   /* holds the target's replication-setup lock (cut-over) */
     bool final;        /* the failure is not worth retrying (a limit ran out) */
@@ -118,6 +119,10 @@ typedef struct mv {
     move_feed feed;              /* the copy's way of writing (copy.c) */
     struct move_throttle *th;    /* the copy's throttle, while it runs */
 } mv;
+
+/* Test hook: called at named points of a move (driver.c); non-zero stops
+ * the move there with that code. */
+extern int (*shard__move_hook)(uint64_t move_id, const char *point);
 
 /* ---- helpers (driver.c) ------------------------------------------------------ */
 
@@ -160,6 +165,9 @@ int move_journal_insert(mv *m);
  * it. msg may be NULL.
  */
 int move_enter(mv *m, move_phase phase, const char *msg);
+/* Journal the current phase's positions again (checked: a position the
+ * next step depends on). */
+int move_journal_save(mv *m, const char *msg);
 /* Journal the current phase again with a message (a failure's reason). */
 void move_note(mv *m, const char *msg);
 
@@ -187,20 +195,28 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m);
 int move_resolve_pairs(mv *m, const char *target);
 /* Both pairs can take part (plan: the checks as text, may be NULL). */
 int move_preflight(mv *m, sqlbuf *plan);
+/* A resumed move: what a restart can change, checked again. */
+int move_recheck(mv *m);
 int move_list_tables(mv *m);
 int move_plan_text(mv *m, char **plan);
 /* Create the target's databases and tables from the source's definitions
  * (SHARD_EEXISTS when a fresh move finds tables there). */
 int move_create_target(mv *m);
 int move_drop_target(mv *m);
-/* The fence table (unlogged) on all four servers, stale rows on the target
- * deleted, the moved databases' rows on the source (unfenced). */
+/* The fence table (unlogged) on all four servers, the moved databases
+ * fenced on the target master until the flip and without stale rows on
+ * its standby, their rows on the source (unfenced). */
 int move_fence_prepare(mv *m);
 /* The source's rows again (a resumed move), unfenced where missing. */
 int move_fence_rows_source(mv *m);
 /* The one unlogged statement that fences (or unfences) every moved
  * database on c; *matched: the rows it found. */
 int move_fence_update(mv *m, shard_conn *c, bool on, uint64_t *matched);
+/* The target master's rows (fenced since planning) unfenced: after the
+ * flip. */
+int move_fence_target_lift(mv *m);
+/* The target master's rows, once an abort dropped its copies. */
+int move_fence_target_delete(mv *m);
 /* The source's fence rows, once its databases are dropped. */
 int move_fence_delete(mv *m);
 

@@ -50,7 +50,7 @@ int move_resolve_pairs(mv *m, const char *target)
 typedef struct srvinfo {
     char label[400];
     unsigned long server_id, domain, inc, offset;
-    int log_bin, row, ignore_dups;
+    int log_bin, row, ignore_dups, log_slave_updates;
 } srvinfo;
 
 static int probe(mv *m, const shard_endpoint *ep, const char *label, srvinfo *si)
@@ -65,7 +65,8 @@ static int probe(mv *m, const shard_endpoint *ep, const char *label, srvinfo *si
         return shard_fail_prefix(rc, "%s: ", label);
     rc = conn_query_str(c, "SELECT @@server_id, @@gtid_domain_id, @@log_bin,"
                            " @@binlog_format = 'ROW', @@gtid_ignore_duplicates,"
-                           " @@auto_increment_increment, @@auto_increment_offset");
+                           " @@auto_increment_increment, @@auto_increment_offset,"
+                           " @@log_slave_updates");
     if (rc == 0 && (res = mysql_store_result(c->my)) && (row = mysql_fetch_row(res))) {
         si->server_id = strtoul(row[0], NULL, 10);
         si->domain = strtoul(row[1], NULL, 10);
@@ -74,6 +75,7 @@ static int probe(mv *m, const shard_endpoint *ep, const char *label, srvinfo *si
         si->ignore_dups = atoi(row[4]);
         si->inc = strtoul(row[5], NULL, 10);
         si->offset = strtoul(row[6], NULL, 10);
+        si->log_slave_updates = atoi(row[7]);
         mysql_free_result(res);
     } else if (rc == 0) {
         rc = shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
@@ -114,6 +116,10 @@ int move_preflight(mv *m, sqlbuf *plan)
     if (m->window_s && sp->has_standby && !s[0].ignore_dups)
         return shard_fail(SHARD_EINVAL, "%s: a reverse window needs gtid_ignore_duplicates=ON "
                           "on both halves of the source", label);
+    if (m->window_s && sp->has_standby && !s[0].log_slave_updates)
+        return shard_fail(SHARD_EINVAL, "%s: a reverse window needs log_slave_updates=ON, or "
+                          "the rows it replicates back never reach standby %s", label,
+                          sp->standby.text);
     if (sp->has_standby) {
         snprintf(label, sizeof label, "source %s standby %s", sp->name, sp->standby.text);
         if ((rc = probe(m, &sp->standby, label, &s[n++])))
@@ -132,6 +138,12 @@ int move_preflight(mv *m, sqlbuf *plan)
     if (dp->has_standby && !s[n].ignore_dups)
         return shard_fail(SHARD_EINVAL, "%s: needs gtid_ignore_duplicates=ON, or the moved "
                           "rows coming back through its standby break the pair", label);
+    /* The catch-up's rows reach the target's standby only through the
+     * master's binary log, and the flip position cleanup waits for is
+     * read from it: unlogged, they would live on one server only. */
+    if (dp->has_standby && !s[n].log_slave_updates)
+        return shard_fail(SHARD_EINVAL, "%s: needs log_slave_updates=ON, or the rows the move "
+                          "replicates never reach standby %s", label, dp->standby.text);
     n++;
     if (dp->has_standby) {
         snprintf(label, sizeof label, "target %s standby %s", dp->name, dp->standby.text);
@@ -156,9 +168,48 @@ int move_preflight(mv *m, sqlbuf *plan)
         for (size_t i = 0; i < n; i++)
             sql_addf(plan, "check %s: server_id %lu, gtid_domain_id %lu, log_bin %d, "
                            "row format %d, auto_increment offset %lu of %lu, "
-                           "gtid_ignore_duplicates %d: ok\n",
+                           "log_slave_updates %d, gtid_ignore_duplicates %d: ok\n",
                      s[i].label, s[i].server_id, s[i].domain, s[i].log_bin, s[i].row,
-                     s[i].offset, s[i].inc, s[i].ignore_dups);
+                     s[i].offset, s[i].inc, s[i].log_slave_updates, s[i].ignore_dups);
+    return 0;
+}
+
+/*
+ * A resumed move checks again what a server restart can change (the
+ * servers a move needs were restarted, often, which is why it stopped):
+ * the target master logs what it replicates and ignores duplicates, and
+ * with a reverse window the source master too. The halves that are only
+ * waited for are not asked: one that is down must not keep a fenced move
+ * from going on.
+ */
+int move_recheck(mv *m)
+{
+    const shard_pairdef *sp = move_sp(m), *dp = move_dp(m);
+    char label[400];
+    srvinfo si;
+    int rc;
+
+    if (dp->has_standby) {
+        snprintf(label, sizeof label, "target %s master %s", dp->name, dp->master.text);
+        if ((rc = probe(m, &dp->master, label, &si)))
+            return rc;
+        if (!si.ignore_dups || !si.log_slave_updates)
+            return shard_fail(SHARD_EINVAL, "%s: needs gtid_ignore_duplicates=ON and "
+                              "log_slave_updates=ON (it has %d and %d since the move began: "
+                              "restarted with other settings?); set them, then resume move %llu",
+                              label, si.ignore_dups, si.log_slave_updates,
+                              (unsigned long long)m->id);
+    }
+    if (m->window_s && sp->has_standby && m->phase <= MOVE_REVERTING) {
+        snprintf(label, sizeof label, "source %s master %s", sp->name, sp->master.text);
+        if ((rc = probe(m, &sp->master, label, &si)))
+            return rc;
+        if (!si.ignore_dups || !si.log_slave_updates)
+            return shard_fail(SHARD_EINVAL, "%s: a reverse window needs gtid_ignore_duplicates=ON "
+                              "and log_slave_updates=ON (it has %d and %d); set them, then "
+                              "resume move %llu", label, si.ignore_dups, si.log_slave_updates,
+                              (unsigned long long)m->id);
+    }
     return 0;
 }
 
@@ -311,6 +362,60 @@ static int delete_stale(mv *m, shard_conn *c)
 }
 
 /*
+ * The moved databases fenced on the target master until the flip: the
+ * copies made there serve nobody yet, and a client whose map is older
+ * than an earlier move of the same shards (which left it routed here)
+ * must not write into them (move_fence_target_lift after the publish).
+ */
+static int fence_target_rows(mv *m, shard_conn *c)
+{
+    sqlbuf ins;
+    char tail[160];
+    int rc;
+
+    sql_init(&ins);
+    sql_add(&ins, "INSERT INTO " MOVE_FENCE_TABLE " (db, fenced, move_id) VALUES ");
+    for (unsigned s = m->first; s <= m->last; s++) {
+        char db[SHARD_DBNAME_MAX];
+        move_db(m, s, db);
+        sql_addf(&ins, "%s('%s', 1, %llu)", s == m->first ? "" : ",", db,
+                 (unsigned long long)m->id);
+    }
+    snprintf(tail, sizeof tail, " ON DUPLICATE KEY UPDATE fenced = 1, move_id = %llu",
+             (unsigned long long)m->id);
+    sql_add(&ins, tail);
+    if ((rc = sql_check(&ins)) == 0 && (rc = move_runf(c, "SET SESSION sql_log_bin = 0")) == 0) {
+        shard_errsave saved;
+        rc = conn_query(c, &ins);
+        shard_error_save(&saved, rc);
+        if (move_runf(c, "SET SESSION sql_log_bin = 1") && rc == 0)
+            rc = SHARD_ESERVER;
+        else
+            rc = shard_error_restore(&saved);
+    }
+    sql_free(&ins);
+    return rc;
+}
+
+int move_fence_target_lift(mv *m)
+{
+    uint64_t matched = 0;
+    char head[200];
+    int rc;
+
+    snprintf(head, sizeof head, "UPDATE " MOVE_FENCE_TABLE " SET fenced = 0, move_id = %llu"
+             " WHERE db IN (", (unsigned long long)m->id);
+    rc = fence_rows(m, m->t, head, ")", &matched);
+    return rc ? shard_fail_prefix(rc, "lifting the fence on target %s: ", move_dp(m)->name) : 0;
+}
+
+int move_fence_target_delete(mv *m)
+{
+    int rc = fence_rows(m, m->t, "DELETE FROM " MOVE_FENCE_TABLE " WHERE db IN (", ")", NULL);
+    return rc ? shard_fail_prefix(rc, "fence rows on target %s: ", move_dp(m)->name) : 0;
+}
+
+/*
  * One server's part of the fence's preparation. A master must take it; a
  * standby that refuses (read-only, for an account without READ_ONLY
  * ADMIN) only gets a warning: the move needs nothing there, but should it
@@ -323,8 +428,10 @@ static int prepare_server(mv *m, const shard_endpoint *ep, const char *label, bo
     shard_conn *c = NULL;
     int rc;
 
+    /* The target's master fenced until the flip; its standby without
+     * stale rows (should it become master after the flip, it serves). */
     if ((rc = move_conn(m, ep, &c)) == 0 && (rc = control_table(c)) == 0 && target)
-        rc = delete_stale(m, c);
+        rc = standby ? delete_stale(m, c) : fence_target_rows(m, c);
     if (rc && standby && c && c->last_errno == ER_OPTION_PREVENTS_STATEMENT) {
         ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: fence table on %s %s left as it is: %s",
                 (unsigned long long)m->id, label, ep->text, shard_errmsg());
@@ -485,6 +592,11 @@ int move_create_target(mv *m)
         return shard_fail(SHARD_EEXISTS, "target %s already has %llu table(s) in shards %u-%u: "
                           "drop them (or abort the move that left them) first",
                           move_dp(m)->name, (unsigned long long)exists, m->first, m->last);
+    /* Journaled before the first is made: a resume (or a retry) drops only
+     * copies of this move's. */
+    m->target_ours = true;
+    if ((rc = move_journal_save(m, NULL)))
+        return rc;
     if ((rc = fanout_run((size_t)(m->last - m->first) + 1, move_threads(m), create_db_fn, m)))
         return rc;
     move_step(m, &t0, "creating the target's databases");
