@@ -942,7 +942,7 @@ START_TEST(import_refuses_too_big)
     ctx = open_ctx();
     o = table_opts(ctx, "bigs", "many");
     rc = shard_import_table(ctx, &o, &r);
-    ck_assert_int_eq(rc, SHARD_ETOOBIG);
+    ck_assert_msg(rc == SHARD_ETOOBIG, "rc %d: %s", rc, shard_errmsg());
     ck_assert_msg(strstr(shard_errmsg(), "bigs.id=2") &&
                       strstr(shard_errmsg(), "max_allowed_packet"),
                   "%s", shard_errmsg());
