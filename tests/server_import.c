@@ -859,6 +859,9 @@ START_TEST(create_many_full_shard)
     /* The shard is not full for the later tests, whose imports may put
      * objects there (the empty table's counter goes back to 1). */
     sql_do("s1", "ALTER TABLE db00002.many AUTO_INCREMENT = 1");
+    ck_assert_uint_lt(sql_count("s1", "SELECT AUTO_INCREMENT FROM information_schema.TABLES"
+                                      " WHERE TABLE_SCHEMA = 'db00002' AND TABLE_NAME = 'many'"),
+                      1000);
     texts_free(t, 6);
     shard_ctx_free(ctx);
 }
