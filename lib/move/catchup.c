@@ -416,6 +416,67 @@ static void wait_streaming(shard_conn *c, const char *name)
     }
 }
 
+/* The pair's own link was running (its IO thread): it restarts. */
+static bool own_link_ran(const repl_status *st)
+{
+    const repl_link *own = repl_status_find(st, "");
+    return own && strcmp(own->io_running, "No") != 0;
+}
+
+/*
+ * Until the pair's standby holds every event its master has logged so far
+ * in the domains of other pairs (bounded; a standby that is down or far
+ * behind only delays its own link). Restarted, the pair's own link on the master
+ * asks the standby for the master's gtid_slave_pos. For a domain the
+ * standby has never logged, MariaDB checks that position again at the
+ * first event of the domain it sends, against what it has logged by then:
+ * a position the master reached through another connection (another
+ * move's catch-up or reverse stream) ahead of the standby fails there,
+ * error 1236 ("... which is not in the master's binlog"), and the pair's
+ * link stops. Once the standby holds everything the master logged, a
+ * domain it lacks is one the master never logged an event of, and every
+ * later event of it comes after the position asked for.
+ */
+#define STANDBY_WAIT_S 30.0
+
+static bool wait_standby_has(mv *m, const move_link *l, const unsigned long *own, size_t nown,
+                             double seconds)
+{
+    double end = now_seconds() + seconds;
+    shard_conn *sb = NULL;
+    shard_errsave saved;
+    char *want = NULL;
+    bool done = false;
+
+    if (!l->pair->has_standby)
+        return true;
+    shard_error_save(&saved, 0);
+    /* The master's position now: under a steady stream the standby is
+     * always a little behind the latest one. */
+    if (repl_value(l->c, "SELECT @@gtid_binlog_pos", &want) == 0 &&
+        move_conn(m, &l->pair->standby, &sb) == 0) {
+        for (;;) {
+            char *have = NULL;
+            int rc = repl_value(sb, "SELECT CONCAT(@@gtid_binlog_pos, ',', @@gtid_slave_pos)",
+                                &have);
+            done = rc == 0 && repl_gtid_covers(have, want, own, nown);
+            free(have);
+            if (done || rc || now_seconds() > end)
+                break;
+            sleep_ms(20);
+        }
+    }
+    free(want);
+    if (!done)
+        ctx_log(m->ctx, SHARD_LOG_WARN, "%s: the standby %s did not hold everything its "
+                "master logged within %.0f s: the master's own link, restarted now, may "
+                "stop with error 1236 (then START SLAVE on %s again)", l->pair->name,
+                l->pair->standby.text, seconds, l->pair->master.text);
+    move_close(&sb);
+    shard_error_restore(&saved);
+    return done;
+}
+
 /* The map's pair one of whose servers is at host:port (-1: none). */
 static long pair_at(const shard_map *map, const char *host, unsigned port)
 {
@@ -495,7 +556,7 @@ int move_link_join(mv *m, const move_link *l, const char *pos)
     dbset other = {0}, mine = {0};
     repl_status st = {0};
     char *cur = NULL, *merged = NULL;
-    bool exists;
+    bool exists, standby_ok;
     int rc;
 
     if ((rc = link_lock(l->c)))
@@ -520,11 +581,19 @@ int move_link_join(mv *m, const move_link *l, const char *pos)
     if ((rc = same_master_elsewhere(&st, l)) ||
         (rc = others_reached(m, l, &st, pos, orig, norig, keep, nkeep)))
         goto out;
-    /* gtid_slave_pos can only change with every connection stopped,
-     * including the pair's own link: stopped for as short as possible. */
+    /*
+     * gtid_slave_pos can only change with every connection stopped,
+     * including the pair's own link: stopped for as short as possible.
+     * Its standby first gets what the master applied from elsewhere
+     * (wait_standby_has), once while everything runs and once more for
+     * what came in before the stop.
+     */
+    standby_ok = own_link_ran(&st) && wait_standby_has(m, l, keep, nkeep, STANDBY_WAIT_S);
     if ((rc = move_runf(l->c, "STOP ALL SLAVES")) ||
         (rc = repl_value(l->c, "SELECT @@gtid_slave_pos", &cur)))
         goto restart;
+    if (standby_ok)
+        wait_standby_has(m, l, keep, nkeep, STANDBY_WAIT_S);
     if ((rc = repl_gtid_start(cur, pos, orig, norig, keep, nkeep, &merged)) ||
         (rc = set_slave_pos(l->c, merged)))
         goto restart;
@@ -728,24 +797,39 @@ int move_reverse_remove(mv *m)
     return move_link_leave(m, &l);
 }
 
-static void pair_link_start(shard_conn *c)
+static void pair_link_start(mv *m, const move_link *l)
 {
+    unsigned long own[2];
+    size_t nown = 0;
+    shard_errsave saved;
     repl_status st;
-    const repl_link *l;
+    const repl_link *k;
 
-    if (!c || repl_status_read(c, &st))
+    if (!l->c || repl_status_read(l->c, &st))
         return;
     /* Killed between STOP ALL SLAVES and the restart, the pair's link stays
-     * stopped: start it (a server without one is fine). */
-    if ((l = repl_status_find(&st, "")) && !repl_link_running(l))
-        move_runf(c, "START SLAVE");
+     * stopped: start it (a server without one is fine), once its standby
+     * holds what the master applied from elsewhere (wait_standby_has). */
+    if ((k = repl_status_find(&st, "")) && !repl_link_running(k)) {
+        shard_error_save(&saved, 0);
+        /* Both threads stopped: START SLAVE asks from gtid_slave_pos again. */
+        if (strcmp(k->io_running, "No") == 0 && strcmp(k->sql_running, "No") == 0 &&
+            move_pair_domains(m, l->pair, own, &nown) == 0)
+            wait_standby_has(m, l, own, nown, STANDBY_WAIT_S);
+        shard_error_restore(&saved);
+        move_runf(l->c, "START SLAVE");
+    }
     repl_status_free(&st);
 }
 
 void move_pair_link_start(mv *m)
 {
-    pair_link_start(m->t);
-    pair_link_start(m->src); /* the reverse stream's server */
+    move_link l;
+
+    move_link_forward(m, &l);
+    pair_link_start(m, &l);
+    move_link_reverse(m, &l); /* the reverse stream's server */
+    pair_link_start(m, &l);
 }
 
 /* Replication healthy? A stopped SQL thread with an error ends the move. */
