@@ -17,6 +17,18 @@
  *       a client with a map from before an earlier move writes while the
  *       shard moves back: the write must not land in the move's copy on
  *       the target (an abort drops it).
+ *   transient_failure_is_retried
+ *       a lost connection in a phase is retried in the same call and the
+ *       move completes (the retry's journal connection stays usable).
+ *   join_keeps_other_connections_positions
+ *       a move's connection start must not move a GTID domain past what
+ *       another move's lagging connection on the server has applied.
+ *   read_committed_server_still_fences
+ *       a server defaulting to READ COMMITTED: a transaction opened before
+ *       a move must not commit on the source after the fence.
+ *   resume_rechecks_log_slave_updates
+ *       a resume after the target master came back without
+ *       log_slave_updates must refuse (or keep every row on both halves).
  *   target_without_log_slave_updates
  *       a target master that does not log what it replicates never passes
  *       the catch-up's rows to its standby: the move must refuse it.
