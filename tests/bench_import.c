@@ -34,7 +34,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
@@ -78,24 +77,10 @@ static void note(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static void rm_tree(const char *path)
-{
-    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static void cleanup(void)
 {
     if (Tmpdir[0]) {
-        rm_tree(Tmpdir);
+        bench_rm_tree(Tmpdir);
         Tmpdir[0] = '\0';
     }
 }
@@ -131,7 +116,7 @@ static double tools(unsigned rows, double *dump_s, double *load_s)
     snprintf(cnf, sizeof cnf, "%s/my.cnf", Tmpdir);
     snprintf(dir, sizeof dir, "%s/dump", Tmpdir);
     snprintf(t, sizeof t, "%d", THREADS);
-    rm_tree(dir);
+    bench_rm_tree(dir);
 
     bench_write_defaults(cnf, harness_port(H, "s1"));
     snprintf(log, sizeof log, "%s/mydumper.log", Tmpdir);
@@ -153,7 +138,7 @@ static double tools(unsigned rows, double *dump_s, double *load_s)
         *load_s = bench_run_tool(argv, log, NULL);
     }
     unlink(cnf);
-    rm_tree(dir);
+    bench_rm_tree(dir);
     loaded = count_of("s3", "SELECT COUNT(*) FROM legacy_copy.pins");
     if (loaded != rows)
         die("myloader loaded %" PRIu64 " rows, expected %u", loaded, rows);

@@ -58,7 +58,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -103,24 +102,10 @@ static long Big_rows = DEFAULT_BIG_ROWS;
 
 /* ------------------------------------------------------------ helpers */
 
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static void rm_tree(const char *path)
-{
-    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static void cleanup_tmpdir(void)
 {
     if (Tmpdir[0]) {
-        rm_tree(Tmpdir);
+        bench_rm_tree(Tmpdir);
         Tmpdir[0] = '\0';
     }
 }
@@ -571,7 +556,7 @@ static void dump_and_load(int src, int dst, dumpres *out)
     snprintf(dir, sizeof dir, "%s/dump", Tmpdir);
     snprintf(t, sizeof t, "%d", THREADS);
 
-    rm_tree(dir);
+    bench_rm_tree(dir);
     bench_write_defaults(cnf, master_port_of(src));
     snprintf(log, sizeof log, "%s/mydumper.log", Tmpdir);
     snprintf(port, sizeof port, "%d", master_port_of(src));
@@ -604,7 +589,7 @@ static void dump_and_load(int src, int dst, dumpres *out)
     }
     unlink(cnf);
     out->rows = count_rows(dst, "db", 0, 1);
-    rm_tree(dir);
+    bench_rm_tree(dir);
     drop_dbs(dst, "db", 0, 1);
     note("mydumper [%.3f, %.3f], myloader [%.3f, %.3f]", tw[0], tw[0] + out->dump_s, tw[1],
          tw[1] + out->load_s);
@@ -1234,7 +1219,7 @@ static void scale_tools(int src, int dst, unsigned first, unsigned last, scale_t
     snprintf(cnf, sizeof cnf, "%s/my.cnf", Tmpdir);
     snprintf(dir, sizeof dir, "%s/scale-dump", Tmpdir);
     snprintf(t, sizeof t, "%d", THREADS);
-    rm_tree(dir);
+    bench_rm_tree(dir);
 
     bench_write_defaults(cnf, master_port_of(src));
     snprintf(log, sizeof log, "%s/mydumper.log", Tmpdir);
@@ -1271,7 +1256,7 @@ static void scale_tools(int src, int dst, unsigned first, unsigned last, scale_t
     unlink(cnf);
     free(regex);
     out->rows = count_rows(dst, "db", first, last);
-    rm_tree(dir);
+    bench_rm_tree(dir);
     note("mydumper %.2f s + myloader %.2f s of %u databases (%lld rows) MySQL%03d -> "
          "MySQL%03d, target standby %.2f s behind; dropping the copy", out->dump_s,
          out->load_s, last - first + 1, out->rows, src, dst, out->standby_lag);

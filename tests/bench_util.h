@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -286,6 +288,23 @@ BENCH_UTIL void wait_standby(harness *h, const char *master, int domain, const c
     if (harness_sql(h, standby, sql, &out) != 0 || strncmp(out, "0", 1) != 0)
         die("%s did not catch up with %s (%s)", standby, master, want);
     free(out);
+}
+
+/* ------------------------------------------------------------ files */
+
+BENCH_UTIL int bench_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Remove a directory tree (links are not followed). */
+BENCH_UTIL void bench_rm_tree(const char *path)
+{
+    nftw(path, bench_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* ------------------------------------------------------------ tools */

@@ -34,6 +34,7 @@
  *       the catch-up's rows to its standby: the move must refuse it.
  */
 #include "harness.h"
+#include "move_util.h"
 
 #include <check.h>
 #include <libshard.h>
@@ -54,32 +55,12 @@ static harness *h;
 static shard_ctx *ctx;   /* the application's context (the map's account) */
 static shard_ctx *admin; /* the operator's: moves */
 
-static const char *pair_of(unsigned shard)
-{
-    static char name[65];
-    shard_map *m = NULL;
-    const char *p = "?";
-    shard_ctx_reload(ctx);
-    ck_assert_int_eq(shard_ctx_map(ctx, &m), 0);
-    shard_map_pair_of(m, shard, &p);
-    snprintf(name, sizeof name, "%s", p);
-    shard_map_free(m);
-    return name;
-}
-
-static char *sql1(const char *server, const char *sql)
-{
-    char *out = NULL;
-    ck_assert_int_eq(harness_sql(h, server, sql, &out), 0);
-    return out;
-}
-
 static int count_rows(const char *server, unsigned shard)
 {
     char sql[200], *out;
     int n;
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05u.pins", shard);
-    out = sql1(server, sql);
+    out = sql_ok(h, server, sql);
     n = atoi(out);
     free(out);
     return n;
@@ -151,7 +132,7 @@ START_TEST(reverse_start_survives_a_stop_after_the_flip)
     char *got;
     int rc;
 
-    ck_assert_str_eq(pair_of(0), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 0), "MySQL001");
     for (int i = 0; i < 5; i++)
         create(ctx, 0, "{\"before\":1}");
     o.reverse_window_s = 3600;
@@ -161,7 +142,7 @@ START_TEST(reverse_start_survives_a_stop_after_the_flip)
     ck_assert_int_eq(rc, SHARD_EINTERNAL);
     ck_assert_uint_ne(r.move_id, 0);
     /* The map flipped: the application writes on the target. */
-    ck_assert_str_eq(pair_of(0), "MySQL002");
+    ck_assert_str_eq(pair_of(ctx, 0), "MySQL002");
     x = create(ctx, 0, "{\"after_flip\":1}");
     rc = shard_move_resume(admin, r.move_id, NULL, &r);
     ck_assert_msg(rc == 0, "resume: %s", shard_errmsg());
@@ -171,7 +152,7 @@ START_TEST(reverse_start_survives_a_stop_after_the_flip)
     ck_assert_msg(rc == 0, "revert: %d %s", rc, shard_errmsg());
     ck_assert_int_eq(rr.phase, SHARD_MOVE_REVERTED);
     ck_assert_uint_eq(rr.mismatches, 0);
-    ck_assert_str_eq(pair_of(0), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 0), "MySQL001");
     /* The write made on the target is on the source, and its ID is its own. */
     got = get(x);
     ck_assert_msg(got != NULL, "object %llu, written on the target after the flip, is gone "
@@ -195,8 +176,8 @@ START_TEST(retry_in_planning_keeps_existing_target)
     char *out;
     int rc;
 
-    ck_assert_str_eq(pair_of(1), "MySQL001");
-    free(sql1("s3", "CREATE DATABASE db00001; CREATE TABLE db00001.kept (k INT PRIMARY KEY);"
+    ck_assert_str_eq(pair_of(ctx, 1), "MySQL001");
+    free(sql_ok(h, "s3", "CREATE DATABASE db00001; CREATE TABLE db00001.kept (k INT PRIMARY KEY);"
                     " INSERT INTO db00001.kept VALUES (42)"));
     /* Without a failure: refused. */
     rc = shard_move(admin, 1, 1, "MySQL002", NULL, &r, NULL);
@@ -205,13 +186,13 @@ START_TEST(retry_in_planning_keeps_existing_target)
     hook_set("fence prepared", SHARD_ECONNECT, 1);
     rc = shard_move(admin, 1, 1, "MySQL002", NULL, &r, NULL);
     hook_clear();
-    out = sql1("s3", "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA ="
+    out = sql_ok(h, "s3", "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA ="
                      " 'db00001' AND TABLE_NAME = 'kept'");
     ck_assert_msg(strcmp(out, "1\n") == 0, "the target's db00001.kept was dropped (move: %d %s)",
                   rc, rc ? shard_errmsg() : "done");
     free(out);
     ck_assert_msg(rc == SHARD_EEXISTS, "retried move: %d %s", rc, shard_errmsg());
-    ck_assert_str_eq(pair_of(1), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 1), "MySQL001");
     /* Stopped in planning (a kill there), then aborted: the abort takes
      * apart only what the move made. */
     hook_set("fence prepared", SHARD_EINTERNAL, 1);
@@ -220,15 +201,15 @@ START_TEST(retry_in_planning_keeps_existing_target)
     ck_assert_int_eq(rc, SHARD_EINTERNAL);
     rc = shard_move_abort(admin, r.move_id);
     ck_assert_msg(rc == 0, "abort: %s", shard_errmsg());
-    out = sql1("s3", "SELECT k FROM db00001.kept");
+    out = sql_ok(h, "s3", "SELECT k FROM db00001.kept");
     ck_assert_msg(strcmp(out, "42\n") == 0, "the abort dropped the target's db00001.kept");
     free(out);
-    ck_assert_str_eq(pair_of(1), "MySQL001");
-    free(sql1("s3", "DROP DATABASE db00001"));
+    ck_assert_str_eq(pair_of(ctx, 1), "MySQL001");
+    free(sql_ok(h, "s3", "DROP DATABASE db00001"));
     /* And the shard still moves once the target is clear. */
     rc = shard_move(admin, 1, 1, "MySQL002", NULL, &r, NULL);
     ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
-    ck_assert_str_eq(pair_of(1), "MySQL002");
+    ck_assert_str_eq(pair_of(ctx, 1), "MySQL002");
 }
 END_TEST
 
@@ -239,7 +220,7 @@ START_TEST(transient_failure_is_retried)
     shard_move_report r;
     int rc;
 
-    ck_assert_str_eq(pair_of(8), "MySQL002");
+    ck_assert_str_eq(pair_of(ctx, 8), "MySQL002");
     for (int i = 0; i < 5; i++)
         create(ctx, 8, "{\"retried\":1}");
     hook_set("fence prepared", SHARD_ECONNECT, 1);
@@ -248,7 +229,7 @@ START_TEST(transient_failure_is_retried)
     ck_assert_msg(rc == 0, "move with one retried failure: %d %s", rc, shard_errmsg());
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r.mismatches, 0);
-    ck_assert_str_eq(pair_of(8), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 8), "MySQL001");
     ck_assert_int_eq(count_rows("s1", 8), 5);
 }
 END_TEST
@@ -312,13 +293,13 @@ START_TEST(stale_map_write_during_move_back)
     char *got, *st = NULL;
     int rc;
 
-    ck_assert_str_eq(pair_of(2), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 2), "MySQL001");
     create(ctx, 2, "{\"first\":1}");
     so.refresh_interval_ms = 0;
     ck_assert_int_eq(shard_ctx_open(&old, harness_map_path(h), &so), 0);
     rc = shard_move(admin, 2, 2, "MySQL002", NULL, &r, NULL);
     ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
-    ck_assert_str_eq(pair_of(2), "MySQL002");
+    ck_assert_str_eq(pair_of(ctx, 2), "MySQL002");
     /* Back to MySQL001: the mover dies in catchup (the copy made). */
     move_killed_in_catchup(2, "MySQL001");
     ck_assert_int_eq(shard_move_status(admin, &st), 0);
@@ -330,7 +311,7 @@ START_TEST(stale_map_write_during_move_back)
     /* The interrupted move back is abandoned: its copy goes. */
     rc = shard_move_abort(admin, 0);
     ck_assert_msg(rc == 0, "abort: %s", shard_errmsg());
-    ck_assert_str_eq(pair_of(2), "MySQL002");
+    ck_assert_str_eq(pair_of(ctx, 2), "MySQL002");
     got = get(id);
     ck_assert_msg(got != NULL, "object %llu, acknowledged to a client with an old map, is "
                   "gone: it was written into the aborted move's copy on MySQL001",
@@ -375,13 +356,13 @@ START_TEST(join_keeps_other_connections_positions)
     int rc, brc, n = 0;
     char *got;
 
-    ck_assert_str_eq(pair_of(5), "MySQL001");
-    ck_assert_str_eq(pair_of(16), "MySQL003");
+    ck_assert_str_eq(pair_of(ctx, 5), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 16), "MySQL003");
     for (int i = 0; i < 5; i++)
         ids[n++] = create(ctx, 5, "{\"a\":1}");
     create(ctx, 16, "{\"b\":1}");
     move_killed_in_catchup(5, "MySQL002");
-    free(sql1("s3", "STOP SLAVE 'libshard_from_mysql001'"));
+    free(sql_ok(h, "s3", "STOP SLAVE 'libshard_from_mysql001'"));
     for (int i = 0; i < 5; i++)
         ids[n++] = create(ctx, 5, "{\"a\":2}");
     oc.progress = write_c_in_catchup;
@@ -399,7 +380,7 @@ START_TEST(join_keeps_other_connections_positions)
     rc = shard_move_resume(admin, 0, NULL, &r);
     ck_assert_msg(rc == 0, "move A resumed: %d %s", rc, shard_errmsg());
     ck_assert_uint_eq(r.mismatches, 0);
-    ck_assert_str_eq(pair_of(5), "MySQL002");
+    ck_assert_str_eq(pair_of(ctx, 5), "MySQL002");
     for (int i = 0; i < n; i++) {
         got = get(ids[i]);
         ck_assert_msg(got != NULL, "object %llu of shard 5 is gone after the move",
@@ -410,7 +391,7 @@ START_TEST(join_keeps_other_connections_positions)
         rc = shard_move(admin, 16, 16, "MySQL002", NULL, &r, NULL);
         ck_assert_msg(rc == 0, "move B again: %s", shard_errmsg());
     }
-    ck_assert_str_eq(pair_of(16), "MySQL002");
+    ck_assert_str_eq(pair_of(ctx, 16), "MySQL002");
 }
 END_TEST
 
@@ -461,11 +442,11 @@ START_TEST(read_committed_server_still_fences)
     char *out;
     int rc;
 
-    ck_assert_str_eq(pair_of(7), "MySQL001");
-    out = sql1("s1", "SELECT COUNT(*) FROM libshard_control.fence WHERE db = 'db00007'");
+    ck_assert_str_eq(pair_of(ctx, 7), "MySQL001");
+    out = sql_ok(h, "s1", "SELECT COUNT(*) FROM libshard_control.fence WHERE db = 'db00007'");
     ck_assert_str_eq(out, "0\n"); /* never moved: no fence row */
     free(out);
-    free(sql1("s1", "SET GLOBAL tx_isolation = 'READ-COMMITTED'"));
+    free(sql_ok(h, "s1", "SET GLOBAL tx_isolation = 'READ-COMMITTED'"));
     so.refresh_interval_ms = 0;
     rc = shard_ctx_open(&rc_ctx, harness_map_path(h), &so);
     if (rc == 0)
@@ -473,13 +454,13 @@ START_TEST(read_committed_server_still_fences)
     if (rc == 0)
         rc = shard_txn_object_create(lc.t, 1, "{\"late\":1}", 10, &id);
     if (rc) {
-        free(sql1("s1", "SET GLOBAL tx_isolation = 'REPEATABLE-READ'"));
+        free(sql_ok(h, "s1", "SET GLOBAL tx_isolation = 'REPEATABLE-READ'"));
         ck_abort_msg("transaction: %s", shard_errmsg());
     }
     pthread_create(&th, NULL, commit_late, &lc);
     rc = shard_move(admin, 7, 7, "MySQL002", NULL, &r, NULL);
     pthread_join(th, NULL);
-    free(sql1("s1", "SET GLOBAL tx_isolation = 'REPEATABLE-READ'"));
+    free(sql_ok(h, "s1", "SET GLOBAL tx_isolation = 'REPEATABLE-READ'"));
     shard_ctx_free(rc_ctx);
     ck_assert_msg(!(lc.fenced_first && lc.rc == 0), "a transaction opened before the move "
                   "committed on the source after the fence (object %llu)",
@@ -540,7 +521,7 @@ static void restart_with(const char *server, const char *from, const char *to)
         up = harness_sql(h, server, "SELECT 1", NULL) == 0;
     }
     ck_assert_msg(up, "%s did not come back", server);
-    free(sql1(server, "START SLAVE"));
+    free(sql_ok(h, server, "START SLAVE"));
     free(out);
 }
 
@@ -556,7 +537,7 @@ START_TEST(resume_rechecks_log_slave_updates)
     shard_move_report r;
     int rc, master, standby, acked = 0;
 
-    ck_assert_str_eq(pair_of(4), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 4), "MySQL001");
     for (int i = 0; i < 10; i++)
         create(ctx, 4, "{\"copied\":1}");
     move_killed_in_catchup(4, "MySQL002");
@@ -570,7 +551,7 @@ START_TEST(resume_rechecks_log_slave_updates)
         rc = shard_move_resume(admin, 0, NULL, &r);
     }
     ck_assert_msg(rc == 0, "resume: %d %s", rc, shard_errmsg());
-    ck_assert_str_eq(pair_of(4), "MySQL002");
+    ck_assert_str_eq(pair_of(ctx, 4), "MySQL002");
     harness_sync_standby(h, 2, 30);
     master = count_rows("s3", 4);
     standby = count_rows("s4", 4);
@@ -613,12 +594,12 @@ START_TEST(target_without_log_slave_updates)
     char *out;
     int rc, before, master, standby;
 
-    ck_assert_str_eq(pair_of(3), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 3), "MySQL001");
     for (int i = 0; i < 10; i++)
         create(ctx, 3, "{\"copied\":1}");
     before = count_rows("s1", 3);
     restart_with("s3", "--log-slave-updates=ON", "--log-slave-updates=OFF");
-    out = sql1("s3", "SELECT @@log_slave_updates");
+    out = sql_ok(h, "s3", "SELECT @@log_slave_updates");
     ck_assert_str_eq(out, "0\n");
     free(out);
     o.progress = write_in_catchup;
