@@ -12,6 +12,7 @@
  * writes whose outcome is unknown) and is checked after each fault.
  */
 #include "harness.h"
+#include "check_util.h"
 
 #include <check.h>
 #include <libshard.h>
@@ -1733,7 +1734,6 @@ int main(void)
     TCase *tc = tcase_create("faults");
     shard_options o = SHARD_OPTIONS_INIT;
     double t0 = now();
-    SRunner *sr;
     int failed;
 
     h = harness_start_ex(2, 8, 4);
@@ -1763,11 +1763,7 @@ int main(void)
     tcase_add_test(tc, stopped_master_times_out);
     tcase_add_test(tc, old_master_returns_after_forced_failover);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* the tests build on each other */
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_NOFORK); /* the tests build on each other */
     if (paused)
         harness_resume(h, "s3");
     shard_ctx_free(ctx);

@@ -1479,7 +1479,6 @@ int main(void)
 {
     Suite *s = suite_create("server_move");
     TCase *tc = tcase_create("move"), *tcc;
-    SRunner *sr;
     int failed;
 
     if (move_test_start(&h, &ctx, &admin))
@@ -1507,11 +1506,7 @@ int main(void)
                                copy_throttle_options_checked, copy_paused_by_max_load,
                                copy_rate_limited, copy_throttle_from_shardctl));
     suite_add_tcase(s, tcc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(admin);
     shard_ctx_free(ctx);
     harness_stop(h);

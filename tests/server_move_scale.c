@@ -12,6 +12,7 @@
  * asserted (see shard_move(3), libshard-move(7)).
  */
 #include "harness.h"
+#include "check_util.h"
 
 #include <check.h>
 #include <libshard.h>
@@ -550,7 +551,6 @@ int main(void)
 {
     Suite *s = suite_create("server_move_scale");
     TCase *tc = tcase_create("scale");
-    SRunner *sr;
     shard_options so = SHARD_OPTIONS_INIT;
     double t0 = now();
     int failed;
@@ -570,11 +570,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, move_64_shards_of_6_tables_under_writers);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(ctx);
     harness_stop(h);
     printf("total %.1f s\n", now() - t0);

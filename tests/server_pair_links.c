@@ -19,6 +19,7 @@
  * of the target pair run without an error afterwards.
  */
 #include "harness.h"
+#include "check_util.h"
 
 #include <check.h>
 #include <libshard.h>
@@ -181,7 +182,6 @@ int main(void)
     Suite *s = suite_create("server_pair_links");
     TCase *tc = tcase_create("links");
     shard_options so = SHARD_OPTIONS_INIT;
-    SRunner *sr;
     int failed;
 
     /* Pairs 1 and 2 serve the shards; pair 3 is empty, the target. */
@@ -198,11 +198,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, second_move_setup_keeps_the_pair_link);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(app);
     harness_stop(h);
     return failed ? 1 : 0;

@@ -624,7 +624,6 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("server_review");
-    SRunner *sr;
     int failed;
 
     h = harness_start_ex(3, 24, 3); /* 0-7, 8-15, 16-23 */
@@ -668,11 +667,7 @@ int main(void)
             suite_add_tcase(s, tc);
         }
     }
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(admin);
     shard_ctx_free(ctx);
     harness_stop(h);
