@@ -1,4 +1,4 @@
-"""Tests of the Python binding (examples/python/libshard.py), against real
+"""Tests of the Python binding (the package examples/python/libshard/), against real
 MariaDB servers started with tests/servers.sh and stopped at the end.
 
     make && LIBSHARD_LIB=build/libshard.so.0 python3 examples/python/test_libshard.py [-v]
@@ -13,8 +13,8 @@ apply, moves and failover as the operators' `shardadmin`, as servers.sh
 makes them.
 
 Standard library only. Needs what `make check` needs (mariadbd and
-mariadb-install-db); the module is the libshard found on sys.path (this
-directory's first), the shared library found as libshard.py says.
+mariadb-install-db); the package is the libshard found on sys.path (this
+directory's first), the shared library found as its docstring says.
 $LIBSHARD_SOURCE_TREE names the source tree (tests/servers.sh,
 include/libshard.h) when this file runs from a copy elsewhere.
 """
@@ -22,6 +22,7 @@ include/libshard.h) when this file runs from a copy elsewhere.
 import atexit
 import builtins
 import ctypes
+import dataclasses
 import faulthandler
 import gc
 import json
@@ -46,6 +47,14 @@ SERVERS = os.path.join(ROOT, "tests", "servers.sh")
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 
 import libshard as ls  # noqa: E402
+import libshard.errors  # noqa: E402,F401
+import libshard._lib  # noqa: E402,F401
+import libshard.context  # noqa: E402,F401
+import libshard.fleet  # noqa: E402,F401
+import libshard.map  # noqa: E402,F401
+
+# The directory that holds the package (to import it in a subprocess).
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(ls.__file__))
 
 # ---------------------------------------------------------------- servers
 
@@ -221,8 +230,8 @@ class NoServerTests(Case):
 
     def test_move_phases_match_the_library(self):
         for i, name in enumerate(ls.MOVE_PHASES):
-            self.assertEqual(ls._phase_name(i), name)
-        self.assertEqual(ls._phase_name(len(ls.MOVE_PHASES)), "unknown")
+            self.assertEqual(ls.phase_name(i), name)
+        self.assertEqual(ls.phase_name(len(ls.MOVE_PHASES)), "unknown")
 
     def import_fails(self, env):
         """The ImportError text of `import libshard` (this module) under env."""
@@ -230,7 +239,7 @@ class NoServerTests(Case):
                 "try:\n    import libshard\n"
                 "except ImportError as e:\n    print(e); sys.exit(3)\n")
         p = subprocess.run(
-            [sys.executable, "-c", code, os.path.dirname(ls.__file__)],
+            [sys.executable, "-c", code, PACKAGE_PARENT],
             env=dict(os.environ, **env), stdin=subprocess.DEVNULL,
             capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
@@ -248,7 +257,7 @@ class NoServerTests(Case):
             self.skipTest("libshard.so.0 is installed system-wide")
         p = subprocess.run([sys.executable, "-c",
                             "import sys; sys.path.insert(0, sys.argv[1]); "
-                            "import libshard", os.path.dirname(ls.__file__)],
+                            "import libshard", PACKAGE_PARENT],
                            env=env, stdin=subprocess.DEVNULL,
                            capture_output=True, text=True, timeout=60)
         self.assertNotEqual(p.returncode, 0)
@@ -326,14 +335,14 @@ class NoServerTests(Case):
                    -17: ls.TLSError, -18: ls.Partial, -19: ls.InternalError}
         for code, cls in classes.items():
             self.assertEqual(cls.code, code)
-            e = ls._make_error(code, "detail")
+            e = ls.errors.make_error(code, "detail")
             self.assertIs(type(e), cls)
             self.assertEqual((e.code, e.message, str(e)), (code, "detail", "detail"))
             self.assertNotEqual(ls.strerror(code), "unknown error code")
         self.assertEqual(ls.strerror(0), "success")
         self.assertEqual(ls.strerror(-5), "not found")
         self.assertEqual(ls.strerror(-20), "unknown error code")
-        e = ls._make_error(-20, "")  # a code appended later: the base class
+        e = ls.errors.make_error(-20, "")  # a code appended later: the base class
         self.assertIs(type(e), ls.ShardError)
         self.assertEqual(e.code, -20)
         self.assertTrue(issubclass(ls.ConnectionError, builtins.ConnectionError))
@@ -372,16 +381,25 @@ class NoServerTests(Case):
 
     # The structs the binding shares with C, as ctypes lays them out, and
     # the C names they mirror (include/libshard.h).
-    STRUCTS = (("_Options", "shard_options"), ("_Item", "shard_item"),
-               ("_Edge", "shard_edge"), ("_MoveOptions", "shard_move_options"),
-               ("_MoveReport", "shard_move_report"),
-               ("_FailoverReport", "shard_failover_report"))
-    MACROS = (("_OPTIONS_VERSION", "SHARD_OPTIONS_VERSION"),
-              ("_MOVE_OPTIONS_VERSION", "SHARD_MOVE_OPTIONS_VERSION"),
-              ("_MOVE_DRY_RUN", "SHARD_MOVE_DRY_RUN"),
-              ("_MOVE_KEEP_SOURCE", "SHARD_MOVE_KEEP_SOURCE"),
-              ("_FAILOVER_FORCE", "SHARD_FAILOVER_FORCE"),
-              ("_DELETE_HARD", "SHARD_DELETE_HARD"))
+    STRUCTS = (("Options", "shard_options"), ("Item", "shard_item"),
+               ("CEdge", "shard_edge"), ("MoveOptions", "shard_move_options"),
+               ("CMoveReport", "shard_move_report"),
+               ("CFailoverReport", "shard_failover_report"),
+               ("ImportOptions", "shard_import_options"),
+               ("CImportReport", "shard_import_report"),
+               ("CRebalanceMove", "shard_rebalance_move"),
+               ("CRebalancePair", "shard_rebalance_pair"),
+               ("RebalanceOptions", "shard_rebalance_options"))
+    # (module, its name, the header's): every value the binding repeats.
+    MACROS = tuple((ls._lib, n, "SHARD_" + n) for n in (
+        "OPTIONS_VERSION", "MOVE_OPTIONS_VERSION", "MOVE_DRY_RUN",
+        "MOVE_KEEP_SOURCE", "FAILOVER_FORCE", "DELETE_HARD", "IMPORT_DRY_RUN",
+        "IMPORT_OPTIONS_VERSION", "REBALANCE_OPTIONS_VERSION")) + tuple(
+        (ls, n, "SHARD_" + n) for n in (
+            "ANY", "SEQ_NOW", "SEQ_NONE", "LOG_ERROR", "LOG_WARN", "LOG_INFO",
+            "LOG_DEBUG", "MAX_SHARD", "MAX_TYPE", "MAX_LOCAL",
+            "MAX_MOD_SHARDS", "KEY_MAX", "REBALANCE_BY_BYTES",
+            "REBALANCE_BY_WRITES"))
 
     def test_struct_layouts_match_the_header(self):
         """Every field of every shared struct at the offset and size that
@@ -394,7 +412,7 @@ class NoServerTests(Case):
         want, lines = {}, ["#include <libshard.h>", "#include <stddef.h>",
                            "#include <stdio.h>", "int main(void)", "{"]
         for py, c in self.STRUCTS:
-            cls = getattr(ls, py)
+            cls = getattr(ls._lib, py)
             want[(c, "sizeof")] = (ctypes.sizeof(cls), ctypes.alignment(cls))
             lines.append(f'    printf("{c} sizeof %zu %zu\\n", sizeof({c}), '
                          f'_Alignof({c}));')
@@ -404,9 +422,9 @@ class NoServerTests(Case):
                 lines.append(f'    printf("{c} {field} %zu %zu\\n", '
                              f'offsetof({c}, {field}), '
                              f'sizeof((({c} *)0)->{field}));')
-        for py, c in self.MACROS:
-            want[(c, "value")] = (getattr(ls, py), 0)
-            lines.append(f'    printf("{c} value %d 0\\n", (int)({c}));')
+        for mod, py, c in self.MACROS:
+            want[(c, "value")] = (getattr(mod, py), 0)
+            lines.append(f'    printf("{c} value %lld 0\\n", (long long)({c}));')
         lines += ["    return 0;", "}"]
         with tempfile.TemporaryDirectory() as tmp:
             src, exe = os.path.join(tmp, "layout.c"), os.path.join(tmp, "layout")
@@ -457,6 +475,113 @@ class NoServerTests(Case):
             with self.assertRaises(cls, msg=bad) as cm:
                 ls.Context._move_options(**bad)
             self.assertIn(text, str(cm.exception), bad)
+
+    def header(self):
+        with open(os.path.join(ROOT, "include", "libshard.h")) as f:
+            return f.read()
+
+    def test_codes_match_the_header(self):
+        """The classes are the code table: each SHARD_E* of the header has
+        the class of its code and name, and nothing else is one."""
+        codes = {int(v): n for n, v in re.findall(
+            r"#define (SHARD_E[A-Z]+)\s+(-\d+)", self.header())}
+        self.assertEqual(ls.CODES, codes)
+        for code, name in codes.items():
+            cls = ls.error_class(code)
+            self.assertEqual((cls.code, cls.c_name), (code, name))
+            self.assertEqual(ls.errors.make_error(code, "x").name, name)
+            self.assertTrue(cls.__doc__.startswith(name), cls)
+        self.assertIs(ls.error_class(-(len(codes) + 1)), ls.ShardError)
+
+    def test_every_function_bound(self):
+        """Every public function of the header has a prototype, and the
+        package uses each one (lib.NAME, or "NAME" for a free function
+        that a handle class names, in its sources)."""
+        declared = set(re.findall(r"SHARD_EXPORT[^;(]*?\b(shard_\w+)\s*\(",
+                                  self.header()))
+        self.assertGreater(len(declared), 90)
+        self.assertEqual(set(ls._lib.PROTOTYPES), declared)
+        pkg = os.path.dirname(ls.__file__)
+        source = ""
+        for name in os.listdir(pkg):
+            if name.endswith(".py"):
+                with open(os.path.join(pkg, name)) as f:
+                    source += f.read()
+        uncalled = sorted(n for n in declared if not re.search(
+            rf'lib\.{n}\b|"{n}"', source))
+        self.assertEqual(uncalled, [])
+
+    def test_docstrings_and_typing(self):
+        """Every public callable has a docstring; the package is typed."""
+        missing = []
+        for name in ls.__all__:
+            obj = getattr(ls, name)
+            if isinstance(obj, type):
+                if not obj.__doc__:
+                    missing.append(name)
+                for attr, value in vars(obj).items():
+                    if attr.startswith("_") and (
+                            attr != "__init__" or dataclasses.is_dataclass(obj)):
+                        continue  # a dataclass's __init__ is its fields
+                    fn = value.fget if isinstance(value, property) else value
+                    if callable(fn) and not getattr(fn, "__doc__", None):
+                        missing.append(f"{name}.{attr}")
+            elif callable(obj) and not obj.__doc__:
+                missing.append(name)
+        for mixin in (ls.context.MoveMixin, ls.context.FleetMixin,
+                      ls.context.LegacyMixin, ls.map.Handle):
+            for attr, value in vars(mixin).items():
+                fn = value.fget if isinstance(value, property) else value
+                if not attr.startswith("_") and callable(fn) and not fn.__doc__:
+                    missing.append(f"{mixin.__name__}.{attr}")
+        self.assertEqual(missing, [])
+        self.assertTrue(os.path.exists(os.path.join(
+            os.path.dirname(ls.__file__), "py.typed")))
+        self.assertEqual(ls.Context.get.__annotations__["id"], "int")
+
+    def test_pydoc(self):
+        p = subprocess.run([sys.executable, "-m", "pydoc", "libshard"],
+                           cwd=PACKAGE_PARENT, env=dict(os.environ, PAGER="cat"),
+                           stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for text in ("Missing keys", "libshard.context", "CODES"):
+            self.assertIn(text, p.stdout)
+        p = subprocess.run([sys.executable, "-m", "pydoc", "libshard.Context"],
+                           cwd=PACKAGE_PARENT, env=dict(os.environ, PAGER="cat"),
+                           stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=60)
+        for text in ("mapping_iter", "scatter_iter", "legacy_resolve",
+                     "rebalance_plan", "fleet_status", "import_table"):
+            self.assertIn(text, p.stdout)
+
+    def test_global_init_and_cleanup(self):
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); import libshard\n"
+                "libshard.global_init(); libshard.global_cleanup(); print('ok')")
+        p = subprocess.run([sys.executable, "-c", code, PACKAGE_PARENT],
+                           stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual((p.returncode, p.stdout), (0, "ok\n"), p.stderr)
+
+    def test_rebalance_options(self):
+        o, keep = ls.fleet._rebalance_options()  # SHARD_REBALANCE_OPTIONS_INIT
+        self.assertEqual((o.version, o.by, o.threshold, o.max_moves, o.pairs,
+                          o.drain, o.sample_ms), (1, 0, 0.10, 0, None, None,
+                                                  5000))
+        o, keep = ls.fleet._rebalance_options(
+            by="writes", pairs=["A", "B"], drain="C", max_moves=3)
+        self.assertEqual((o.by, o.pairs, o.drain, o.max_moves),
+                         (1, b"A,B", b"C", 3))
+        for bad, cls in (({"by": "size"}, ls.Invalid), ({"by": True}, ls.Invalid),
+                         ({"threshold": 0}, ls.Invalid),
+                         ({"threshold": "0.1"}, TypeError),
+                         ({"max_moves": -1}, ls.Invalid),
+                         ({"pairs": []}, ls.Invalid),
+                         ({"drain": "A\0B"}, ls.Invalid),
+                         ({"sample_ms": 1.5}, TypeError)):
+            with self.assertRaises(cls, msg=bad):
+                ls.fleet._rebalance_options(**bad)
+            self.assertTrue(issubclass(cls, (ValueError, TypeError)))
 
     def test_unclosed_context_warns(self):
         # Servers are connected lazily: a map of unreachable ones opens.
@@ -642,7 +767,11 @@ class OnePairTests(ServerCase):
         self.assertRaisesShard(ls.Invalid, -1, c.create, "pins", b"[1, 2]")
         self.assertRaisesShard(ls.Invalid, -1, c.create, "pins", "{")
         self.assertRaisesShard(ls.Invalid, -1, c.create, 99, "{}")
-        self.assertRaisesShard(ls.NotFound, -5, c.create, "nope", "{}")
+        # An unknown type name is a bad argument: Invalid, a ValueError.
+        e = self.assertRaisesShard(ls.Invalid, -1, c.create, "nope", "{}")
+        self.assertIsInstance(e, ValueError)
+        self.assertIn("'nope'", e.message)
+        self.assertIn("pins", e.message)
         self.assertRaisesShard(ls.Invalid, -1, c.create, "pins", "{}",
                                shard=65536)
         self.assertRaisesShard(ls.NoShard, -14, c.create, "pins", "{}",
