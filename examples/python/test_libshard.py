@@ -204,6 +204,42 @@ class ServerCase(Case):
             cls.tearDownClass()
             raise
 
+    # ---- helpers: the map as the context has it, SQL as root
+
+    def pair_of(self, shard):
+        self.ctx.reload()
+        with self.ctx.map() as m:
+            return m.pair_of(shard)
+
+    def map_version(self):
+        self.ctx.reload()
+        with self.ctx.map() as m:
+            return m.version
+
+    def server_sql(self, pair, query, standby=False):
+        """query as root on the pair's master (or standby) as the map has
+        it now (test_failover swaps MySQL002's): its rows, no header."""
+        self.ctx.reload()
+        with self.ctx.map() as m:
+            addr = m.pair_addrs(pair)[1 if standby else 0]
+        port = addr.rsplit(":", 1)[1]
+        sdir = os.path.join(self.base, "srv")
+        with open(os.path.join(sdir, "servers")) as f:
+            name = next(w[0] for w in map(str.split, f) if w[3] == port)
+        p = subprocess.run([SERVERS, "sql", sdir, name, "-N"], input=query,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p.stdout
+
+    def db_exists(self, pair, shard):
+        return self.server_sql(
+            pair, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE "
+            f"SCHEMA_NAME = 'db{shard:05d}'") != "0\n"
+
+    def rows(self, pair, shard):
+        return int(self.server_sql(pair,
+                                   f"SELECT COUNT(*) FROM db{shard:05d}.pins"))
+
     @classmethod
     def tearDownClass(cls):
         try:
@@ -1101,6 +1137,229 @@ class OnePairTests(ServerCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("LIBSHARD_MAP", p.stderr)
 
+    def test_decode_and_the_missing_key_rule(self):
+        """decode=True gives dicts; a missing key is `default` when given
+        and NotFound when not, for get, kv_get, Transaction.get and mget
+        (whose default is None)."""
+        c = self.ctx
+        doc = {"name": "Ada", "n": [1, 2.5, None], "z": "\0"}
+        a = c.create("users", doc, shard=1)
+        missing = ls.make_id(1, 3, ls.MAX_LOCAL)
+        self.assertEqual(c.get(a, decode=True), doc)
+        self.assertEqual(json.loads(c.get(a)), doc)
+        self.assertEqual(c.mget([a, missing], decode=True), [doc, None])
+        self.assertEqual(c.mget([missing, a], default={}), [{}, c.get(a)])
+        self.assertEqual(c.patch(a, {"n": None}, decode=True),
+                         {"name": "Ada", "z": "\0"})
+        self.assertIsNone(c.get(missing, default=None))
+        self.assertEqual(c.get(missing, default="none"), "none")
+        self.assertRaisesShard(ls.NotFound, -5, c.get, missing)
+        self.assertRaisesShard(ls.Invalid, -1, c.get, 5, default=None)
+        self.assertIsNone(c.kv_get("users_by_name", b"\0absent", default=None))
+        self.assertRaisesShard(ls.NotFound, -5, c.kv_get, "users_by_name",
+                               b"\0absent")
+        with c.transaction(1) as txn:
+            self.assertEqual(txn.get(a, decode=True), {"name": "Ada", "z": "\0"})
+            self.assertEqual(txn.get(missing, default=0), 0)
+            self.assertRaisesShard(ls.NotFound, -5, txn.get, missing)
+        with ls.Context(self.map_path, refresh_interval_ms=0,
+                        decode=True) as d:
+            self.assertEqual(d.get(a), {"name": "Ada", "z": "\0"})
+            self.assertIsInstance(d.get(a, decode=False), str)
+            self.assertEqual(d.mget([a]), [{"name": "Ada", "z": "\0"}])
+            with d.transaction(1) as txn:
+                self.assertEqual(txn.get(a)["name"], "Ada")
+            self.assertEqual(next(i for i in d.scatter_iter("users")
+                                  if i[0] == a)[1]["name"], "Ada")
+
+    def test_jansson_calls(self):
+        """create_json, get_json and update: the C API's jansson
+        conveniences, with dicts."""
+        c = self.ctx
+        a = c.create_json("pins", {"t": "x", "k": [1, {"d": None}]}, shard=2)
+        self.assertEqual(ls.id_shard(a), 2)
+        self.assertEqual(c.get_json(a), {"t": "x", "k": [1, {"d": None}]})
+        self.assertEqual(c.get(a, decode=True), c.get_json(a))
+        near = c.create_json("boards", {"n": "ü\0"}, near=a)
+        self.assertEqual((ls.id_shard(near), c.get_json(near)), (2, {"n": "ü\0"}))
+        missing = ls.make_id(2, 1, ls.MAX_LOCAL)
+        self.assertIsNone(c.get_json(missing, default=None))
+        self.assertRaisesShard(ls.NotFound, -5, c.get_json, missing)
+
+        def bump(obj):
+            obj["n"] = obj.get("n", 0) + 1
+        for _ in range(3):
+            out = c.update(a, bump)
+        self.assertEqual(out["n"], 3)
+        self.assertEqual(c.update(a, lambda obj: {"only": True}), {"only": True})
+        self.assertEqual(c.get(a, decode=True), {"only": True})
+
+        class Stop(Exception):
+            pass
+
+        def boom(obj):
+            obj["never"] = 1
+            raise Stop()
+        self.assertRaises(Stop, c.update, a, boom)
+        self.assertRaises(TypeError, c.update, a, lambda obj: [1])
+        self.assertEqual(c.get(a, decode=True), {"only": True})
+        self.assertRaisesShard(ls.NotFound, -5, c.update, missing, bump)
+        self.assertRaises(TypeError, c.create_json, "pins", "{}")
+        self.assertRaisesShard(ls.Invalid, -1, c.create_json, "nope", {})
+
+    def test_mapping_iter(self):
+        """Pages of any size give every row once, newest first, also where
+        a page boundary falls among rows of one sequence."""
+        c = self.ctx
+        board = c.create("boards", {}, shard=3)
+        pins = [ls.make_id(3, 1, i + 1) for i in range(40)]
+        for i, p in enumerate(pins):  # sequences 0..7, five rows each
+            c.mapping_add("user_likes_pins", board, p, i // 5)
+        c.mapping_add("user_likes_pins", board, pins[0], ls.SEQ_NONE - 1)
+        whole = c.mapping_list("user_likes_pins", board)
+        self.assertEqual(len(whole), 40)
+        for page in (1, 2, 3, 5, 7, 40, 100):
+            self.assertEqual(list(c.mapping_iter("user_likes_pins", board,
+                                                 page=page)), whole, page)
+        self.assertEqual(list(c.mapping_iter("user_likes_pins", board,
+                                             before=3, page=4)),
+                         [e for e in whole if e.seq < 3])
+        it = c.mapping_iter("user_likes_pins", board, page=2)
+        self.assertEqual(next(it), whole[0])
+        self.assertEqual(list(c.mapping_iter("user_likes_pins", pins[1])), [])
+        self.assertRaises(ls.Invalid, c.mapping_iter, "user_likes_pins",
+                          board, page=0)
+        self.assertRaises(ls.Invalid, c.mapping_iter, "a\0b", board)
+        self.assertRaisesShard(ls.Invalid, -1, list,
+                               c.mapping_iter("nope", board))
+
+    def test_scatter_iter(self):
+        c = self.ctx
+        ids = [c.create("users", {"it": i}, shard=s)
+               for i, s in enumerate((0, 2, 4, 6, 6))]
+        scanned = {}
+        c.scatter_scan("users", lambda id, js: scanned.update({id: js}))
+        got = dict(c.scatter_iter("users", buffer=2))
+        self.assertEqual(got, scanned)
+        for i, id in enumerate(ids):
+            self.assertEqual(json.loads(got[id]), {"it": i})
+        self.assertEqual(dict(c.scatter_iter(3, decode=True))[ids[2]],
+                         {"it": 2})
+        # Leaving early stops the scan and its thread.
+        threads = threading.active_count()
+        it = c.scatter_iter("users", buffer=1)
+        first = next(it)
+        self.assertIn(first[0], got)
+        it.close()
+        self.assertEqual(threading.active_count(), threads)
+        for _ in c.scatter_iter("users"):
+            break
+        gc.collect()
+        self.assertEqual(threading.active_count(), threads)
+        self.assertRaisesShard(ls.Invalid, -1, c.scatter_iter, "nope")
+        self.assertRaisesShard(ls.Invalid, -1, list, c.scatter_iter(99))
+        self.assertRaises(ls.Invalid, c.scatter_iter, "users", buffer=0)
+
+    def test_fleet_status_and_schema_check(self):
+        st = self.admin.fleet_status()
+        self.assertTrue(st["healthy"], st["problems"])
+        self.assertEqual(st["problems"], [])
+        self.assertEqual([p["name"] for p in st["pairs"]], ["MySQL001"])
+        servers = st["pairs"][0]["servers"]
+        with self.ctx.map() as m:
+            self.assertEqual([s["address"] for s in servers],
+                             list(m.pair_addrs("MySQL001")))
+        self.assertTrue(all(s["reachable"] for s in servers))
+        self.admin.schema_check()
+        with self.ctx.map() as m:
+            self.admin.schema_check(m)
+            doc = m.to_dict()
+        doc["database_format"] = "nodb%05d"
+        with ls.Map.parse(doc) as other:
+            e = self.assertRaisesShard(ls.MapError, -3, self.admin.schema_check,
+                                       other)
+        self.assertIn("nodb0000", e.message)
+
+    LEGACY_SQL = (
+        "CREATE DATABASE legacy; USE legacy;"
+        "CREATE TABLE boards (id INT PRIMARY KEY, name VARCHAR(50) NOT NULL);"
+        "INSERT INTO boards SELECT seq, CONCAT('board ', seq) FROM seq_1_to_5;"
+        "CREATE TABLE pins (id INT PRIMARY KEY, board_id INT, title TEXT);"
+        "INSERT INTO pins SELECT seq, 1 + seq % 5, CONCAT('pin ', seq)"
+        " FROM seq_1_to_20;"
+        "CREATE TABLE board_pins (board_id INT NOT NULL, pin_id INT NOT NULL,"
+        " PRIMARY KEY (board_id, pin_id));"
+        "INSERT INTO board_pins SELECT 1 + seq % 5, seq FROM seq_1_to_20;")
+
+    def test_import_and_legacy_resolve(self):
+        """import_table (dry run, first pass, a clean pass, near a parent),
+        import_mapping, legacy_resolve and legacy_resolve_many."""
+        self.server_sql("MySQL001", self.LEGACY_SQL)
+        with open(self.server_map) as f:
+            doc = json.load(f)
+        names = ("boards", "pins", "board_has_pins")
+        doc["mod_shards"]["tables"] += [f"legacy_{n}" for n in names]
+        doc["legacy"] = {n: {} for n in names}
+        path = os.path.join(self.base, "import-map.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        with self.ctx.map() as m:
+            port = m.pair_addrs("MySQL001")[0].rsplit(":", 1)[1]
+        url = f"mysql://shardadmin@127.0.0.1:{port}/legacy"
+        with ls.Context(path, refresh_interval_ms=0, user="shardadmin",
+                        password_env="LIBSHARD_PASSWORD") as c:
+            c.schema_apply()
+            dry = c.import_table(url, "boards", "boards", dry_run=True)
+            self.assertEqual((dry.rows_read, dry.created), (5, 5))
+            self.assertEqual(c.legacy_resolve_many("boards", range(1, 6)),
+                             [None] * 5)
+            seen = []
+            r = c.import_table(url, "boards", "boards",
+                               progress=lambda *a: seen.append(a))
+            self.assertIsInstance(r, ls.ImportReport)
+            self.assertEqual((r.rows_read, r.created, r.unchanged), (5, 5, 0))
+            self.assertFalse(r.clean)
+            self.assertTrue(seen)
+            self.assertIsInstance(seen[-1][0], str)
+            r = c.import_table(url, "boards", "boards")
+            self.assertEqual((r.created, r.changed, r.deleted, r.unchanged),
+                             (0, 0, 0, 5))
+            self.assertTrue(r.clean)
+            r = c.import_table(url, "pins", "pins", near=("board_id", "boards"),
+                               threads=2, batch_rows=7)
+            self.assertEqual(r.created, 20)
+            r = c.import_mapping(url, "board_pins", "board_has_pins",
+                                 from_column="board_id", from_type="boards",
+                                 to_column="pin_id", to_type="pins")
+            self.assertEqual(r.created, 20)
+            # legacy ids resolve; native IDs pass through
+            b1 = c.legacy_resolve("boards", 1)
+            self.assertEqual(c.get(b1, decode=True), {"id": 1, "name": "board 1"})
+            self.assertEqual(c.legacy_resolve("boards", b1), b1)
+            pins = c.legacy_resolve_many("pins", [5, 999, 10], default=0)
+            self.assertEqual(pins[1], 0)
+            for p in (pins[0], pins[2]):  # pins 5 and 10 are on board 1
+                self.assertEqual(ls.id_shard(p), ls.id_shard(b1))
+            self.assertEqual(pins[0], c.legacy_resolve("pins", 5))
+            self.assertEqual(
+                sorted(e.to for e in c.mapping_iter("board_has_pins", b1)),
+                sorted(c.legacy_resolve_many("pins", [5, 10, 15, 20])))
+            self.assertIsNone(c.legacy_resolve("boards", 99, default=None))
+            e = self.assertRaisesShard(ls.NotFound, -5, c.legacy_resolve,
+                                       "boards", 99)
+            self.assertRaisesShard(ls.Invalid, -1, c.legacy_resolve, "nope", 1)
+            self.assertEqual(c.legacy_resolve_many("boards", []), [])
+            # refused before anything is read
+            e = self.assertRaisesShard(
+                ls.Invalid, -1, c.import_table,
+                f"mysql://shardadmin:secret@127.0.0.1:{port}/legacy",
+                "boards", "boards")
+            self.assertIsInstance(e.report, ls.ImportReport)
+            self.assertRaises(TypeError, c.import_table, url, "boards",
+                              "boards", threads="4")
+            self.assertRaises(TypeError, c.import_table, url, "boards",
+                              "boards", progress=5)
+
     def test_move_errors_one_pair(self):
         c = self.admin
         self.assertEqual(c.move_status(), [])
@@ -1180,42 +1439,6 @@ class TwoPairTests(ServerCase):
         # nothing left to resume or abort
         self.assertRaises(ls.ShardError, a.move_resume)
         self.assertRaises(ls.ShardError, a.move_abort, rep.move_id)
-
-    # ---- version-2 move options, revert and finish
-
-    def pair_of(self, shard):
-        self.ctx.reload()
-        with self.ctx.map() as m:
-            return m.pair_of(shard)
-
-    def map_version(self):
-        self.ctx.reload()
-        with self.ctx.map() as m:
-            return m.version
-
-    def server_sql(self, pair, query, standby=False):
-        """query as root on the pair's master (or standby) as the map has
-        it now (test_failover swaps MySQL002's): its rows, no header."""
-        self.ctx.reload()
-        with self.ctx.map() as m:
-            addr = m.pair_addrs(pair)[1 if standby else 0]
-        port = addr.rsplit(":", 1)[1]
-        sdir = os.path.join(self.base, "srv")
-        with open(os.path.join(sdir, "servers")) as f:
-            name = next(w[0] for w in map(str.split, f) if w[3] == port)
-        p = subprocess.run([SERVERS, "sql", sdir, name, "-N"], input=query,
-                           capture_output=True, text=True, timeout=60)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        return p.stdout
-
-    def db_exists(self, pair, shard):
-        return self.server_sql(
-            pair, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE "
-            f"SCHEMA_NAME = 'db{shard:05d}'") != "0\n"
-
-    def rows(self, pair, shard):
-        return int(self.server_sql(pair,
-                                   f"SELECT COUNT(*) FROM db{shard:05d}.pins"))
 
     def test_move_option_errors_change_nothing(self):
         """A bad option value raises before anything happens: no journal
