@@ -45,6 +45,7 @@ ROOT = os.environ.get("LIBSHARD_SOURCE_TREE") or \
     os.path.normpath(os.path.join(HERE, os.pardir, os.pardir))
 SERVERS = os.path.join(ROOT, "tests", "servers.sh")
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+os.environ["PYTHONDONTWRITEBYTECODE"] = "1"  # nor from the subprocesses
 
 import libshard as ls  # noqa: E402
 import libshard.errors  # noqa: E402,F401
@@ -183,13 +184,21 @@ class ServerCase(Case):
     admin = None  # the operators' (schema apply, moves, failover)
 
     @classmethod
+    def prepare_map(cls, doc):
+        """Change the servers' map (a dict) before anything opens it."""
+
+    @classmethod
     def setUpClass(cls):
         os.environ["LIBSHARD_PASSWORD"] = secrets.token_hex(16)
         try:
             cls.base, cls.server_map = start_servers(cls.NPAIRS)
             # The context reads a copy, so that tests may publish new versions.
             cls.map_path = os.path.join(cls.base, "map.json")
-            shutil.copyfile(cls.server_map, cls.map_path)
+            with open(cls.server_map) as f:
+                doc = json.load(f)
+            cls.prepare_map(doc)
+            with open(cls.map_path, "w") as f:
+                json.dump(doc, f, indent=2)
             cls.log = []
             cls.ctx = ls.Context(cls.map_path, refresh_interval_ms=0,
                                  log_level=ls.LOG_INFO,
@@ -205,6 +214,16 @@ class ServerCase(Case):
             raise
 
     # ---- helpers: the map as the context has it, SQL as root
+
+    def healthy_status(self):
+        """fleet_status() once the standbys have applied what the masters
+        have (a bounded wait: the set-up's databases replicate)."""
+        for _ in range(100):
+            st = self.admin.fleet_status()
+            if st["healthy"]:
+                break
+            time.sleep(0.1)
+        return st
 
     def pair_of(self, shard):
         self.ctx.reload()
@@ -1261,7 +1280,7 @@ class OnePairTests(ServerCase):
         self.assertRaises(ls.Invalid, c.scatter_iter, "users", buffer=0)
 
     def test_fleet_status_and_schema_check(self):
-        st = self.admin.fleet_status()
+        st = self.healthy_status()
         self.assertTrue(st["healthy"], st["problems"])
         self.assertEqual(st["problems"], [])
         self.assertEqual([p["name"] for p in st["pairs"]], ["MySQL001"])
@@ -1611,6 +1630,120 @@ class TwoPairTests(ServerCase):
         self.assertEqual(json.loads(c.get(pin)), {"before": True})
         c.patch(pin, {"after": True})
         self.assertEqual(json.loads(c.get(pin)), {"before": True, "after": True})
+
+
+# ---------------------------------------------------------------- topology
+
+class FleetTests(ServerCase):
+    """Two pairs started, the map rewritten so that MySQL001 serves every
+    shard (ID shards 0-3 open) and MySQL002 is a spare that the map lacks:
+    pair_add, shards_open onto it, a rebalance plan that drains it run
+    move by move, pair_remove."""
+
+    NPAIRS = 2
+
+    @classmethod
+    def prepare_map(cls, doc):
+        cls.spare = doc["pairs"].pop("MySQL002")
+        doc["open_shards"] = 4
+        doc["id_shards"] = [{"range": [0, 3], "pair": "MySQL001"}]
+        count = doc["mod_shards"]["count"]
+        doc["mod_shards"]["ranges"] = [{"range": [0, count - 1],
+                                        "pair": "MySQL001"}]
+
+    def test_pair_add_shards_open_rebalance_pair_remove(self):
+        a, c = self.admin, self.ctx
+        st = self.healthy_status()
+        self.assertTrue(st["healthy"], st["problems"])
+        self.assertEqual([p["name"] for p in st["pairs"]], ["MySQL001"])
+        v0 = self.map_version()
+        with a.rebalance_plan() as plan0:  # one pair: nothing to do
+            self.assertEqual((len(plan0), plan0.moves), (0, []))
+            self.assertEqual(plan0.map_version, v0)
+            self.assertEqual([p.name for p in plan0.pairs], ["MySQL001"])
+            v1 = a.pair_add("MySQL002", self.spare["master"],
+                            self.spare["standby"])
+            self.assertEqual(v1, v0 + 1)
+            self.assertRaises(ls.ShardError, a.pair_add, "MySQL002",
+                              self.spare["master"], self.spare["standby"])
+            # the map moved on since the plan
+            self.assertRaisesShard(ls.Conflict, -11, a.rebalance_run, plan0)
+        self.assertIn("closed", repr(plan0))
+        self.assertRaisesShard(ls.Invalid, -1, lambda: plan0.moves)
+        with c.map() as m:
+            c.reload()
+        with c.map() as m:
+            self.assertEqual(m.pair_addrs("MySQL002"),
+                             (self.spare["master"], self.spare["standby"]))
+        # open shards 4-7 on the new pair
+        seen = []
+        v2 = a.shards_open(8, "MySQL002", progress=lambda *x: seen.append(x))
+        self.assertGreater(v2, v1)
+        self.assertTrue(seen)
+        self.assertEqual((self.pair_of(6), self.pair_of(3)),
+                         ("MySQL002", "MySQL001"))
+        a.reload()
+        a.schema_check()
+        self.assertRaises(ls.ShardError, a.shards_open, 4)  # not more
+        ids = [c.create("pins", {"s": s}, shard=s) for s in range(4, 8)]
+        # drain it: every shard back to MySQL001
+        with a.rebalance_plan(drain=["MySQL002"]) as plan:
+            moves = plan.moves
+            self.assertGreaterEqual(len(moves), 1)
+            self.assertEqual(list(plan), moves)
+            for mv in moves:
+                self.assertIsInstance(mv, ls.RebalanceMove)
+                self.assertEqual((mv.from_pair, mv.to_pair, mv.drain),
+                                 ("MySQL002", "MySQL001", True))
+            self.assertEqual(sorted(s for mv in moves
+                                    for s in range(mv.first, mv.last + 1)),
+                             [4, 5, 6, 7])
+            pairs = {p.name: p for p in plan.pairs}
+            self.assertTrue(pairs["MySQL002"].drained)
+            self.assertEqual((pairs["MySQL002"].shards_before,
+                              pairs["MySQL002"].shards_after), (4, 0))
+            self.assertEqual(pairs["MySQL001"].shards_after, 8)
+            before, after = plan.spread
+            self.assertIsInstance(before, float)
+            self.assertEqual(plan.map_version, self.map_version())
+            steps = []
+            done = a.rebalance_run(plan, step=lambda *x: steps.append(x),
+                                   copy_threads=2)
+        self.assertEqual(done, len(moves))
+        self.assertEqual(len(steps), 2 * len(moves))
+        move, index, count, rc, report = steps[0]
+        self.assertEqual((move, index, count, rc, report),
+                         (moves[0], 0, len(moves), 0, None))
+        move, index, count, rc, report = steps[-1]
+        self.assertEqual((index, rc, report.phase_name), (len(moves) - 1, 0,
+                                                          "done"))
+        self.assertEqual([self.pair_of(s) for s in range(8)],
+                         ["MySQL001"] * 8)
+        self.assertEqual([json.loads(x)["s"] for x in c.mget(ids)],
+                         [4, 5, 6, 7])
+        # it serves nothing now: remove it
+        v3 = a.pair_remove("MySQL002")
+        self.assertGreater(v3, v2)
+        c.reload()
+        with c.map() as m:
+            self.assertEqual(m.pairs, ["MySQL001"])
+        self.assertRaises(ls.ShardError, a.pair_remove, "MySQL002")
+        self.assertRaises(ls.ShardError, a.pair_remove, "MySQL001")
+        self.assertRaisesShard(ls.Invalid, -1, a.pair_add, "a\0b", "x", "y")
+        a.reload()
+        st = self.healthy_status()
+        self.assertTrue(st["healthy"], st["problems"])
+
+    def test_rebalance_step_stops_and_errors(self):
+        """A step that returns True starts no move; a failing step's
+        exception is re-raised by rebalance_run."""
+        a = self.admin
+        with a.rebalance_plan() as plan:
+            self.assertEqual(a.rebalance_run(plan, step=lambda *x: True), 0)
+            self.assertRaises(TypeError, a.rebalance_run, plan, step=3)
+            self.assertRaises(TypeError, a.rebalance_run, plan, dry_run=True)
+            self.assertRaises(ls.Invalid, a.rebalance_run, plan,
+                              copy_threads=-1)
 
 
 if __name__ == "__main__":

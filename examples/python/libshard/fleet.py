@@ -205,7 +205,7 @@ class FleetMixin:
             raise TypeError("dry_run is an option of move() only")
         check_callable(step, "step")
         mo, mkeep = make_move_options(**move_options)
-        o = RebalanceOptions(version=REBALANCE_OPTIONS_VERSION)
+        o, _ = _rebalance_options()
         o.move = pointer(mo)
         last: List[Optional[MoveReport]] = [None]
         cb = None
