@@ -1459,6 +1459,60 @@ class TwoPairTests(ServerCase):
         self.assertRaises(ls.ShardError, a.move_resume)
         self.assertRaises(ls.ShardError, a.move_abort, rep.move_id)
 
+    MOVER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import libshard
+def log(level, msg):
+    if "postponed" in msg:
+        print("postponed", flush=True)
+with libshard.Context(sys.argv[2], refresh_interval_ms=0, user="shardadmin",
+                      password_env="LIBSHARD_PASSWORD", log=log) as a:
+    a.move(4, 4, "MySQL001", postpone_cutover_file=sys.argv[3])
+"""
+
+    def killed_move(self):
+        """A move of shard 4 to MySQL001 in a process killed (SIGKILL) while
+        its cut-over waits: its journal entry."""
+        flag = os.path.join(self.base, "hold the cut-over")
+        open(flag, "w").close()
+        p = subprocess.Popen([sys.executable, "-c", self.MOVER,
+                              PACKAGE_PARENT, self.map_path, flag],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             text=True)
+        try:
+            self.assertEqual(p.stdout.readline(), "postponed\n")
+        finally:
+            p.kill()
+            p.wait(timeout=60)
+            p.stdout.close()
+        os.remove(flag)
+        unfinished = [m for m in self.admin.move_status()
+                      if m["first"] == 4 and m["phase"] not in
+                      ("done", "aborted", "reverted")]
+        self.assertEqual(len(unfinished), 1, unfinished)
+        return unfinished[0]
+
+    def test_move_killed_then_aborted_or_resumed(self):
+        """move_abort() of a killed move leaves the shard where it was;
+        move_resume() of another completes it."""
+        a = self.admin
+        self.assertEqual(self.pair_of(4), "MySQL002")
+        pin = self.ctx.create("pins", {"k": 4}, shard=4)
+        m = self.killed_move()
+        a.move_abort(m["id"])
+        st = [x for x in a.move_status() if x["id"] == m["id"]]
+        self.assertEqual(st[0]["phase"], "aborted")
+        self.assertEqual(self.pair_of(4), "MySQL002")
+        self.assertFalse(self.db_exists("MySQL001", 4))
+        self.assertRaises(ls.ShardError, a.move_abort, m["id"])
+        m = self.killed_move()
+        rep = a.move_resume(m["id"])
+        self.assertEqual((rep.move_id, rep.phase_name, rep.mismatches),
+                         (m["id"], "done", 0))
+        self.assertEqual(self.pair_of(4), "MySQL001")
+        self.assertEqual(self.ctx.get(pin, decode=True), {"k": 4})
+
     def test_move_option_errors_change_nothing(self):
         """A bad option value raises before anything happens: no journal
         entry, the same map, for move() and for revert and finish; a
