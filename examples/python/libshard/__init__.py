@@ -25,7 +25,7 @@ Modules
     libshard.fleet     fleet status, pairs and shards, failover, rebalance
     libshard.legacy    import passes and legacy ids
     libshard.map       Map and Store
-    libshard.types     constants, IDs, mod shards, the report records
+    libshard.values    constants, IDs, mod shards, the report records
     libshard.errors    ShardError and one subclass per SHARD_E* code
     Everything public is importable from libshard itself.
 
@@ -86,7 +86,7 @@ Threads
     through sys.unraisablehook.
 """
 
-from ._lib import VERSION as __version__
+from ._lib import VERSION
 from .context import Context, Transaction
 from .errors import (CODES, Busy, Conflict, ConnectionError, Exists,
                      InternalError, Invalid, IOFailure, MapError, Moved,
@@ -95,7 +95,7 @@ from .errors import (CODES, Busy, Conflict, ConnectionError, Exists,
                      VerifyFailed, error_class, strerror)
 from .fleet import RebalancePlan
 from .map import Map, Store
-from .types import (ANY, KEY_MAX, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARN,
+from .values import (ANY, KEY_MAX, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARN,
                     MAX_LOCAL, MAX_MOD_SHARDS, MAX_SHARD, MAX_TYPE,
                     MOVE_PHASES, RAISE, REBALANCE_BY_BYTES,
                     REBALANCE_BY_WRITES, SEQ_NONE, SEQ_NOW, Edge,
@@ -103,6 +103,8 @@ from .types import (ANY, KEY_MAX, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARN,
                     RebalancePair, global_cleanup, global_init, id_local,
                     id_shard, id_type, id_valid, make_id, mod_shard,
                     parse_id, phase_name, version, version_num)
+
+__version__ = VERSION
 
 __all__ = [
     "ShardError", "Invalid", "NoMemory", "MapError", "IOFailure", "NotFound",

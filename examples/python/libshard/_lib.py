@@ -408,6 +408,22 @@ def take(ptr: Optional[int], length: Optional[int] = None) -> bytes:
         lib.shard_free(ptr)
 
 
+def out_ptr(out: c_void_p) -> int:
+    """The pointer a successful call put in out (never NULL then)."""
+    if not out.value:
+        from .errors import InternalError
+        raise InternalError("libshard returned success and a NULL pointer")
+    return out.value
+
+
+def out_str(out: c_char_p) -> str:
+    """The borrowed string a successful call put in out."""
+    if out.value is None:
+        from .errors import InternalError
+        raise InternalError("libshard returned success and a NULL string")
+    return out.value.decode()
+
+
 def text(raw: bytes) -> str:
     return raw.decode("utf-8")
 
@@ -454,9 +470,10 @@ def progress_callback(progress: Optional[Callable[[str, int, int], Any]]
     """A shard_progress_fn for C (NULL for None) and its Callback."""
     check_callable(progress, "progress")
     if progress is None:
-        return PROGRESS_FN(), None
+        return PROGRESS_FN(), None  # type: ignore[call-overload]  # NULL
+    fn = progress
     cb = Callback(lambda what, done, total, _p:
-                  progress(name_of(what), done, total))
+                  fn(name_of(what), done, total))
     return PROGRESS_FN(cb.call_void), cb
 
 

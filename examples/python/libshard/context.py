@@ -20,12 +20,12 @@ import json as _json
 import queue
 import threading
 import weakref
-from ctypes import POINTER, byref, c_size_t, c_uint, c_uint64, c_void_p
+from ctypes import POINTER, byref, c_size_t, c_uint64, c_void_p
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional,
                     Tuple, Union)
 
 from ._lib import (DELETE_HARD, LOG_FN, OPTIONS_VERSION, SCAN_FN, UPDATE_FN,
-                   Bytesish,
+                   Bytesish, out_ptr,
                    CEdge, Callback, Item, Options, check_callable, cstr, data,
                    i64, json_arg, lib, progress_callback, take, text, to_int,
                    u64, uint)
@@ -35,7 +35,7 @@ from .fleet import FleetMixin
 from .legacy import LegacyMixin
 from .map import Handle, Map, _release
 from .move import MoveMixin
-from .types import (ANY, LOG_WARN, RAISE, SEQ_NONE, SEQ_NOW, Edge, TypeArg,
+from .values import (ANY, LOG_WARN, RAISE, SEQ_NONE, SEQ_NOW, Edge, TypeArg,
                     id_shard, id_valid)
 
 #: A JSON value as the calls accept it: a dict or list, or JSON text.
@@ -98,8 +98,9 @@ class Context(MoveMixin, FleetMixin, LegacyMixin, Handle):
             if not callable(log):
                 raise TypeError("log must be callable")
             # Kept alive as long as the C context (the finalizer holds it).
+            fn = log
             self._log = LOG_FN(
-                lambda level, msg, _p: log(level, msg.decode("utf-8", "replace")))
+                lambda level, msg, _p: fn(level, msg.decode("utf-8", "replace")))
             opts.log = self._log
         # Copied by shard_ctx_open: they need to live only during the call.
         if user is not None:
@@ -110,7 +111,7 @@ class Context(MoveMixin, FleetMixin, LegacyMixin, Handle):
         check(lib.shard_ctx_open(byref(out), cstr(location, "location"),
                                  byref(opts)))
         self._txns: "weakref.WeakSet[Transaction]" = weakref.WeakSet()
-        self._own(out.value, self._log)
+        self._own(out_ptr(out), self._log)
 
     def close(self) -> None:
         """Roll back open transactions, close every connection, free."""
@@ -146,7 +147,7 @@ class Context(MoveMixin, FleetMixin, LegacyMixin, Handle):
         """The current map snapshot (a Map of its own: close it)."""
         out = c_void_p()
         check(lib.shard_ctx_map(self._handle(), byref(out)))
-        return Map(out.value)
+        return Map(out_ptr(out))
 
     def stats(self) -> str:
         """The context's counters (calls, errors and durations per call,
@@ -292,10 +293,11 @@ class Context(MoveMixin, FleetMixin, LegacyMixin, Handle):
         if rc == NotFound.code and default is not RAISE:
             return default
         check(rc)
+        ptr = out_ptr(out)
         try:
-            return _jansson.dump(out.value)
+            return _jansson.dump(ptr)
         finally:
-            _jansson.decref(out.value)
+            _jansson.decref(ptr)
 
     def update(self, id: int,
                fn: Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]
@@ -536,11 +538,12 @@ class Transaction:
                                   byref(out)))
         self._ctx = ctx  # keeps the context alive as long as the transaction
         self.shard = shard
-        self._ptr: Optional[int] = out.value
+        ptr = out_ptr(out)
+        self._ptr: Optional[int] = ptr
         # The finalizer holds the context: an abandoned transaction is
         # rolled back before its context can be freed.
         self._finalizer = weakref.finalize(self, _release, "shard_txn_rollback",
-                                           out.value, "Transaction", (ctx,))
+                                           ptr, "Transaction", (ctx,))
         ctx._txns.add(self)  # ctx.close() rolls it back if still open
 
     def _handle(self) -> int:

@@ -10,12 +10,13 @@ from ctypes import byref, c_double, c_size_t, c_uint64, c_void_p, pointer
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ._lib import (FAILOVER_FORCE, REBALANCE_FN, REBALANCE_OPTIONS_VERSION,
-                   Callback, CFailoverReport, Keep, RebalanceOptions,
+                   Callback, CFailoverReport, RebalanceOptions,
                    check_callable, cstr, invalid, lib, names_list, opt_cstr,
+                   out_ptr,
                    option_uint, progress_callback, take, text, uint)
 from .errors import ShardError, check, last_error
 from .map import Handle, Map
-from .types import (REBALANCE_BY_BYTES, REBALANCE_BY_WRITES, FailoverReport,
+from .values import (REBALANCE_BY_BYTES, REBALANCE_BY_WRITES, FailoverReport,
                     MoveReport, RebalanceMove, RebalancePair)
 
 _BY = {"bytes": REBALANCE_BY_BYTES, "writes": REBALANCE_BY_WRITES,
@@ -188,7 +189,7 @@ class FleetMixin:
         out = c_void_p()
         check(lib.shard_rebalance_plan(self._handle(), byref(o), byref(out)))
         del keep
-        return RebalancePlan(out.value)
+        return RebalancePlan(out_ptr(out))
 
     def rebalance_run(self, plan: RebalancePlan, *,
                       step: Optional[Callable[..., Any]] = None,
@@ -210,13 +211,15 @@ class FleetMixin:
         last: List[Optional[MoveReport]] = [None]
         cb = None
         if step is not None:
+            fn = step
+
             def call(move: Any, index: int, count: int, rc: int, rep: Any,
                      _p: Any) -> int:
                 report = MoveReport._from(rep.contents) if rep else None
                 if report is not None:
                     last[0] = report
-                return 1 if step(RebalanceMove._from(move.contents), index,
-                                 count, rc, report) else 0
+                return 1 if fn(RebalanceMove._from(move.contents), index,
+                               count, rc, report) else 0
             cb = Callback(call)
             o.step = REBALANCE_FN(cb.call)
         done = c_size_t()

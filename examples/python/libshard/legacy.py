@@ -11,7 +11,7 @@ from ._lib import (IMPORT_DRY_RUN, IMPORT_OPTIONS_VERSION, CImportReport,
                    ImportOptions, Keep, cstr, lib, opt_cstr, option_uint,
                    progress_callback, u64)
 from .errors import NotFound, check, last_error
-from .types import RAISE, ImportReport, TypeArg
+from .values import RAISE, ImportReport, TypeArg
 
 Progress = Optional[Callable[[str, int, int], Any]]
 

@@ -13,8 +13,8 @@ import weakref
 from ctypes import byref, c_char_p, c_uint, c_void_p
 from typing import Any, List, Optional, Tuple
 
-from ._lib import (DBNAME_SIZE, cstr, invalid, json_arg, lib, take, text,
-                   u64, uint)
+from ._lib import (DBNAME_SIZE, cstr, invalid, json_arg, lib, out_ptr,
+                   out_str, take, text, u64, uint)
 from .errors import check
 
 
@@ -84,14 +84,14 @@ class Map(Handle):
         raw = json_arg(text, "map JSON")
         out = c_void_p()
         check(lib.shard_map_parse(byref(out), raw, len(raw)))
-        return cls(out.value)
+        return cls(out_ptr(out))
 
     @classmethod
     def load(cls, path: Any) -> "Map":
         """Read and parse a map file; IOFailure when it cannot be read."""
         out = c_void_p()
         check(lib.shard_map_load(byref(out), cstr(path, "path")))
-        return cls(out.value)
+        return cls(out_ptr(out))
 
     @property
     def version(self) -> int:
@@ -120,7 +120,7 @@ class Map(Handle):
         out = c_char_p()
         check(lib.shard_map_pair_of(self._handle(), uint(shard, "shard"),
                                     byref(out)))
-        return out.value.decode()
+        return out_str(out)
 
     def mod_pair_of(self, modshard: int) -> str:
         """The pair serving mod shard `modshard`."""
@@ -128,7 +128,7 @@ class Map(Handle):
         check(lib.shard_map_mod_pair_of(self._handle(),
                                         uint(modshard, "mod shard"),
                                         byref(out)))
-        return out.value.decode()
+        return out_str(out)
 
     def pair_addrs(self, pair: Any) -> Tuple[str, Optional[str]]:
         """(master, standby) of a pair; standby is None when it has none.
@@ -136,7 +136,7 @@ class Map(Handle):
         master, standby = c_char_p(), c_char_p()
         check(lib.shard_map_pair_addrs(self._handle(), cstr(pair, "pair"),
                                        byref(master), byref(standby)))
-        return (master.value.decode(),
+        return (out_str(master),
                 standby.value.decode() if standby.value is not None else None)
 
     def type_of(self, name: Any) -> int:
@@ -152,7 +152,7 @@ class Map(Handle):
         out = c_char_p()
         check(lib.shard_map_type_name(self._handle(), uint(type, "type"),
                                       byref(out)))
-        return out.value.decode()
+        return out_str(out)
 
     def database(self, shard: int) -> str:
         """The database name of ID shard `shard` ("db00003")."""
@@ -201,13 +201,13 @@ class Store(Handle):
         """Open the store at `location`; nothing is read yet."""
         out = c_void_p()
         check(lib.shard_store_open(byref(out), cstr(location, "location")))
-        self._own(out.value)
+        self._own(out_ptr(out))
 
     def load(self) -> Map:
         """Read and validate the current map."""
         out = c_void_p()
         check(lib.shard_store_load(self._handle(), byref(out)))
-        return Map(out.value)
+        return Map(out_ptr(out))
 
     def publish(self, map: Map, expected_version: int) -> None:
         """Publish map atomically if the store is at expected_version (0:

@@ -13,7 +13,7 @@ from ._lib import (MOVE_DRY_RUN, MOVE_KEEP_SOURCE, MOVE_OPTIONS_VERSION,
                    MoveOptions, check_callable, cstr, invalid, lib,
                    option_uint, take, text, u64, uint)
 from .errors import check, last_error
-from .types import MoveReport, phase_name
+from .values import MoveReport, phase_name
 
 MaxLoad = Union[None, str, bytes, Dict[str, int]]
 
@@ -75,8 +75,9 @@ def move_options(*, dry_run: bool = False, keep_source: bool = False,
     cb = None
     check_callable(progress, "progress")
     if progress is not None:
+        fn = progress
         cb = Callback(lambda phase, done, total, _p:
-                      progress(phase_name(phase), done, total))
+                      fn(phase_name(phase), done, total))
         o.progress = MOVE_PROGRESS_FN(cb.call_void)
     return o, Keep(cb, objects=(load, postpone))
 

@@ -1,4 +1,6 @@
-"""Constants, IDs and mod shards, and the records that calls return.
+"""The values calls take and give: constants, IDs and mod shards, and the
+records that calls return (a module named so that it cannot shadow the
+standard library's types).
 
 IDs are Python ints (64-bit unsigned): 2 reserved bits (zero), 16 bits
 shard, 10 bits type, 36 bits local id (libshard(3)).
