@@ -566,6 +566,81 @@ class NoServerTests(Case):
             rf'lib\.{n}\b|"{n}"', source))
         self.assertEqual(uncalled, [])
 
+    # Each public C function, and the binding's call that runs it (a
+    # method, a property or a function, as this file calls it).
+    # BINDINGS-BEGIN
+    BINDINGS = {
+        "shard_strerror": "ls.strerror(", "shard_errmsg": ".message",
+        "shard_version": "ls.version(", "shard_version_num": "ls.version_num(",
+        "shard_global_init": "global_init(",
+        "shard_global_cleanup": "global_cleanup(",
+        "shard_free": ".mapping_list(", "shard_id_make": "ls.make_id(",
+        "shard_id_shard": "ls.id_shard(", "shard_id_type": "ls.id_type(",
+        "shard_id_local": "ls.id_local(", "shard_id_valid": "ls.id_valid(",
+        "shard_id_parse": "ls.parse_id(", "shard_mod": "ls.mod_shard(",
+        "shard_map_parse": "ls.Map.parse(", "shard_map_load": "ls.Map.load(",
+        "shard_map_free": "m.close(", "shard_map_version": "m.version",
+        "shard_map_open_shards": ".open_shards", "shard_map_mod_count":
+        ".mod_count", "shard_map_pair_count": "m.pairs",
+        "shard_map_pair_name": "m.pairs", "shard_map_pair_of": ".pair_of(",
+        "shard_map_mod_pair_of": ".mod_pair_of(",
+        "shard_map_pair_addrs": ".pair_addrs(", "shard_map_type_of":
+        ".type_of(", "shard_map_type_name": ".type_name(",
+        "shard_map_database": ".database(", "shard_map_mod_database":
+        ".mod_database(", "shard_map_to_json": ".to_json(",
+        "shard_map_summary": ".summary(", "shard_store_open": "ls.Store(",
+        "shard_store_free": "store.closed", "shard_store_load": "store.load(",
+        "shard_store_publish": "store.publish(", "shard_ctx_open":
+        "ls.Context(", "shard_ctx_free": "c.close(", "shard_ctx_reload":
+        ".reload(", "shard_ctx_map": ".map(", "shard_ctx_stats": ".stats(",
+        "shard_schema_apply": ".schema_apply(", "shard_schema_check":
+        ".schema_check(", "shard_object_create": "c.create(",
+        "shard_object_get": "c.get(", "shard_object_patch": "c.patch(",
+        "shard_object_delete": "c.delete(", "shard_object_mget": "c.mget(",
+        "shard_items_free": "c.mget(", "shard_object_create_json":
+        "c.create_json(", "shard_object_get_json": "c.get_json(",
+        "shard_object_update": "c.update(", "shard_mapping_add":
+        "c.mapping_add(", "shard_mapping_remove": "c.mapping_remove(",
+        "shard_mapping_list": "c.mapping_iter(", "shard_mapping_count":
+        "c.mapping_count(", "shard_kv_put": "c.kv_put(", "shard_kv_put_new":
+        "c.kv_put_new(", "shard_kv_get": "c.kv_get(", "shard_kv_delete":
+        "c.kv_delete(", "shard_txn_begin": "c.transaction(",
+        "shard_txn_object_create": "txn.create(", "shard_txn_object_get":
+        "txn.get(", "shard_txn_object_put": "txn.put(",
+        "shard_txn_mapping_add": "txn.mapping_add(", "shard_txn_commit":
+        "txn.commit(", "shard_txn_rollback": "txn.rollback(",
+        "shard_scatter_scan": "c.scatter_iter(", "shard_scatter_count":
+        "c.scatter_count(", "shard_move": "a.move(", "shard_move_resume":
+        "a.move_resume(", "shard_move_abort": "a.move_abort(",
+        "shard_move_status": "a.move_status(", "shard_move_phase_name":
+        "ls.phase_name(", "shard_move_revert": "a.move_revert(",
+        "shard_move_finish": "a.move_finish(", "shard_pair_failover":
+        ".failover(", "shard_legacy_resolve": "c.legacy_resolve(",
+        "shard_legacy_resolve_many": "c.legacy_resolve_many(",
+        "shard_import_table": "c.import_table(", "shard_import_mapping":
+        "c.import_mapping(", "shard_fleet_status": ".fleet_status(",
+        "shard_pair_add": "a.pair_add(", "shard_pair_remove":
+        "a.pair_remove(", "shard_shards_open": "a.shards_open(",
+        "shard_rebalance_plan": "a.rebalance_plan(", "shard_rebalance_free":
+        "plan0.moves", "shard_rebalance_moves": "plan.moves",
+        "shard_rebalance_pairs": "plan.pairs", "shard_rebalance_spread":
+        "plan.spread", "shard_rebalance_map_version": "plan.map_version",
+        "shard_rebalance_run": "a.rebalance_run(",
+    }
+    # BINDINGS-END
+
+    def test_every_function_tested(self):
+        """Every public C function has its binding in BINDINGS, and this
+        file calls that binding (outside the table)."""
+        declared = set(re.findall(r"SHARD_EXPORT[^;(]*?\b(shard_\w+)\s*\(",
+                                  self.header()))
+        self.assertEqual(set(self.BINDINGS), declared)
+        with open(os.path.abspath(__file__)) as f:
+            me = f.read()
+        me = re.sub(r"# BINDINGS-BEGIN.*# BINDINGS-END", "", me, flags=re.S)
+        self.assertEqual(sorted(c for c, py in self.BINDINGS.items()
+                                if py not in me), [])
+
     def test_docstrings_and_typing(self):
         """Every public callable has a docstring; the package is typed."""
         missing = []
@@ -968,6 +1043,11 @@ class OnePairTests(ServerCase):
         self.assertEqual(c.mapping_list("board_has_pins", board), [(pin, 7)])
         self.assertRaisesShard(ls.Invalid, -1, txn.commit)
         txn.rollback()  # ended: nothing to do
+        txn = c.transaction(4)  # without the with block
+        explicit = txn.create("pins", {"e": 1})
+        txn.commit()
+        self.assertFalse(txn.active)
+        self.assertEqual(c.get(explicit, decode=True), {"e": 1})
 
     def test_transaction_rollback(self):
         c = self.ctx

@@ -467,6 +467,8 @@ class Context(MoveMixin, FleetMixin, LegacyMixin, Handle):
         objects are unread, so memory stays bounded; closing the generator
         (or leaving a for loop early and dropping it) stops the scan. A
         failed scan raises from the generator, after the objects it read.
+        Unlike scatter_scan()'s callback, the loop's body runs on the
+        caller's thread and may call libshard.
         """
         h = self._handle()
         t = self._type(type)
