@@ -1355,6 +1355,13 @@ class OnePairTests(ServerCase):
             break
         gc.collect()
         self.assertEqual(threading.active_count(), threads)
+        # Closing the context stops a scan still open on it.
+        c2 = ls.Context(self.map_path, refresh_interval_ms=0)
+        it = c2.scatter_iter("users", buffer=1)
+        next(it)
+        c2.close()
+        self.assertEqual(threading.active_count(), threads)
+        self.assertRaises(StopIteration, next, it)
         self.assertRaisesShard(ls.Invalid, -1, c.scatter_iter, "nope")
         self.assertRaisesShard(ls.Invalid, -1, list, c.scatter_iter(99))
         self.assertRaises(ls.Invalid, c.scatter_iter, "users", buffer=0)

@@ -111,12 +111,19 @@ class Context(MoveMixin, FleetMixin, LegacyMixin, Handle):
         check(lib.shard_ctx_open(byref(out), cstr(location, "location"),
                                  byref(opts)))
         self._txns: "weakref.WeakSet[Transaction]" = weakref.WeakSet()
+        self._scans: "weakref.WeakSet[Iterator[Any]]" = weakref.WeakSet()
         self._own(out_ptr(out), self._log)
 
     def close(self) -> None:
-        """Roll back open transactions, close every connection, free."""
+        """Roll back open transactions, stop unfinished scatter_iter()
+        scans, close every connection, free."""
         for txn in list(getattr(self, "_txns", ())):
             txn.rollback()
+        for scan in list(getattr(self, "_scans", ())):
+            try:
+                scan.close()  # type: ignore[attr-defined]
+            except ValueError:  # running in another thread: its business
+                pass
         super().close()
 
     # ---- helpers -------------------------------------------------------
@@ -474,7 +481,9 @@ class Context(MoveMixin, FleetMixin, LegacyMixin, Handle):
         t = self._type(type)
         dec = self._decode(decode)
         size = to_int(buffer, 1, 1 << 24, "buffer")
-        return _scatter_gen(self, h, t, dec, size)
+        gen = _scatter_gen(self, h, t, dec, size)
+        self._scans.add(gen)  # close() stops it
+        return gen
 
     def __repr__(self) -> str:
         return "<libshard.Context (closed)>" if self.closed else \
