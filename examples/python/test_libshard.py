@@ -1434,6 +1434,12 @@ class OnePairTests(ServerCase):
             r = c.import_table(url, "pins", "pins", near=("board_id", "boards"),
                                threads=2, batch_rows=7)
             self.assertEqual(r.created, 20)
+            r = c.import_table(url, "pins", "pins", near="board_id:boards")
+            self.assertEqual((r.created, r.unchanged), (0, 20))
+            for bad, cls in (("board_id", ls.Invalid), (":boards", ls.Invalid),
+                             (("board_id",), TypeError), (7, TypeError)):
+                self.assertRaises(cls, c.import_table, url, "pins", "pins",
+                                  near=bad)
             r = c.import_mapping(url, "board_pins", "board_has_pins",
                                  from_column="board_id", from_type="boards",
                                  to_column="pin_id", to_type="pins")

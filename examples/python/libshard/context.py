@@ -44,6 +44,15 @@ JSONArg = Union[Dict[str, Any], List[Any], str, bytes]
 JSONOut = Union[str, Any]
 
 
+def _shard_arg(shard: int, near: Optional[int]) -> int:
+    """create()'s shard: `shard`, or the shard of ID `near`."""
+    if near is None:
+        return uint(shard, "shard")
+    if not id_valid(near):
+        raise Invalid(f"invalid ID {near}")
+    return id_shard(near)
+
+
 def _decoded(raw: bytes, decode: bool) -> JSONOut:
     s = raw.decode("utf-8")
     return _json.loads(s) if decode else s
@@ -183,14 +192,10 @@ class Context(MoveMixin, FleetMixin, LegacyMixin, Handle):
         shard: a shard number or ANY; near=ID: on the same shard as ID."""
         h = self._handle()
         t = self._type(type)
-        if near is not None:
-            if not id_valid(near):
-                raise Invalid(f"invalid ID {near}")
-            shard = id_shard(near)
+        s = _shard_arg(shard, near)
         raw = json_arg(json)
         out = c_uint64()
-        check(lib.shard_object_create(h, t, uint(shard, "shard"), raw,
-                                      len(raw), byref(out)))
+        check(lib.shard_object_create(h, t, s, raw, len(raw), byref(out)))
         return out.value
 
     def get(self, id: int, *, decode: Optional[bool] = None,
@@ -277,15 +282,11 @@ class Context(MoveMixin, FleetMixin, LegacyMixin, Handle):
         t = self._type(type)
         if not isinstance(obj, dict):
             raise TypeError(f"obj must be a dict, not {obj.__class__.__name__}")
-        if near is not None:
-            if not id_valid(near):
-                raise Invalid(f"invalid ID {near}")
-            shard = id_shard(near)
-        shard = uint(shard, "shard")
+        s = _shard_arg(shard, near)
         ptr = _jansson.load(json_arg(obj))
         out = c_uint64()
         try:
-            rc = lib.shard_object_create_json(h, t, shard, ptr, byref(out))
+            rc = lib.shard_object_create_json(h, t, s, ptr, byref(out))
         finally:
             _jansson.decref(ptr)
         check(rc)
