@@ -5,9 +5,12 @@ MariaDB servers started with tests/servers.sh and stopped at the end.
     (make check: sh examples/python/check.sh installs libshard and this
     package into temporary directories and runs these tests against them)
 
-Each class starts its own servers (one pair, then two pairs for the move
-and failover) under a fresh random LIBSHARD_PASSWORD and stops them in
-tearDownClass; a guard process stops them too if this process dies. The
+Each class starts its own servers (one pair; two pairs for the move and
+failover; two more for the topology, where the map lacks the second until
+pair_add) under a fresh random LIBSHARD_PASSWORD and stops them in
+tearDownClass; a guard process stops them too if this process dies.
+NoServerTests also check the binding against include/libshard.h: every
+function bound and called here, the structs' layouts, the codes. The
 application's work runs as the map's account (`shard`, rows only); schema
 apply, moves and failover as the operators' `shardadmin`, as servers.sh
 makes them.

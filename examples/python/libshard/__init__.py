@@ -55,6 +55,17 @@ Errors
     NotFound is a LookupError, ConnectionError and TimeoutError are also
     the built-in ones.
 
+Compatibility
+    What worked with the one-module binding works the same, with two
+    changes: an unknown object type name raises Invalid (a ValueError)
+    where it raised NotFound, and the private names (_lib, _make_error,
+    ...) moved into the modules. New calls: decode= and default= where
+    objects and keys are read, the iterators, the jansson conveniences
+    (create_json, get_json, update), fleet_status, schema_check,
+    pair_add/pair_remove, shards_open, rebalance_plan/rebalance_run,
+    import_table/import_mapping, legacy_resolve(_many) and
+    global_cleanup.
+
 Iterators
     Context.mapping_iter() pages through a mapping list with the sequence
     as cursor; Context.scatter_iter() yields every object of a type across
