@@ -1,9 +1,10 @@
 """The exceptions: one class per SHARD_E* code of include/libshard.h.
 
 This module is the one place the codes are written: each class carries
-its code and its C name; the description is the library's own
-shard_strerror(), and the table from code to class is built from the
-classes (the tests compare them with the header). A code appended to the
+its code and its C name; the description (in its docstring, and in
+strerror()) is the library's own shard_strerror(), and the table from code
+to class is built from the classes (the tests compare them with the
+header). A code appended to the
 library after this binding was written raises the base class ShardError
 with that .code.
 
@@ -19,6 +20,10 @@ import builtins
 from typing import Dict, List, Optional, Type
 
 from ._lib import lib, to_int
+
+
+def _strerror(code: int) -> str:
+    return lib.shard_strerror(code).decode()  # type: ignore[no-any-return]
 
 
 class ShardError(Exception):
@@ -47,111 +52,107 @@ class ShardError(Exception):
 
 
 class Invalid(ShardError, ValueError):
-    """SHARD_EINVAL: an invalid argument or input (also a ValueError)."""
+    """Also a ValueError: every bad argument raises it (a value of the
+    wrong type raises TypeError)."""
     code, c_name = -1, "SHARD_EINVAL"
 
 
 class NoMemory(ShardError, MemoryError):
-    """SHARD_ENOMEM: out of memory."""
+    """Also a MemoryError."""
     code, c_name = -2, "SHARD_ENOMEM"
 
 
 class MapError(ShardError):
-    """SHARD_EMAP: the shard map is invalid (the message names the entry)."""
+    """The message names the entry that breaks a rule."""
     code, c_name = -3, "SHARD_EMAP"
 
 
 class IOFailure(ShardError, OSError):
-    """SHARD_EIO: file or system I/O failed."""
+    """Also an OSError."""
     code, c_name = -4, "SHARD_EIO"
 
 
 class NotFound(ShardError, LookupError):
-    """SHARD_ENOTFOUND: no such object, mapping row or key (a LookupError)."""
+    """Also a LookupError; lookups that are given a default return it
+    instead (the rule is in libshard.context)."""
     code, c_name = -5, "SHARD_ENOTFOUND"
 
 
 class Exists(ShardError):
-    """SHARD_EEXISTS: already exists (put-if-absent, a pair in the map)."""
     code, c_name = -6, "SHARD_EEXISTS"
 
 
 class ConnectionError(ShardError, builtins.ConnectionError):
-    """SHARD_ECONNECT: a server cannot be reached."""
+    """Also the built-in ConnectionError."""
     code, c_name = -7, "SHARD_ECONNECT"
 
 
 class ServerError(ShardError):
-    """SHARD_ESERVER: a server returned an error (the message has it)."""
     code, c_name = -8, "SHARD_ESERVER"
 
 
 class TimeoutError(ShardError, builtins.TimeoutError):
-    """SHARD_ETIMEOUT: a network wait timed out."""
+    """Also the built-in TimeoutError."""
     code, c_name = -9, "SHARD_ETIMEOUT"
 
 
 class Moved(ShardError):
-    """SHARD_EMOVED: the shard moved (retried after a map reload)."""
     code, c_name = -10, "SHARD_EMOVED"
 
 
 class Conflict(ShardError):
-    """SHARD_ECONFLICT: a concurrent change won (a version compare failed)."""
     code, c_name = -11, "SHARD_ECONFLICT"
 
 
 class Busy(ShardError):
-    """SHARD_EBUSY: a lock is held or an operation runs."""
     code, c_name = -12, "SHARD_EBUSY"
 
 
 class TooBig(ShardError):
-    """SHARD_ETOOBIG: a value is larger than the server accepts."""
     code, c_name = -13, "SHARD_ETOOBIG"
 
 
 class NoShard(ShardError):
-    """SHARD_ENOSHARD: the shard is not mapped to any pair."""
     code, c_name = -14, "SHARD_ENOSHARD"
 
 
 class VerifyFailed(ShardError):
-    """SHARD_EVERIFY: verification found mismatches."""
     code, c_name = -15, "SHARD_EVERIFY"
 
 
 class PrivilegeError(ShardError):
-    """SHARD_EPRIV: the server denied a privilege."""
     code, c_name = -16, "SHARD_EPRIV"
 
 
 class TLSError(ShardError):
-    """SHARD_ETLS: TLS setup or verification failed."""
     code, c_name = -17, "SHARD_ETLS"
 
 
 class Partial(ShardError):
-    """SHARD_EPARTIAL: some elements of a multi-element call failed.
-
-    From Context.mget(..., raise_errors=True): .results is the whole answer
-    (the object, the default for not found, a ShardError for a failed
-    element) and .errors maps each failed position to its ShardError.
-    """
+    """From Context.mget(..., raise_errors=True): .results is the whole
+    answer (the object, the default for not found, a ShardError for a
+    failed element) and .errors maps each failed position to its
+    ShardError; from move_status(), .results holds the lines."""
     code, c_name = -18, "SHARD_EPARTIAL"
     results: Optional[List[object]] = None
     errors: Optional[Dict[int, ShardError]] = None
 
 
 class InternalError(ShardError):
-    """SHARD_EINTERNAL: a bug in libshard: please report it."""
     code, c_name = -19, "SHARD_EINTERNAL"
 
 
-# code -> class, from the classes themselves (written once, above).
+# code -> class, from the classes themselves (written once, above); each
+# class's docstring begins with its C name and the library's own
+# description (shard_strerror), read here rather than written again.
 _BY_CODE: Dict[int, Type[ShardError]] = {
     cls.code: cls for cls in ShardError.__subclasses__()
     if cls.code is not None}
+
+for _cls in _BY_CODE.values():
+    _cls.__doc__ = (f"{_cls.c_name}: {_strerror(_cls.code)}."  # type: ignore
+                    + (f"\n\n    {_cls.__doc__}" if _cls.__doc__ else ""))
+del _cls
 
 #: code -> C name, e.g. {-5: "SHARD_ENOTFOUND", ...}, from the classes.
 CODES: Dict[int, str] = {code: cls.c_name or "" for code, cls in
