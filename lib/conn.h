@@ -56,6 +56,7 @@ typedef struct shard_conn {
     uint64_t stmt_clock;
     shard_server *srv;
     struct shard_conn *next;    /* in the idle list */
+    uintptr_t owner;            /* the thread that released it last (conn.c) */
     unsigned long max_packet;   /* the server's max_allowed_packet */
     double idle_since;          /* monotonic seconds */
     double sent_at;             /* when conn_send sent the statement in flight */
