@@ -750,11 +750,15 @@ int conn_stmt_run(shard_conn *c, const char *key, const sqlbuf *sql, const conn_
     }
     if ((rc = conn_fits(c, bytes)) || (rc = stmt_for(c, key, sql, NULL, NULL, &cs)))
         return rc;
-    if (mysql_stmt_bind_param(cs->st, b) || mysql_stmt_execute(cs->st)) {
+    if (mysql_stmt_bind_param(cs->st, b))
+        return stmt_fail(c, cs->st, t0);
+    c->executing = true;
+    if (mysql_stmt_execute(cs->st)) {
         rc = stmt_fail(c, cs->st, t0);
         stmt_drop(cs); /* prepared afresh next time: the table may have changed */
         return rc;
     }
+    c->executing = false;
     c->affected = mysql_stmt_affected_rows(cs->st);
     c->insert_id = mysql_stmt_insert_id(cs->st);
     return 0;

@@ -65,6 +65,8 @@ typedef struct shard_conn {
     uint64_t affected;          /* rows the last conn_stmt_run changed */
     uint64_t insert_id;         /* and the AUTO_INCREMENT value it used */
     bool broken;                /* must not serve again (e.g. a ROLLBACK failed) */
+    bool executing;             /* conn_stmt_run sent its statement and has no answer
+                                 * yet (true after a failure in flight) */
 } shard_conn;
 
 /* One pool per server address, shared by every thread of the context. */

@@ -197,6 +197,13 @@ void sql_fence_value(sqlbuf *q, const char *db)
     sql_add(q, "')");
 }
 
+void sql_fence_clear(sqlbuf *q, const char *db)
+{
+    sql_add(q, "NOT EXISTS (SELECT 1 FROM " FENCE_TABLE " WHERE db = '");
+    sql_add(q, db);
+    sql_add(q, "' AND fenced <> 0)");
+}
+
 int exec_fence_lock(exec_env *env)
 {
     MYSQL_RES *res;
@@ -245,6 +252,34 @@ static int run_write(exec_env *env, exec_fn fn, void *arg, bool idempotent)
     return rc;
 }
 
+/*
+ * fn as flags say: alone (a read), in the write transaction, or (EXEC_ONE)
+ * as one autocommit statement that checks the fence itself, falling back to
+ * the transaction when fn asks. A statement sent on its own commits when
+ * the server runs it: if its answer is lost, whether it was applied is
+ * unknown unless it is idempotent.
+ */
+static int run(exec_env *env, int flags, exec_fn fn, void *arg)
+{
+    bool idempotent = flags & EXEC_IDEMPOTENT;
+    int rc;
+
+    if (!(flags & EXEC_WRITE))
+        return fn(env, arg);
+    if (flags & EXEC_ONE) {
+        env->fence_inline = true;
+        env->conn->executing = false;
+        rc = fn(env, arg);
+        if (rc != EXEC_TXN) {
+            if (rc && !idempotent && env->conn->executing)
+                env->ambiguous = true;
+            return rc;
+        }
+        env->fence_inline = false;
+    }
+    return run_write(env, fn, arg, idempotent);
+}
+
 static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg,
                     double started)
 {
@@ -283,9 +318,8 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
         if (rc == SHARD_ETIMEOUT && connect_failed)
             rc = SHARD_ECONNECT;
         if (rc == 0) {
-            exec_env env = {c, map, db, shard, map->pairs[pi].name, false, false};
-            rc = (flags & EXEC_WRITE) ? run_write(&env, fn, arg, flags & EXEC_IDEMPOTENT)
-                                      : fn(&env, arg);
+            exec_env env = {c, map, db, shard, map->pairs[pi].name, false, false, false};
+            rc = run(&env, flags, fn, arg);
             ambiguous = env.ambiguous;
             rc = ctx_check_moved(ctx, c, db, shard, flags & EXEC_MOD, map->pairs[pi].name, rc);
             if (!(rc == 0 && env.keep))

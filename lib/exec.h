@@ -17,6 +17,12 @@
                       * shared lock, and commit it after fn */
 #define EXEC_IDEMPOTENT 4 /* with EXEC_WRITE: running fn twice does no harm, so even
                            * a COMMIT lost in flight is retried */
+#define EXEC_ONE 8 /* with EXEC_WRITE: fn writes in one autocommit statement that
+                    * checks the fence itself (env->fence_inline, sql_fence_clear);
+                    * when that statement cannot tell what happened (it changed no
+                    * row), fn returns EXEC_TXN and runs again inside the write
+                    * transaction, as without EXEC_ONE */
+#define EXEC_TXN 1 /* fn's return under EXEC_ONE: run me in the write transaction */
 /* The public call to count (a stats_op, shard_ctx_stats(3)) in the bits above
  * the flags: calls, errors and duration, timed from ctx_exec's own clock
  * read. Without it nothing is counted (a step of a call counted elsewhere). */
@@ -35,6 +41,10 @@ typedef struct exec_env {
     /* fn sets this to keep the connection (and its open transaction) past
      * a successful return: it then owns env->conn (shard_txn_begin). */
     bool keep;
+    /* Under EXEC_ONE, outside a transaction: fn's statement must itself
+     * write nothing on a fenced shard (sql_fence_clear). False inside the
+     * write transaction, whose fence check ran already. */
+    bool fence_inline;
 } exec_env;
 
 typedef int (*exec_fn)(exec_env *env, void *arg);
@@ -52,6 +62,14 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg);
 int exec_fenced(const exec_env *env);
 /* A read's fence column: " (SELECT fenced FROM libshard_control.fence WHERE db = 'DB')". */
 void sql_fence_value(sqlbuf *q, const char *db);
+/* A condition true while DB is not fenced: "NOT EXISTS (SELECT 1 FROM
+ * libshard_control.fence WHERE db = 'DB' AND fenced <> 0)". In a write
+ * (INSERT ... SELECT ... WHERE, UPDATE or DELETE ... WHERE) it reads the
+ * fence row with a shared lock, or a gap lock where the row is missing,
+ * kept until the write commits: a move's fence UPDATE or INSERT waits for
+ * the write, and nothing commits on the shard after the fence
+ * (libshard-move(7), "The fence"). */
+void sql_fence_clear(sqlbuf *q, const char *db);
 /* The write's fence check, inside its open transaction, under a shared lock
  * (a move's fence UPDATE waits for it): SHARD_EMOVED when fenced. */
 int exec_fence_lock(exec_env *env);

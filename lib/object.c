@@ -134,8 +134,20 @@ static void stmt_key(char *key, size_t size, const char *kind, const char *db, c
     snprintf(key, size, "%s %s.%s", kind, db, table);
 }
 
+void object_insert_sql(sqlbuf *q, const char *db, const char *table, bool fence)
+{
+    sql_add(q, "INSERT INTO ");
+    sql_table(q, db, table);
+    if (!fence) {
+        sql_add(q, " (data) VALUES (?)");
+        return;
+    }
+    sql_add(q, " (data) SELECT ? FROM DUAL WHERE ");
+    sql_fence_clear(q, db);
+}
+
 int object_insert(shard_conn *c, const char *db, const char *table, unsigned shard,
-                  unsigned type, const char *json, size_t len, uint64_t *id)
+                  unsigned type, const char *json, size_t len, bool fence, uint64_t *id)
 {
     conn_param p = CONN_BYTES(json, len);
     char key[160];
@@ -144,14 +156,14 @@ int object_insert(shard_conn *c, const char *db, const char *table, unsigned sha
     int rc;
 
     sql_init(&q);
-    sql_add(&q, "INSERT INTO ");
-    sql_table(&q, db, table);
-    sql_add(&q, " (data) VALUES (?)");
-    stmt_key(key, sizeof key, "insert", db, table);
+    object_insert_sql(&q, db, table, fence);
+    stmt_key(key, sizeof key, fence ? "insert-fenced" : "insert", db, table);
     rc = conn_stmt_run(c, key, &q, &p, 1);
     sql_free(&q);
     if (rc)
         return rc;
+    if (fence && c->affected == 0) /* the statement's fence check held it back */
+        return shard_fail(SHARD_EMOVED, "%s is fenced by a move in progress", db);
     local = c->insert_id;
     if (local < 1 || local > SHARD_MAX_LOCAL) {
         /* The row cannot be named by an ID: take it back. */
@@ -264,7 +276,7 @@ int object_insert_many(shard_conn *c, const char *db, const char *table, unsigne
         if (alone) {
             /* Too big as a hex literal, not as bytes: on its own, a binary
              * parameter of a prepared statement. */
-            rc = object_insert(c, db, table, shard, type, json[i], len[i], &ids[i]);
+            rc = object_insert(c, db, table, shard, type, json[i], len[i], false, &ids[i]);
             stmts++;
             first = i + 1;
             continue;
@@ -399,7 +411,7 @@ static int create_fn(exec_env *env, void *arg)
     if (rc)
         return rc;
     return object_insert(env->conn, env->db, table, env->shard, a->type, a->json, a->len,
-                         &a->id);
+                         env->fence_inline, &a->id);
 }
 
 int shard_object_create(shard_ctx *ctx, unsigned type, unsigned shard, const char *json,
@@ -423,7 +435,9 @@ int shard_object_create(shard_ctx *ctx, unsigned type, unsigned shard, const cha
         shard = (unsigned)(ctx_random() % map->open_shards);
         shard_map_free(map);
     }
-    if ((rc = ctx_exec(ctx, shard, EXEC_WRITE | EXEC_OP(STATS_OBJECT_CREATE), create_fn, &a)))
+    /* One round trip: the INSERT checks the fence itself (EXEC_ONE). */
+    if ((rc = ctx_exec(ctx, shard, EXEC_WRITE | EXEC_ONE | EXEC_OP(STATS_OBJECT_CREATE),
+                       create_fn, &a)))
         return rc;
     *id = a.id;
     return 0;
@@ -609,6 +623,18 @@ static int soft_delete(json_t **obj, void *arg)
                : 0;
 }
 
+void object_delete_sql(sqlbuf *q, const char *db, const char *table, uint64_t id, bool fence)
+{
+    sql_add(q, "DELETE FROM ");
+    sql_table(q, db, table);
+    sql_add(q, " WHERE local_id = ");
+    sql_u64(q, shard_id_local(id));
+    if (fence) {
+        sql_add(q, " AND ");
+        sql_fence_clear(q, db);
+    }
+}
+
 static int hard_delete_fn(exec_env *env, void *arg)
 {
     uint64_t id = *(uint64_t *)arg;
@@ -619,14 +645,15 @@ static int hard_delete_fn(exec_env *env, void *arg)
     if (rc)
         return rc;
     sql_init(&q);
-    sql_add(&q, "DELETE FROM ");
-    sql_table(&q, env->db, table);
-    sql_add(&q, " WHERE local_id = ");
-    sql_u64(&q, shard_id_local(id));
+    object_delete_sql(&q, env->db, table, id, env->fence_inline);
     rc = conn_query(env->conn, &q);
     sql_free(&q);
-    if (rc == 0 && mysql_affected_rows(env->conn->my) == 0)
+    if (rc == 0 && mysql_affected_rows(env->conn->my) == 0) {
+        /* No row, or a fence held the DELETE back: the transaction tells. */
+        if (env->fence_inline)
+            return EXEC_TXN;
         rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
+    }
     return rc;
 }
 
@@ -640,7 +667,8 @@ int shard_object_delete(shard_ctx *ctx, uint64_t id, int flags)
         return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
     if (flags & SHARD_DELETE_HARD)
         return ctx_exec(ctx, shard_id_shard(id),
-                        EXEC_WRITE | EXEC_IDEMPOTENT | EXEC_OP(STATS_OBJECT_DELETE),
+                        EXEC_WRITE | EXEC_ONE | EXEC_IDEMPOTENT |
+                            EXEC_OP(STATS_OBJECT_DELETE),
                         hard_delete_fn, &id);
     return rmw(ctx, STATS_OBJECT_DELETE, id, soft_delete, NULL, NULL, NULL);
 }
