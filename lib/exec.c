@@ -183,6 +183,22 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
 
 /* ---- the fence ---------------------------------------------------------------- */
 
+bool exec_fence_skip(shard_ctx *ctx, const shard_map *map, unsigned shard, double *until)
+{
+    double end;
+
+    if (map_shard_moving(map, shard) || !(end = ctx_lease_until(ctx, map)) ||
+        now_seconds() >= end)
+        return false;
+    *until = end;
+    return true;
+}
+
+bool exec_answer_late(const exec_env *env)
+{
+    return env->fence_skip && now_seconds() >= env->lease_until;
+}
+
 int exec_fenced(const exec_env *env)
 {
     return shard_fail(SHARD_EMOVED, "shard %u on pair %s is fenced by a move in progress",
@@ -195,6 +211,14 @@ void sql_fence_value(sqlbuf *q, const char *db)
     sql_add(q, "(SELECT fenced FROM " FENCE_TABLE " WHERE db = '");
     sql_add(q, db);
     sql_add(q, "')");
+}
+
+void sql_fence_column(sqlbuf *q, const exec_env *env)
+{
+    if (env->fence_skip)
+        sql_add(q, "0");
+    else
+        sql_fence_value(q, env->db);
 }
 
 void sql_fence_clear(sqlbuf *q, const char *db)
@@ -285,7 +309,7 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
 {
     double deadline = started + ctx->opts.retry_budget_ms / 1000.0;
     unsigned attempt = 0, tries = 0; /* attempts counted against retry_max; all */
-    bool waited = false;
+    bool waited = false, recheck = false;
     int rc;
 
     for (;;) {
@@ -318,8 +342,18 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
         if (rc == SHARD_ETIMEOUT && connect_failed)
             rc = SHARD_ECONNECT;
         if (rc == 0) {
-            exec_env env = {c, map, db, shard, map->pairs[pi].name, false, false, false};
+            exec_env env = {c, map, db, shard, map->pairs[pi].name, false, false, false,
+                            false, 0};
+            env.fence_skip = !(flags & (EXEC_WRITE | EXEC_MOD)) && !recheck &&
+                             exec_fence_skip(ctx, map, shard, &env.lease_until);
             rc = run(&env, flags, fn, arg);
+            if (rc == EXEC_STALE) {
+                /* Answered after the lease: that answer never counts. */
+                conn_release(c, 0);
+                shard_map_free(map);
+                recheck = true;
+                continue;
+            }
             ambiguous = env.ambiguous;
             rc = ctx_check_moved(ctx, c, db, shard, flags & EXEC_MOD, map->pairs[pi].name, rc);
             if (!(rc == 0 && env.keep))

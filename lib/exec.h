@@ -23,6 +23,9 @@
                     * row), fn returns EXEC_TXN and runs again inside the write
                     * transaction, as without EXEC_ONE */
 #define EXEC_TXN 1 /* fn's return under EXEC_ONE: run me in the write transaction */
+#define EXEC_STALE 2 /* a read's return when it skipped the fence check and its answer
+                      * came after the lease ended (exec_answer_late): it runs again,
+                      * checking the fence */
 /* The public call to count (a stats_op, shard_ctx_stats(3)) in the bits above
  * the flags: calls, errors and duration, timed from ctx_exec's own clock
  * read. Without it nothing is counted (a step of a call counted elsewhere). */
@@ -45,6 +48,12 @@ typedef struct exec_env {
      * write nothing on a fenced shard (sql_fence_clear). False inside the
      * write transaction, whose fence check ran already. */
     bool fence_inline;
+    /* A read (no EXEC_WRITE, no EXEC_MOD) may leave the fence out of its
+     * statement: exec_fence_skip said so (the context's lease holds and the
+     * shard is not marked moving). Its answer counts only if it came before
+     * lease_until: else fn frees what it read and returns EXEC_STALE. */
+    bool fence_skip;
+    double lease_until;
 } exec_env;
 
 typedef int (*exec_fn)(exec_env *env, void *arg);
@@ -58,6 +67,18 @@ typedef int (*exec_fn)(exec_env *env, void *arg);
  */
 int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg);
 
+/*
+ * The one rule for "check the fence on this shard now?" (libshard-move(7),
+ * "The lease"): a read may skip the check only while the context holds a
+ * lease on `map` (a store read that started less than lease_ms ago found
+ * it current) and the map does not mark the shard moving. *until gets the
+ * lease's end (monotonic seconds) when it returns true.
+ */
+bool exec_fence_skip(shard_ctx *ctx, const shard_map *map, unsigned shard, double *until);
+/* After a read that skipped the check: whether its answer came too late to
+ * count (at or after the lease's end). */
+bool exec_answer_late(const exec_env *env);
+
 /* SHARD_EMOVED for a statement that found the shard fenced. */
 int exec_fenced(const exec_env *env);
 /* A read's fence column: " (SELECT fenced FROM libshard_control.fence WHERE db = 'DB')". */
@@ -70,6 +91,8 @@ void sql_fence_value(sqlbuf *q, const char *db);
  * the write, and nothing commits on the shard after the fence
  * (libshard-move(7), "The fence"). */
 void sql_fence_clear(sqlbuf *q, const char *db);
+/* A read's fence column: sql_fence_value, or 0 when env skips the check. */
+void sql_fence_column(sqlbuf *q, const exec_env *env);
 /* The write's fence check, inside its open transaction, under a shared lock
  * (a move's fence UPDATE waits for it): SHARD_EMOVED when fenced. */
 int exec_fence_lock(exec_env *env);

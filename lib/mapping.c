@@ -240,7 +240,7 @@ static int list_query(exec_env *env, const list_args *a, bool joined, MYSQL_RES 
     sql_add(&q, "SELECT ");
     if (joined)
         sql_add(&q, "f.v, m.to_id, m.sequence FROM (SELECT ");
-    sql_fence_value(&q, env->db);
+    sql_fence_column(&q, env);
     sql_add(&q, joined ? " AS v) AS f LEFT JOIN (SELECT to_id, sequence" : ", to_id, sequence");
     if ((rc = rows_of(env, a, &q))) {
         sql_free(&q);
@@ -272,10 +272,14 @@ static int list_fn(exec_env *env, void *arg)
 
     if (rc)
         return rc;
-    if (mysql_num_rows(res) == 0) {
+    if (mysql_num_rows(res) == 0 && !env->fence_skip) {
         mysql_free_result(res);
         if ((rc = list_query(env, a, true, &res)))
             return rc;
+    }
+    if (exec_answer_late(env)) {
+        mysql_free_result(res);
+        return EXEC_STALE;
     }
     free(a->edges);
     a->n = 0;
@@ -325,7 +329,7 @@ static int count_fn(exec_env *env, void *arg)
 
     sql_init(&q);
     sql_add(&q, "SELECT ");
-    sql_fence_value(&q, env->db);
+    sql_fence_column(&q, env);
     sql_add(&q, ", (SELECT COUNT(*)");
     if ((rc = rows_of(env, a, &q))) {
         sql_free(&q);
@@ -336,6 +340,10 @@ static int count_fn(exec_env *env, void *arg)
     sql_free(&q);
     if (rc)
         return rc;
+    if (exec_answer_late(env)) {
+        mysql_free_result(res);
+        return EXEC_STALE;
+    }
     row = mysql_fetch_row(res);
     fenced = row && row[0] && strcmp(row[0], "0") != 0;
     a->count = row && row[1] ? strtoull(row[1], NULL, 10) : 0;

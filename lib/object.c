@@ -311,6 +311,16 @@ static void build_get(sqlbuf *q, const void *arg)
     sql_add(q, " WHERE local_id = ?)");
 }
 
+/* Under a lease (exec_fence_skip): the object alone. */
+static void build_get_unfenced(sqlbuf *q, const void *arg)
+{
+    const get_sql *g = arg;
+    sql_add(q, "SELECT data FROM ");
+    sql_table(q, g->db, g->table);
+    sql_add(q, " WHERE local_id = ?");
+}
+
+/* fenced NULL: the statement without the fence (the caller may skip it). */
 static int select_fenced(shard_conn *c, const char *db, const char *table, uint64_t id,
                          bool *fenced, char **json, size_t *len)
 {
@@ -318,13 +328,34 @@ static int select_fenced(shard_conn *c, const char *db, const char *table, uint6
     char key[160];
     int rc;
 
-    stmt_key(key, sizeof key, "get", db, table);
-    rc = conn_stmt_get(c, key, build_get, &g, shard_id_local(id), fenced, json, len);
-    if (rc == 0 && *fenced) {
+    stmt_key(key, sizeof key, fenced ? "get" : "get-leased", db, table);
+    rc = conn_stmt_get(c, key, fenced ? build_get : build_get_unfenced, &g,
+                       shard_id_local(id), fenced, json, len);
+    if (fenced && rc == 0 && *fenced) {
         free(*json);
         *json = NULL;
     }
-    return *fenced ? 0 : rc;
+    return fenced && *fenced ? 0 : rc;
+}
+
+int object_get(shard_conn *c, const char *db, const char *table, uint64_t id, bool check,
+               bool *fenced, char **json, size_t *len)
+{
+    bool f = false;
+    int rc = select_fenced(c, db, table, id, check ? &f : NULL, json, len);
+
+    if (fenced)
+        *fenced = f;
+    if (f)
+        return 0;
+    if (rc == 0 && object_deleted(*json, len ? *len : strlen(*json))) {
+        free(*json);
+        *json = NULL;
+        rc = SHARD_ENOTFOUND;
+    }
+    if (rc == SHARD_ENOTFOUND)
+        rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
+    return rc;
 }
 
 int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
@@ -336,22 +367,8 @@ int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
     sqlbuf q;
     int rc;
 
-    if (!for_update) {
-        bool f = false;
-        rc = select_fenced(c, db, table, id, &f, json, len);
-        if (fenced)
-            *fenced = f;
-        if (f)
-            return 0;
-        if (rc == 0 && object_deleted(*json, len ? *len : strlen(*json))) {
-            free(*json);
-            *json = NULL;
-            rc = SHARD_ENOTFOUND;
-        }
-        if (rc == SHARD_ENOTFOUND)
-            rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
-        return rc;
-    }
+    if (!for_update)
+        return object_get(c, db, table, id, true, fenced, json, len);
     /* FOR UPDATE runs in a transaction that checked the fence already. */
     if (fenced)
         *fenced = false;
@@ -459,8 +476,14 @@ static int get_fn(exec_env *env, void *arg)
     if (rc)
         return rc;
     bool fenced = false;
-    if ((rc = object_select(env->conn, env->db, table, a->id, false, &fenced, &a->json,
-                            &a->len)))
+    rc = object_get(env->conn, env->db, table, a->id, !env->fence_skip, &fenced, &a->json,
+                    &a->len);
+    if ((rc == 0 || rc == SHARD_ENOTFOUND) && exec_answer_late(env)) {
+        free(a->json);
+        a->json = NULL;
+        return EXEC_STALE;
+    }
+    if (rc)
         return rc;
     return fenced ? exec_fenced(env) : 0;
 }

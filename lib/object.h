@@ -55,6 +55,11 @@ int object_insert_many(shard_conn *c, const char *db, const char *table, unsigne
 /* for_update: SELECT ... FOR UPDATE, in a transaction that checked the
  * fence. Else the hot-path read, which checks the fence in the same
  * statement: *fenced (may be NULL only inside such a transaction) tells. */
+/* The hot-path read of one object; with check, the fence in the same
+ * statement (*fenced tells, may be NULL); without, the object alone (under
+ * a lease: exec_fence_skip). SHARD_ENOTFOUND for none or soft-deleted. */
+int object_get(shard_conn *c, const char *db, const char *table, uint64_t id, bool check,
+               bool *fenced, char **json, size_t *len);
 int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
                   bool for_update, bool *fenced, char **json, size_t *len);
 int object_write(shard_conn *c, const char *db, const char *table, uint64_t id,
