@@ -241,7 +241,7 @@ static int state_planned(mv *m)
         return rc;
     move_step(m, &t0, "listing the tables");
     /* Marked now, so that the lease wait runs out during the copy. */
-    if ((rc = move_mark(m, true)))
+    if ((rc = move_mark(m, true)) || (rc = move_hook(m, "marked")))
         return rc;
     move_step(m, &t0, "marking the shards moving in the map");
     /* A resumed copy starts again; the earlier runs' copies are dropped
@@ -345,6 +345,10 @@ static int state_catchup(mv *m)
     if ((rc = move_lease_wait(m)))
         return rc;
     if ((rc = move_cut_lock(m, true)) || (rc = move_catch_up(m))) {
+        move_cut_lock(m, false);
+        return rc;
+    }
+    if ((rc = move_hook(m, "fencing"))) {
         move_cut_lock(m, false);
         return rc;
     }
