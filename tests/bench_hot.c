@@ -431,31 +431,6 @@ static void report(const char *name, phase *a, phase *b, const int *threads, int
 
 /* ------------------------------------------------------------ setup */
 
-/* The harness's map with a lease (libshard(3), lease_ms), as a fleet whose
- * movers all mark their shards runs: reads of unmarked shards skip the
- * fence while the store answers. */
-static void map_with_lease(unsigned ms)
-{
-    shard_store *st = NULL;
-    shard_map *cur = NULL, *next = NULL;
-    char *text = NULL, *out;
-    json_t *doc;
-
-    if (shard_store_open(&st, harness_map_path(H)) || shard_store_load(st, &cur) ||
-        shard_map_to_json(cur, &text) || !(doc = json_loads(text, 0, NULL)))
-        die("reading the map: %s", shard_errmsg());
-    json_object_set_new(doc, "lease_ms", json_integer(ms));
-    json_object_set_new(doc, "version", json_integer((json_int_t)shard_map_version(cur) + 1));
-    if (!(out = json_dumps(doc, JSON_COMPACT)) || shard_map_parse(&next, out, strlen(out)) ||
-        shard_store_publish(st, next, shard_map_version(cur)))
-        die("publishing the map: %s", shard_errmsg());
-    free(out);
-    json_decref(doc);
-    shard_free(text);
-    shard_map_free(next);
-    shard_map_free(cur);
-    shard_store_free(st);
-}
 
 static size_t load(const shard_map *map, int port, uint64_t *ids)
 {
@@ -492,7 +467,7 @@ int main(int argc, char **argv)
     if (!(H = harness_start_ex(1, SHARDS, 4)))
         die("cannot start the servers");
     port = harness_port(H, "s1");
-    map_with_lease(LEASE_MS);
+    bench_map_lease(H, LEASE_MS);
     if (harness_schema_apply(H) || shard_ctx_open(&ctx, harness_map_path(H), NULL) ||
         shard_ctx_map(ctx, &map))
         die("setting up libshard: %s", shard_errmsg());
