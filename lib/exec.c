@@ -221,6 +221,13 @@ void sql_fence_column(sqlbuf *q, const exec_env *env)
         sql_fence_value(q, env->db);
 }
 
+void sql_fence_lock_column(sqlbuf *q, const char *db)
+{
+    sql_add(q, "(SELECT fenced FROM " FENCE_TABLE " WHERE db = '");
+    sql_add(q, db);
+    sql_add(q, "' LOCK IN SHARE MODE)");
+}
+
 void sql_fence_clear(sqlbuf *q, const char *db)
 {
     sql_add(q, "NOT EXISTS (SELECT 1 FROM " FENCE_TABLE " WHERE db = '");
@@ -256,13 +263,13 @@ int exec_fence_lock(exec_env *env)
 /* ---- running ------------------------------------------------------------------ */
 
 /* fn inside a transaction that checked the fence first; committed after it. */
-static int run_write(exec_env *env, exec_fn fn, void *arg, bool idempotent)
+static int run_write(exec_env *env, exec_fn fn, void *arg, bool idempotent, bool fn_fences)
 {
     int rc;
 
     if ((rc = conn_query_str(env->conn, "START TRANSACTION")))
         return rc;
-    if ((rc = exec_fence_lock(env)) == 0 && (rc = fn(env, arg)) == 0) {
+    if ((fn_fences || (rc = exec_fence_lock(env)) == 0) && (rc = fn(env, arg)) == 0) {
         env->ambiguous = !idempotent; /* a lost COMMIT may have committed */
         if ((rc = conn_query_str(env->conn, "COMMIT")) == 0)
             env->ambiguous = false;
@@ -301,7 +308,7 @@ static int run(exec_env *env, int flags, exec_fn fn, void *arg)
         }
         env->fence_inline = false;
     }
-    return run_write(env, fn, arg, idempotent);
+    return run_write(env, fn, arg, idempotent, (flags & EXEC_FENCE_FN) != 0);
 }
 
 static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg,

@@ -22,6 +22,9 @@
                     * when that statement cannot tell what happened (it changed no
                     * row), fn returns EXEC_TXN and runs again inside the write
                     * transaction, as without EXEC_ONE */
+#define EXEC_FENCE_FN 16 /* with EXEC_WRITE: the transaction's first statement, fn's own,
+                         * locks the fence row itself (exec_fence_sql_lock), so the
+                         * check costs no round trip of its own */
 #define EXEC_TXN 1 /* fn's return under EXEC_ONE: run me in the write transaction */
 #define EXEC_STALE 2 /* a read's return when it skipped the fence check and its answer
                       * came after the lease ended (exec_answer_late): it runs again,
@@ -93,6 +96,10 @@ void sql_fence_value(sqlbuf *q, const char *db);
 void sql_fence_clear(sqlbuf *q, const char *db);
 /* A read's fence column: sql_fence_value, or 0 when env skips the check. */
 void sql_fence_column(sqlbuf *q, const exec_env *env);
+/* The fence check as a column of a write transaction's first statement:
+ * "(SELECT fenced FROM libshard_control.fence WHERE db = 'DB' LOCK IN SHARE
+ * MODE)", the same shared lock (or gap lock) as exec_fence_lock takes. */
+void sql_fence_lock_column(sqlbuf *q, const char *db);
 /* The write's fence check, inside its open transaction, under a shared lock
  * (a move's fence UPDATE waits for it): SHARD_EMOVED when fenced. */
 int exec_fence_lock(exec_env *env);

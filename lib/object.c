@@ -518,6 +518,45 @@ typedef struct rmw_args {
     size_t result_len;
 } rmw_args;
 
+/*
+ * The read of a read-modify-write (EXEC_FENCE_FN): the fence row under a
+ * shared lock and the object's row under an exclusive one, in the
+ * transaction's first statement. One row always, whether or not either
+ * exists.
+ */
+static int select_locked(exec_env *env, const char *table, uint64_t id, char **json,
+                         size_t *len)
+{
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    unsigned long *lens;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "SELECT ");
+    sql_fence_lock_column(&q, env->db);
+    sql_add(&q, ", (SELECT data FROM ");
+    sql_table(&q, env->db, table);
+    sql_add(&q, " WHERE local_id = ");
+    sql_u64(&q, shard_id_local(id));
+    sql_add(&q, " FOR UPDATE)");
+    rc = conn_select(env->conn, &q, &res);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    row = mysql_fetch_row(res);
+    lens = mysql_fetch_lengths(res);
+    if (row && row[0] && strcmp(row[0], "0") != 0)
+        rc = exec_fenced(env);
+    else if (!row || !row[1] || object_deleted(row[1], lens[1]))
+        rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
+    else
+        rc = copy_out(row[1], lens[1], json, len);
+    mysql_free_result(res);
+    return rc;
+}
+
 static int rmw_body(exec_env *env, rmw_args *a, const char *table)
 {
     char *old = NULL, *text = NULL;
@@ -525,7 +564,7 @@ static int rmw_body(exec_env *env, rmw_args *a, const char *table)
     json_t *obj = NULL;
     int rc;
 
-    if ((rc = object_select(env->conn, env->db, table, a->id, true, NULL, &old, &oldlen)))
+    if ((rc = select_locked(env, table, a->id, &old, &oldlen)))
         return rc;
     obj = json_loadb(old, oldlen, JSON_ALLOW_NUL, NULL);
     free(old);
@@ -553,7 +592,8 @@ out:
 }
 
 /* Runs in ctx_exec's write transaction (EXEC_WRITE): the fence checked
- * under a shared lock, the row locked, then committed by ctx_exec. */
+ * under a shared lock and the row locked in one statement (EXEC_FENCE_FN),
+ * then committed by ctx_exec. */
 static int rmw_fn(exec_env *env, void *arg)
 {
     rmw_args *a = arg;
@@ -571,7 +611,8 @@ static int rmw(shard_ctx *ctx, stats_op op, uint64_t id, transform_fn t, void *a
 
     if (!shard_id_valid(id))
         return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
-    rc = ctx_exec(ctx, shard_id_shard(id), EXEC_WRITE | EXEC_OP(op), rmw_fn, &a);
+    rc = ctx_exec(ctx, shard_id_shard(id), EXEC_WRITE | EXEC_FENCE_FN | EXEC_OP(op), rmw_fn,
+                  &a);
     if (rc == 0 && result) {
         rc = copy_out(a.result, a.result_len, result, result_len);
     }

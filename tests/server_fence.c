@@ -1,7 +1,9 @@
 /*
  * tests/server_fence.c: the writes that check the fence in their own
  * statement (one round trip: shard_object_create(3), a hard
- * shard_object_delete(3), shard_mapping_add(3), shard_mapping_remove(3))
+ * shard_object_delete(3), shard_mapping_add(3), shard_mapping_remove(3)),
+ * and the read-modify-write whose first statement locks the fence row and
+ * the object's row together (shard_object_update(3), shard_object_patch(3)),
  * hold a move's fence back until they commit, as libshard-move(7) ("The
  * fence") requires: each statement, exactly as the library sends it, runs
  * in a transaction left open; the mover's fence UPDATE (fence row present)
@@ -13,8 +15,10 @@
  * fail with SHARD_EMOVED once their retry budget is spent.
  */
 #include <check.h>
+#include <jansson.h> /* first: libshard.h declares its jansson calls */
 #include <libshard.h>
 #include <mysql.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +177,81 @@ START_TEST(test_mapping_remove_holds_fence_back)
 }
 END_TEST
 
+/* A read-modify-write (shard_object_update) held open in its callback:
+ * its first statement read the fence row under a lock, which the mover's
+ * fence must wait for. */
+typedef struct held {
+    shard_ctx *ctx;
+    uint64_t id;
+    pthread_barrier_t inside, release;
+    int rc;
+} held;
+
+static int hold_cb(json_t *obj, void *payload)
+{
+    held *hd = payload;
+    json_object_set_new(obj, "patched", json_true());
+    pthread_barrier_wait(&hd->inside);
+    pthread_barrier_wait(&hd->release);
+    return 0;
+}
+
+static void *update_main(void *arg)
+{
+    held *hd = arg;
+    hd->rc = shard_object_update(hd->ctx, hd->id, hold_cb, hd);
+    return NULL;
+}
+
+static void rmw_holds_fence_back(bool row_present)
+{
+    held hd;
+    pthread_t t;
+    char *json = NULL;
+
+    memset(&hd, 0, sizeof hd);
+    OK(shard_ctx_open(&hd.ctx, harness_map_path(H), NULL));
+    fence_clear(true);
+    OK(shard_object_create(hd.ctx, 1, F, LIT("{\"r\":1}"), &hd.id));
+    fence_clear(row_present);
+    pthread_barrier_init(&hd.inside, NULL, 2);
+    pthread_barrier_init(&hd.release, NULL, 2);
+    ck_assert_int_eq(pthread_create(&t, NULL, update_main, &hd), 0);
+    pthread_barrier_wait(&hd.inside);
+    int fenced_meanwhile = row_present ? fence_update() : fence_insert();
+    pthread_barrier_wait(&hd.release);
+    pthread_join(t, NULL);
+    ck_assert_msg(fenced_meanwhile != 0, "the fence %s went through while a read-modify-write "
+                  "was in flight (fence row %s)", row_present ? "UPDATE" : "INSERT",
+                  row_present ? "present" : "absent");
+    ck_assert_msg(hd.rc == 0, "update: %s", shard_errmsg());
+    ck_assert_msg((row_present ? fence_update() : fence_insert()) == 0,
+                  "the fence still waits after the read-modify-write committed");
+    /* Fenced: a patch writes nothing. */
+    {
+        shard_options o = SHARD_OPTIONS_INIT;
+        shard_ctx *c2 = NULL;
+        o.retry_budget_ms = 300;
+        OK(shard_ctx_open(&c2, harness_map_path(H), &o));
+        FAILS(SHARD_EMOVED, shard_object_patch(c2, hd.id, LIT("{\"late\":1}"), NULL, NULL));
+        shard_ctx_free(c2);
+    }
+    fence_clear(true);
+    OK(shard_object_get(hd.ctx, hd.id, &json, NULL));
+    ck_assert_str_eq(json, "{\"r\":1,\"patched\":true}");
+    shard_free(json);
+    pthread_barrier_destroy(&hd.inside);
+    pthread_barrier_destroy(&hd.release);
+    shard_ctx_free(hd.ctx);
+}
+
+START_TEST(test_rmw_holds_fence_back)
+{
+    rmw_holds_fence_back(true);
+    rmw_holds_fence_back(false);
+}
+END_TEST
+
 static uint64_t rows_in(const char *table)
 {
     char *q = fmt("SELECT COUNT(*) FROM %s.%s", Db, table), *out = NULL;
@@ -226,6 +305,7 @@ static Suite *fence_suite(void)
                                            test_delete_holds_fence_back,
                                            test_mapping_add_holds_fence_back,
                                            test_mapping_remove_holds_fence_back,
+                                           test_rmw_holds_fence_back,
                                            test_fenced_writes_change_nothing));
     tcase_set_timeout(tc, 90);
     return s;
