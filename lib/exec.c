@@ -316,7 +316,7 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
 {
     double deadline = started + ctx->opts.retry_budget_ms / 1000.0;
     unsigned attempt = 0, tries = 0; /* attempts counted against retry_max; all */
-    bool waited = false, recheck = false;
+    bool waited = false, recheck = false, lost = false;
     int rc;
 
     for (;;) {
@@ -350,7 +350,7 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
             rc = SHARD_ECONNECT;
         if (rc == 0) {
             exec_env env = {c, map, db, shard, map->pairs[pi].name, false, false, false,
-                            false, 0};
+                            false, 0, lost};
             env.fence_skip = !(flags & (EXEC_WRITE | EXEC_MOD)) && !recheck &&
                              exec_fence_skip(ctx, map, shard, &env.lease_until);
             rc = run(&env, flags, fn, arg);
@@ -362,6 +362,9 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
                 continue;
             }
             ambiguous = env.ambiguous;
+            /* Lost in flight: the statement may have been applied, which a
+             * retry of an idempotent write must allow for. */
+            lost = lost || rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT;
             rc = ctx_check_moved(ctx, c, db, shard, flags & EXEC_MOD, map->pairs[pi].name, rc);
             if (!(rc == 0 && env.keep))
                 conn_release(c, rc);

@@ -57,6 +57,10 @@ typedef struct exec_env {
      * lease_until: else fn frees what it read and returns EXEC_STALE. */
     bool fence_skip;
     double lease_until;
+    /* An earlier attempt of this call lost its connection after it had one:
+     * what it sent may have been applied (an idempotent write's retry may
+     * find its own work done). */
+    bool after_loss;
 } exec_env;
 
 typedef int (*exec_fn)(exec_env *env, void *arg);

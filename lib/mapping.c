@@ -60,6 +60,7 @@ typedef struct row_args {
     int64_t seq;
     bool remove;
     uint64_t affected;
+    bool after_loss; /* the statement ran again after an attempt's answer was lost */
 } row_args;
 
 void mapping_upsert_sql(sqlbuf *q, const char *db, const char *table, uint64_t from,
@@ -122,6 +123,7 @@ static int row_fn(exec_env *env, void *arg)
     sql_free(&q);
     if (rc == 0)
         a->affected = mysql_affected_rows(env->conn->my);
+    a->after_loss = env->after_loss;
     /* No row changed: no such row, the same sequence already, or a fence
      * held the statement back; the transaction tells which. */
     if (rc == 0 && a->affected == 0 && env->fence_inline)
@@ -134,7 +136,7 @@ static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t 
 {
     char reverse[SHARD_DBNAME_MAX] = "";
     const char *rev = NULL;
-    row_args a = {name, from, to, seq, remove, 0};
+    row_args a = {name, from, to, seq, remove, 0, false};
     int rc;
 
     if (!ctx || !name)
@@ -163,13 +165,15 @@ static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t 
     if ((rc = ctx_exec(ctx, shard_id_shard(from), EXEC_WRITE | EXEC_ONE | EXEC_IDEMPOTENT,
                        row_fn, &a)))
         return rc;
-    if (remove && a.affected == 0)
+    /* Gone after an attempt whose answer was lost: maybe that attempt's
+     * doing; the row is gone, as asked. */
+    if (remove && a.affected == 0 && !a.after_loss)
         rc = shard_fail(SHARD_ENOTFOUND, "mapping %s has no row (%llu, %llu)", name,
                         (unsigned long long)from, (unsigned long long)to);
     if (rev) {
         /* The reverse row lives on the shard of `to`, maybe another pair:
          * written second, and idempotent, so a failed call can be repeated. */
-        row_args r = {rev, to, from, seq, remove, 0};
+        row_args r = {rev, to, from, seq, remove, 0, false};
         int rrc = ctx_exec(ctx, shard_id_shard(to), EXEC_WRITE | EXEC_ONE | EXEC_IDEMPOTENT,
                            row_fn, &r);
         if (rrc)

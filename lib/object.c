@@ -716,6 +716,10 @@ static int hard_delete_fn(exec_env *env, void *arg)
         /* No row, or a fence held the DELETE back: the transaction tells. */
         if (env->fence_inline)
             return EXEC_TXN;
+        /* Gone, after an attempt whose answer was lost: that attempt may
+         * well have deleted it. Either way the object is gone, as asked. */
+        if (env->after_loss)
+            return 0;
         rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
     }
     return rc;
