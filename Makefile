@@ -61,7 +61,10 @@ VERSION_SCRIPT := lib/libshard.ver
 UNIT_TESTS   := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/unit_*.c))
 SERVER_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/server_*.c))
 BENCHES      := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/bench_*.c))
-EXAMPLES     := $(B)/shardctl $(patsubst examples/%.c,$(B)/%,$(filter-out examples/shardctl.c,$(wildcard examples/*.c)))
+EXAMPLES     := $(B)/shardctl $(patsubst examples/%.c,$(B)/%,$(wildcard examples/*.c))
+# shardctl is a family: main and dispatch, helpers, one file per command family.
+SHARDCTL_SRC := $(wildcard examples/shardctl/*.c)
+SHARDCTL_HDR := $(wildcard examples/shardctl/*.h)
 
 ifdef VALGRIND
 RUN := valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --track-fds=no
@@ -112,8 +115,8 @@ $(B)/$(SOFILE): $(LIB_OBJ) $(VERSION_SCRIPT)
 	ln -sf $(SOFILE) $(B)/$(SONAME)
 	ln -sf $(SONAME) $(B)/libshard.so
 
-$(B)/shardctl: examples/shardctl.c $(B)/libshard.a
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(B)/libshard.a $(ALL_LDFLAGS) $(DEPS_LIBS)
+$(B)/shardctl: $(SHARDCTL_SRC) $(SHARDCTL_HDR) $(B)/libshard.a
+	$(CC) $(ALL_CFLAGS) -o $@ $(SHARDCTL_SRC) $(B)/libshard.a $(ALL_LDFLAGS) $(DEPS_LIBS)
 
 $(B)/%: examples/%.c $(B)/libshard.a
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(B)/libshard.a $(ALL_LDFLAGS) $(DEPS_LIBS)
