@@ -18,6 +18,7 @@ typedef struct schema_progress {
     struct pair_progress {
         char what[128];
         uint64_t done, total;
+        int finished;
     } *pairs;
 } schema_progress;
 
@@ -48,6 +49,11 @@ static void on_schema_progress(const char *what, uint64_t done, uint64_t total, 
         return;
     pp->done = done;
     pp->total = total;
+    /* Without a terminal, a line for each pair that is done, as it is. */
+    if (!p->bar.tty && done == total && !pp->finished) {
+        pp->finished = 1;
+        fprintf(stderr, "%s: done, %" PRIu64 " databases and tables\n", what, total);
+    }
     schema_sums(p, &done, &total);
     progress_update(&p->bar, done, total);
 }

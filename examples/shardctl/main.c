@@ -562,7 +562,8 @@ static int print_completion(void)
         for (size_t j = 0; j < i; j++)
             first_of_family &= strcmp(commands[j].word1, c->word1) != 0;
         if (c->word2) {
-            printf("        '%s') words='%s' opts='", command_name(c, name, sizeof name), "");
+            command_name(c, name, sizeof name);
+            printf("        '%s'|'%s '*) words='' opts='", name, name);
             print_opts_words(command_opts(c));
             printf("';;\n");
         }
