@@ -154,7 +154,7 @@ int move_bulk_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
         else if (mysql_stmt_prepare(st, q.s, (unsigned long)q.len))
             rc = shard_fail(SHARD_ESERVER, "%s: %s", dst->srv->label, mysql_stmt_error(st));
     }
-    while (rc == 0 && (rc = b.rows ? 0 : move_throttle_gate(th, want)) == 0 &&
+    while (rc == 0 && (rc = b.rows ? 0 : move_throttle_gate(th)) == 0 &&
            (row = mysql_fetch_row(res))) {
         unsigned long *lens = mysql_fetch_lengths(res);
         uint64_t len = 0;

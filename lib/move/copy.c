@@ -74,6 +74,7 @@ void move_copied(mv *m, uint64_t rows, uint64_t bytes)
     done = m->done;
     total = m->total;
     pthread_mutex_unlock(&m->lock);
+    move_throttle_charge(m->th, rows);
     move_progress(m, SHARD_MOVE_COPYING, done, total);
 }
 
@@ -109,7 +110,7 @@ static int insert_rows(mv *m, shard_conn *src, shard_conn *dst, const mtable *t,
     sql_init(&q);
     rc = insert_head(&q, t, f, n);
     head = q.len;
-    while (rc == 0 && (rc = rows ? 0 : move_throttle_gate(m->th, batch)) == 0 &&
+    while (rc == 0 && (rc = rows ? 0 : move_throttle_gate(m->th)) == 0 &&
            (row = mysql_fetch_row(res))) {
         unsigned long *lens = mysql_fetch_lengths(res);
         uint64_t len = 0;
@@ -404,8 +405,12 @@ int move_copy(mv *m)
         estimate_rows(m, m->src);
     }
     move_step(m, &t1, "estimating the rows");
-    if (rc == 0)
+    if (rc == 0) {
+        th.next = now_seconds(); /* the bucket starts with the first row */
         rc = fanout_run(m->ntables, n, copy_fn, m);
+    }
+    if (rc == 0)
+        move_throttle_settle(&th);
     move_step(m, &t1, "copying the tables");
     if (rc == 0) { /* the exact total, now that it is known */
         m->total = m->done;

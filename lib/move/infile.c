@@ -132,7 +132,7 @@ static int feed_row(feed *f, bool inside)
         if (!inside && (rc = move_throttle_wait(f->th)))
             return feed_fail(f, rc);
         f->left = move_throttle_batch(f->th, f->m->o.batch_rows);
-        f->go_at = move_throttle_take(f->th, f->left);
+        f->go_at = move_throttle_due(f->th);
     }
     if (f->go_at > 0) {
         double wait = f->go_at - now_seconds();
