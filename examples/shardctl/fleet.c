@@ -279,11 +279,21 @@ static void print_status(const json_t *doc)
     json_array_foreach(json_object_get(doc, "problems"), i, e)
         printf("  ! %s\n", json_string_value(e));
     if (json_array_size(unseen)) {
+        /* "WHO: WHAT: the server's error": WHO and WHAT a line each, the
+         * error (the same for all, as a rule) once. */
+        const char *first = json_string_value(json_array_get(unseen, 0));
+        const char *why = first ? strstr(first, ": ") : NULL;
+        why = why ? strstr(why + 2, ": ") : NULL;
         printf("  ? account %s cannot see %zu part%s of the view (not a fault of the fleet):\n",
                jstr(doc, "account"), json_array_size(unseen),
                json_array_size(unseen) == 1 ? "" : "s");
-        json_array_foreach(unseen, i, e)
-            printf("  ?   %s\n", json_string_value(e));
+        json_array_foreach(unseen, i, e) {
+            const char *t = json_string_value(e), *w = strstr(t, ": ");
+            w = w ? strstr(w + 2, ": ") : NULL;
+            printf("  ?   %.*s\n", w ? (int)(w - t) : (int)strlen(t), t);
+        }
+        if (why)
+            printf("  ?   (%s)\n", why + 2);
         printf("  ? an account with SLAVE MONITOR (or SUPER) sees it all: shardctl --user "
                "ADMIN --password-env VAR status\n");
     }
