@@ -58,7 +58,8 @@ typedef enum move_phase {
 typedef struct mtable {
     char db[SHARD_DBNAME_MAX];
     char name[65];
-    uint64_t rows;
+    uint64_t rows;   /* counted (the plan), else estimated (the copy) */
+    uint64_t copied; /* rows copied so far (under mv.lock) */
 } mtable;
 
 /* How the copy hands rows to the target, decided once per copy. */
@@ -301,7 +302,7 @@ int move_infile_probe(mv *m, shard_conn *dst, const mtable *t);
 int move_infile_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
                      const mtable *t, MYSQL_RES *res);
 /* Count rows and bytes as copied, and tell the progress callback. */
-void move_copied(mv *m, uint64_t rows, uint64_t bytes);
+void move_copied(mv *m, const mtable *t, uint64_t rows, uint64_t bytes);
 
 /* ---- catchup.c ------------------------------------------------------------------------ */
 
