@@ -140,6 +140,7 @@ static const flag_doc modshard_docs[] = {
     {0, NULL, NULL}};
 static const flag_doc move_docs[] = {
     {OPT_SHARDS, "A-B", "the range of ID shards to move, all on one pair (required)"},
+    {OPT_TO, "PAIR", "the target pair (required)"},
     {OPT_DRY_RUN, NULL, "check both pairs and print the plan; change nothing"},
     {OPT_JSON, NULL, "with --dry-run: the plan as one JSON document"},
     {OPT_YES, NULL, "move without asking for confirmation"},
@@ -428,10 +429,17 @@ static void print_command_help(const command *c)
     command_name(c, name, sizeof name);
     printf("  %s%s%s\n      %s\n", name, *c->synopsis ? " " : "", c->synopsis, c->summary);
     if (c->opts | (c->legacy_first ? O(OPT_LEGACY) : 0)) {
+        uint64_t left = (c->opts | (c->legacy_first ? O(OPT_LEGACY) : 0)) & ~GLOBAL_OPTS;
         printf("    options:\n");
+        /* Those the command words its own way first (its main ones), then
+         * the rest in the table's order. */
+        for (const flag_doc *d = c->docs; d && d->help; d++)
+            if (left & O(d->opt)) {
+                print_flag(c, d->opt);
+                left &= ~O(d->opt);
+            }
         for (int k = 0; k < NOPTS; k++)
-            if ((c->opts | (c->legacy_first ? O(OPT_LEGACY) : 0)) & O(k) &
-                ~GLOBAL_OPTS)
+            if (left & O(k))
                 print_flag(c, k);
     }
 }
