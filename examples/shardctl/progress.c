@@ -41,7 +41,7 @@ static void eta_text(double s, char *buf, size_t size)
 /* The line for the current state; `final`: the operation ended. */
 static void format(const progress *p, int final, char *line, size_t size)
 {
-    double el = now_seconds() - p->start;
+    double el = ctl_now() - p->start;
     double rate = el > 0 ? (double)p->done / el : 0;
     uint64_t total = p->total;
     size_t len = 0;
@@ -95,7 +95,7 @@ static void draw(progress *p, int final)
     } else {
         fprintf(stderr, "%s\n", line);
     }
-    p->last = now_seconds();
+    p->last = ctl_now();
 }
 
 void progress_begin(progress *p, const char *label, const char *unit)
@@ -104,7 +104,7 @@ void progress_begin(progress *p, const char *label, const char *unit)
         progress_end(p);
     snprintf(p->label, sizeof p->label, "%s", label);
     p->unit = unit;
-    p->start = p->last = now_seconds();
+    p->start = p->last = ctl_now();
     p->done = p->total = 0;
     p->active = 1;
 }
@@ -115,7 +115,7 @@ void progress_update(progress *p, uint64_t done, uint64_t total)
         return;
     p->done = done;
     p->total = total;
-    if (now_seconds() - p->last >= (p->tty ? TTY_REDRAW_SECONDS : PLAIN_LINE_SECONDS))
+    if (ctl_now() - p->last >= (p->tty ? TTY_REDRAW_SECONDS : PLAIN_LINE_SECONDS))
         draw(p, 0);
 }
 

@@ -115,7 +115,7 @@ int open_ctx(const args *a, shard_ctx **ctx, shard_map **map, shard_log_fn log);
 void log_warning(int level, const char *message, void *payload);
 void print_object(const char *json, size_t len);
 void human_bytes(long long n, char *buf, size_t size);
-double now_seconds(void);
+double ctl_now(void);
 
 /* ---- progress.c: one display for every long operation ------------------- */
 

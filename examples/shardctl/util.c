@@ -232,7 +232,7 @@ void human_bytes(long long n, char *buf, size_t size)
     snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
 }
 
-double now_seconds(void)
+double ctl_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
