@@ -4,10 +4,13 @@
 #   make check                unit tests, server tests, ABI/docs checks
 #   make check SANITIZE=address,undefined     the same under ASan+UBSan
 #   make check VALGRIND=1     the same under valgrind (leaks are failures)
-#   make demo | bench | install PREFIX=... DESTDIR=... | uninstall | clean
+#   make demo | bench | install PREFIX=... DESTDIR=... | install-strip | uninstall | clean
 #
 # WERROR=1 turns warnings into errors (CI sets it). CPPFLAGS, CFLAGS and
-# LDFLAGS from the environment or the command line are honoured.
+# LDFLAGS from the environment or the command line are honoured, and a
+# change of them rebuilds; HARDEN=0 leaves out the hardening flags.
+# LIBDIR is where the libraries and libshard.pc go (default PREFIX/lib); a
+# Debian-style multiarch package uses LIBDIR=/usr/lib/x86_64-linux-gnu.
 
 VERSION := $(shell sed -n 's/^\#define SHARD_VERSION_STRING "\(.*\)"/\1/p' include/libshard.h)
 MAJOR   := $(firstword $(subst ., ,$(VERSION)))
@@ -43,10 +46,27 @@ else
 B       := build
 SANFLAGS :=
 endif
-ALL_CFLAGS  = -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) $(CPPFLAGS) $(CFLAGS) $(SANFLAGS) \
-              -Iinclude $(DEPS_CFLAGS)
+# Hardening, on unless HARDEN=0: fortified libc calls (when optimising, and
+# unless CPPFLAGS or CFLAGS choose their own level), the stack protector,
+# and full RELRO (relocations read-only, resolved at load). What a
+# distribution passes in CPPFLAGS, CFLAGS and LDFLAGS comes after, and wins.
+HARDEN ?= 1
+ifeq ($(HARDEN),1)
+FORTIFY := $(if $(findstring _FORTIFY_SOURCE,$(CPPFLAGS) $(CFLAGS))$(SANITIZE),,$(if \
+           $(filter -O1 -O2 -O3 -Os -Ofast,$(CFLAGS)),-U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2))
+HARDEN_CFLAGS  := $(FORTIFY) -fstack-protector-strong
+HARDEN_LDFLAGS := -Wl,-z,relro,-z,now
+endif
+ALL_CFLAGS  = -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) $(HARDEN_CFLAGS) $(CPPFLAGS) \
+              $(CFLAGS) $(SANFLAGS) -Iinclude $(DEPS_CFLAGS)
 LIB_CFLAGS  = $(ALL_CFLAGS) -fvisibility=hidden -DLIBSHARD_BUILD
-ALL_LDFLAGS = $(LDFLAGS) $(SANFLAGS) -pthread
+ALL_LDFLAGS = $(HARDEN_LDFLAGS) $(LDFLAGS) $(SANFLAGS) -pthread
+
+# Everything built depends on $(B)/.flags, which holds the compiler and the
+# flags of the build and is rewritten only when they change: a change of
+# CC, CPPFLAGS, CFLAGS, LDFLAGS or HARDEN rebuilds what they went into.
+FLAGS_STAMP := $(B)/.flags
+flags_now = $(subst ','\'',$(CC) | $(ALL_CFLAGS) | $(LIB_CFLAGS) | $(ALL_LDFLAGS))
 
 # lib/ holds one file per concern; a concern that outgrows one file becomes a
 # subdirectory (lib/move/*.c) with its private header.
@@ -61,7 +81,10 @@ VERSION_SCRIPT := lib/libshard.ver
 UNIT_TESTS   := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/unit_*.c))
 SERVER_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/server_*.c))
 BENCHES      := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/bench_*.c))
-EXAMPLES     := $(B)/shardctl $(patsubst examples/%.c,$(B)/%,$(filter-out examples/shardctl.c,$(wildcard examples/*.c)))
+EXAMPLES     := $(B)/shardctl $(patsubst examples/%.c,$(B)/%,$(wildcard examples/*.c))
+# shardctl is a family: main and dispatch, helpers, one file per command family.
+SHARDCTL_SRC := $(wildcard examples/shardctl/*.c)
+SHARDCTL_HDR := $(wildcard examples/shardctl/*.h)
 
 ifdef VALGRIND
 RUN := valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --track-fds=no
@@ -72,12 +95,17 @@ RUN :=
 endif
 
 .PHONY: all check check-run unit-check server-check abi-check doc-check deps demo \
-        bench loadtest fuzz check-tsan install uninstall clean
+        bench loadtest fuzz check-tsan install install-strip uninstall clean FORCE
 .SUFFIXES:
 
 all: $(B)/libshard.a $(B)/$(SOFILE) $(EXAMPLES)
 
-$(B)/lib/%.o: lib/%.c $(LIB_HDR) include/libshard.h
+$(FLAGS_STAMP): FORCE
+	@mkdir -p $(@D)
+	@printf '%s\n' '$(flags_now)' | cmp -s - $@ || printf '%s\n' '$(flags_now)' >$@
+FORCE:
+
+$(B)/lib/%.o: lib/%.c $(LIB_HDR) include/libshard.h $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(LIB_CFLAGS) -c -o $@ $<
 
@@ -106,19 +134,35 @@ $(B)/libshard_internal.a: $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(B)/$(SOFILE): $(LIB_OBJ) $(VERSION_SCRIPT)
+$(B)/$(SOFILE): $(LIB_OBJ) $(VERSION_SCRIPT) $(FLAGS_STAMP)
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined \
 	    -Wl,--version-script=$(VERSION_SCRIPT) -o $@ $(LIB_OBJ) $(ALL_LDFLAGS) $(DEPS_LIBS)
 	ln -sf $(SOFILE) $(B)/$(SONAME)
 	ln -sf $(SONAME) $(B)/libshard.so
 
-$(B)/shardctl: examples/shardctl.c $(B)/libshard.a
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(B)/libshard.a $(ALL_LDFLAGS) $(DEPS_LIBS)
+# The build's shardctl (the tests run it) links libshard.a: it runs from the
+# build tree as it is.
+$(B)/shardctl: $(SHARDCTL_SRC) $(SHARDCTL_HDR) $(B)/libshard.a
+	$(CC) $(ALL_CFLAGS) -o $@ $(SHARDCTL_SRC) $(B)/libshard.a $(ALL_LDFLAGS) $(DEPS_LIBS)
+
+# The installed shardctl links the shared library, so that a library update
+# reaches it; outside the dynamic linker's own directories (/usr/local/lib
+# too: ld.so.cache knows a new library there only after ldconfig) it finds
+# it by its RUNPATH, LIBDIR.
+SYSTEM_LIBDIRS := /lib /usr/lib /lib64 /usr/lib64 $(wildcard /lib/*-linux-gnu /usr/lib/*-linux-gnu)
+SHARDCTL_RPATH := $(if $(filter $(SYSTEM_LIBDIRS),$(LIBDIR)),,-Wl,-rpath,$(LIBDIR))
+RPATH_STAMP := $(B)/.rpath
+$(RPATH_STAMP): FORCE
+	@mkdir -p $(@D)
+	@printf '%s\n' '$(SHARDCTL_RPATH)' | cmp -s - $@ || printf '%s\n' '$(SHARDCTL_RPATH)' >$@
+$(B)/shardctl-shared: $(SHARDCTL_SRC) $(SHARDCTL_HDR) $(B)/$(SOFILE) $(RPATH_STAMP)
+	$(CC) $(ALL_CFLAGS) -o $@ $(SHARDCTL_SRC) $(B)/$(SOFILE) $(SHARDCTL_RPATH) \
+	    $(ALL_LDFLAGS) $(DEPS_LIBS)
 
 $(B)/%: examples/%.c $(B)/libshard.a
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(B)/libshard.a $(ALL_LDFLAGS) $(DEPS_LIBS)
 
-$(B)/tests/harness.o: tests/harness.c tests/harness.h | $(B)/tests
+$(B)/tests/harness.o: tests/harness.c tests/harness.h $(FLAGS_STAMP) | $(B)/tests
 	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -c -o $@ $<
 
 # Tests link the internal archive so they can reach private test hooks.
@@ -185,7 +229,7 @@ PC_INCDIR := $(call pcdir,$(INCDIR),$${prefix})
 
 MAN_PAGES := $(wildcard man/man[1-9]/*.[1-9])
 
-install: all
+install: all $(B)/shardctl-shared
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) \
 	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man7
 	install -m 644 include/libshard.h $(DESTDIR)$(INCDIR)/
@@ -196,12 +240,19 @@ install: all
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(PC_LIBDIR)|g' \
 	    -e 's|@INCDIR@|$(PC_INCDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
 	    pkgconfig/libshard.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/libshard.pc
-	install -m 755 $(B)/shardctl $(DESTDIR)$(BINDIR)/
+	install -m 755 $(B)/shardctl-shared $(DESTDIR)$(BINDIR)/shardctl
 	for f in $(MAN_PAGES); do \
 	    d=$(DESTDIR)$(MANDIR)/$$(basename $$(dirname $$f)); \
 	    install -d $$d && install -m 644 $$f $$d/ || exit 1; done
 	sh man/links.sh man | while read -r dir link page; do \
 	    ln -sf $$page $(DESTDIR)$(MANDIR)/$$dir/$$link || exit 1; done
+
+# install, then without the symbol tables and debugging information (what a
+# package ships; the build tree keeps them).
+STRIP ?= strip
+install-strip: install
+	$(STRIP) --strip-unneeded $(DESTDIR)$(BINDIR)/shardctl $(DESTDIR)$(LIBDIR)/$(SOFILE)
+	$(STRIP) --strip-debug $(DESTDIR)$(LIBDIR)/libshard.a
 
 # Removes every file that install put there; directories stay.
 uninstall:

@@ -633,9 +633,10 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
         if ((rc = slave_field(sb, "Gtid_IO_Pos", pos, sizeof pos)))
             goto out;
     } else if (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT) {
-        rc = shard_fail_prefix(rc, "master %s of %s does not answer; promoting the standby "
-                               "anyway (--force) loses the writes it never sent: ",
-                               p->master.text, pair);
+        rc = shard_fail_prefix(rc, "failover of %s refused, nothing promoted: its master %s "
+                               "does not answer (--force would promote the standby anyway, "
+                               "losing the writes the master never sent): ",
+                               pair, p->master.text);
         goto out;
     } else { /* it answered, but refused us (privileges, TLS): it is not dead */
         rc = shard_fail_prefix(rc, "master %s of %s: ", p->master.text, pair);

@@ -105,8 +105,11 @@ int fleet_probe(shard_conn *c, fleet_server *s)
     s->ignore_dups = atoi(col(row, 8));
     s->log_slave_updates = atoi(col(row, 9));
     mysql_free_result(res);
-    if ((s->links_rc = read_links(c, s)))
+    if ((s->links_rc = read_links(c, s))) {
+        /* ER_SPECIFIC_ACCESS_DENIED_ERROR: no SLAVE MONITOR (nor SUPER). */
+        s->links_denied = c->last_errno == 1227;
         snprintf(s->links_error, sizeof s->links_error, "%s", shard_errmsg());
+    }
     return 0;
 }
 

@@ -31,6 +31,7 @@ typedef struct fleet_server {
     fleet_link links[FLEET_LINKS];
     size_t nlinks;
     int links_rc;              /* the replication status could not be read */
+    bool links_denied;         /* ... because the account lacks the privilege */
     char links_error[512];
 } fleet_server;
 

@@ -117,11 +117,15 @@ static void check_link(json_t *problems, const char *who, const fleet_link *l,
 
 /* The links of s: the pair link from its partner must be there and run;
  * every other link must run too. */
-static void check_links(json_t *problems, const st_server *s, const st_server *partner,
-                        const char *who)
+static void check_links(json_t *problems, json_t *unseen, const st_server *s,
+                        const st_server *partner, const char *who)
 {
     const fleet_link *pl = NULL;
 
+    if (s->probe.links_denied) { /* not a fault of the fleet: of the view */
+        problem(unseen, "%s: replication links: %s", who, s->probe.links_error);
+        return;
+    }
     if (s->probe.links_rc) {
         problem(problems, "%s: cannot read its replication links: %s", who,
                 s->probe.links_error);
@@ -168,7 +172,7 @@ static void check_inventory(json_t *problems, const st_server *s, const char *wh
 }
 
 static json_t *server_json(const shard_map *map, const st_server *s, const st_server *partner,
-                           json_t *problems)
+                           json_t *problems, json_t *unseen)
 {
     char who[500];
     json_t *o, *links, *named;
@@ -185,7 +189,7 @@ static json_t *server_json(const shard_map *map, const st_server *s, const st_se
         !s->standby)
         problem(problems, "%s: master and standby share server_id %lu", who,
                 s->probe.server_id);
-    check_links(problems, s, partner, who);
+    check_links(problems, unseen, s, partner, who);
     check_inventory(problems, s, who);
     links = json_array();
     for (size_t i = 0; i < s->probe.nlinks; i++)
@@ -208,6 +212,7 @@ static json_t *server_json(const shard_map *map, const st_server *s, const st_se
                          (json_int_t)s->inv.mod_shards));
     json_object_set_new(o, "missing", named);
     json_object_set_new(o, "links", links);
+    json_object_set_new(o, "links_visible", json_boolean(!s->probe.links_denied));
     return o;
 }
 
@@ -271,9 +276,10 @@ static json_t *moves_json(const shard_map *map, const st_server *s, size_t n, js
     return a;
 }
 
-static json_t *build(const shard_map *map, const st_server *s, size_t n)
+static json_t *build(const shard_map *map, const st_server *s, size_t n, const char *user)
 {
-    json_t *problems = json_array(), *pairs = json_array(), *moves, *doc;
+    json_t *problems = json_array(), *unseen = json_array(), *pairs = json_array(), *moves;
+    json_t *doc;
 
     for (size_t i = 0; i < n; i++) {
         const shard_pairdef *p = &map->pairs[s[i].pair];
@@ -284,9 +290,10 @@ static json_t *build(const shard_map *map, const st_server *s, size_t n)
         /* The standby, when there is one, is the next entry. */
         json_array_append_new(servers, server_json(map, &s[i], p->has_standby ? &s[i + 1]
                                                                               : NULL,
-                                                   problems));
+                                                   problems, unseen));
         if (p->has_standby)
-            json_array_append_new(servers, server_json(map, &s[i + 1], &s[i], problems));
+            json_array_append_new(servers,
+                                  server_json(map, &s[i + 1], &s[i], problems, unseen));
         pair = json_pack("{s:s,s:I,s:o,s:I,s:o,s:o}", "name", p->name, "id_shards",
                          open_shards_of(map, s[i].pair), "ranges",
                          ranges_json(map->ranges, map->nranges, s[i].pair), "mod_shards",
@@ -301,6 +308,11 @@ static json_t *build(const shard_map *map, const st_server *s, size_t n)
                     "open_shards", (json_int_t)map->open_shards, "max_lag_seconds",
                     (json_int_t)STATUS_MAX_LAG_S, "problems", problems, "pairs", pairs,
                     "moves", moves);
+    /* What this account could not see: the report is incomplete, not the
+     * fleet unhealthy (an operator's account sees it). */
+    json_object_set_new(doc, "complete", json_boolean(json_array_size(unseen) == 0));
+    json_object_set_new(doc, "account", json_string(user ? user : ""));
+    json_object_set_new(doc, "unseen", unseen);
     return doc;
 }
 
@@ -330,7 +342,7 @@ int shard_fleet_status(shard_ctx *ctx, char **json)
     job = (st_job){ctx, map, s};
     /* Every server at once: a dead one costs the connect timeout, once. */
     fanout_run(n, (unsigned)n, ask_server, &job);
-    doc = build(map, s, n);
+    doc = build(map, s, n, ctx_user(ctx, map));
     if (!doc || !(text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER)))
         rc = shard_fail(SHARD_ENOMEM, "out of memory building the status report");
     else

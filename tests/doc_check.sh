@@ -283,6 +283,47 @@ else
     done <"$tmp/cmds"
 fi
 
+# ---- every flag in shardctl help CMD ------------------------------------------
+
+# Each option that shardctl(1) names in a command's subsection (its heading
+# and its text up to the next .SS or .SH, examples of output aside) is in
+# `shardctl help CMD`, and
+# every option `shardctl help CMD` lists is described somewhere in the page.
+if [ -x "$shardctl" ] && [ -f "$page1" ] && [ -s "$tmp/cmds" ]; then
+    sed -e 's/\\-/-/g' -e 's/\\&//g' -e 's/\\f[BIRP]//g' "$page1" | awk '
+        /^\.S[SH]/ { cmd = "" }
+        /^\.SS/ {
+            s = $0; sub(/^\.SS[ \t]+"?/, "", s); sub(/"$/, "", s)
+            n = split(s, t, / +/)
+            for (i = 1; i <= n && t[i] ~ /^[a-z][a-z-]*$/; i++) cmd = cmd (cmd == "" ? "" : " ") t[i]
+        }
+        /^\.nf/ { verbatim = 1 }
+        /^\.fi/ { verbatim = 0 }
+        cmd != "" && !verbatim {
+            s = $0
+            while (match(s, /--[a-z][a-z-]*[a-z]/)) {
+                print cmd "\t" substr(s, RSTART, RLENGTH); s = substr(s, RSTART + RLENGTH)
+            }
+        }' | sort -u >"$tmp/manflags"
+    sed -e 's/\\-/-/g' "$page1" >"$tmp/page"
+    while read -r cmd; do
+        # shellcheck disable=SC2086 # the command's words are separate arguments
+        "$shardctl" help $cmd >"$tmp/help" 2>&1 ||
+            { problem "shardctl help $cmd failed: $(head -n 1 "$tmp/help")"; continue; }
+        awk -F '\t' -v c="$cmd" '$1 == c { print $2 }' "$tmp/manflags" | while read -r flag; do
+            grep -q -e "$flag\([^a-z-]\|\$\)" "$tmp/help" ||
+                echo "$page1 names $flag under \"$cmd\", but shardctl help $cmd does not list it"
+        done >>"$tmp/flagproblems"
+        grep -o -e '--[a-z][a-z-]*[a-z]' "$tmp/help" | sort -u | while read -r flag; do
+            grep -q -e "$flag" "$tmp/page" ||
+                echo "shardctl help $cmd lists $flag, which $page1 does not describe"
+        done >>"$tmp/flagproblems"
+    done <"$tmp/cmds"
+    if [ -s "$tmp/flagproblems" ]; then
+        while read -r line; do problem "$line"; done <"$tmp/flagproblems"
+    fi
+fi
+
 if [ "$nproblems" -ne 0 ]; then
     echo "doc_check: $nproblems problem(s)"
     exit 1

@@ -16,6 +16,23 @@ grep -E ' -c ' "$tmp/dry" | grep -v -q -- -DLIBSHARD_CPPFLAGS_PROBE &&
     fail "CPPFLAGS is not passed to every compile: $(grep -E ' -c ' "$tmp/dry" | grep -v -- -DLIBSHARD_CPPFLAGS_PROBE | head -n 1)"
 grep -q -- -DLIBSHARD_CPPFLAGS_PROBE "$tmp/dry" || fail "CPPFLAGS is not used at all"
 
+# A change of the flags rebuilds (the flags stamp): a no-op build after a
+# build does nothing, one with other CFLAGS compiles everything again.
+probe="$tmp/probe"
+$MAKE B="$probe" "$probe/lib/id.o" >/dev/null 2>&1 || fail "cannot build in $probe"
+$MAKE B="$probe" "$probe/lib/id.o" 2>&1 | grep -q -- ' -c ' &&
+    fail "a second build with the same flags compiles again"
+$MAKE B="$probe" CFLAGS="-O2 -g -DLIBSHARD_FLAGS_PROBE" "$probe/lib/id.o" 2>&1 |
+    grep -q -- '-DLIBSHARD_FLAGS_PROBE.*lib/id.c' || fail "a change of CFLAGS does not rebuild"
+# Hardening on by default, off with HARDEN=0.
+$MAKE -s -n -B B="$probe" all | grep -q -- '-fstack-protector-strong' ||
+    fail "no stack protector by default"
+$MAKE -s -n -B B="$probe" all | grep -q -- '-D_FORTIFY_SOURCE=2' || fail "no _FORTIFY_SOURCE by default"
+$MAKE -s -n -B B="$probe" all | grep -q -- '-z,relro,-z,now' || fail "no full RELRO by default"
+$MAKE -s -n -B B="$probe" HARDEN=0 all | grep -q -- '-fstack-protector-strong\|relro' &&
+    fail "HARDEN=0 still hardens"
+rm -rf "$probe"
+
 # ---- staged install and uninstall ----------------------------------------
 stage="$tmp/stage"
 $MAKE -s install DESTDIR="$stage" PREFIX=/usr >/dev/null
@@ -61,6 +78,19 @@ grep -qx 'libdir=${exec_prefix}/lib/x86_64-linux-gnu' "$tmp/stage2/usr/lib/x86_6
     fail "libshard.pc: a LIBDIR under PREFIX is not written relative to \${exec_prefix}"
 rm -rf "$tmp/stage2"
 
+# The installed shardctl uses the shared library (a system LIBDIR: no RUNPATH).
+readelf -d "$root/bin/shardctl" | grep -q 'NEEDED.*libshard\.so\.0' ||
+    fail "bin/shardctl does not link libshard.so.0"
+readelf -d "$root/bin/shardctl" | grep -q 'RUNPATH\|RPATH' && fail "bin/shardctl has a RUNPATH in /usr"
+readelf -d "$root/bin/shardctl" | grep -q 'BIND_NOW' || fail "bin/shardctl is not linked -z now"
+readelf -S "$root/bin/shardctl" | grep -q '\.symtab' || fail "make install already stripped bin/shardctl"
+$MAKE -s uninstall DESTDIR="$stage" PREFIX=/usr >/dev/null
+# install-strip: the same files, without symbol tables.
+$MAKE -s install-strip DESTDIR="$stage" PREFIX=/usr >/dev/null
+for f in bin/shardctl lib/libshard.so.0; do
+    readelf -S "$root/$f" | grep -q '\.symtab' && fail "make install-strip left $f unstripped"
+done
+readelf -S "$root/lib/libshard.a" | grep -q '\.debug_info' && fail "install-strip left libshard.a's debug info"
 $MAKE -s uninstall DESTDIR="$stage" PREFIX=/usr >/dev/null
 left=$(find "$stage" ! -type d)
 [ -z "$left" ] || fail "make uninstall left files behind:
@@ -109,8 +139,13 @@ cc -o "$tmp/prog-static" "$tmp/prog.c" $(pc --cflags libshard) \
 if ldd "$tmp/prog-static" | grep -q libshard; then
     fail "the static program still links libshard dynamically"
 fi
+# The installed shardctl runs with the installed library, found by its
+# RUNPATH (LIBDIR is not one of the linker's own directories).
+"$root/bin/shardctl" --version | grep -q "^shardctl (libshard) " || fail "bin/shardctl does not run"
+ldd "$root/bin/shardctl" | grep -q "libshard.so.0 => $root/lib/" ||
+    fail "bin/shardctl does not use $root/lib/libshard.so.0"
 $MAKE -s uninstall PREFIX="$root" >/dev/null
 left=$(find "$root" ! -type d)
 [ -z "$left" ] || fail "make uninstall PREFIX=$root left files behind:
 $left"
-echo "install_check: ok ($npages pages and $nlinks links installed, .pc relative to \${prefix}, uninstall leaves no file; shared and static programs built with pkg-config and run)"
+echo "install_check: ok (a flags change rebuilds; hardened by default; $npages pages and $nlinks links installed, .pc relative to \${prefix}, uninstall leaves no file; install-strip strips; shardctl uses the installed libshard.so; shared and static programs built with pkg-config and run)"

@@ -262,6 +262,9 @@ START_TEST(forced_failover_of_dead_master)
     ck_assert_int_eq(harness_kill(h, "s2"), 0);
     ck_assert_int_eq(shard_pair_failover(admin, "MySQL001", 0, &r), SHARD_ECONNECT);
     ck_assert_msg(strstr(shard_errmsg(), "--force"), "%s", shard_errmsg());
+    /* Refused: it says so, and never reads as if it promoted. */
+    ck_assert_msg(strstr(shard_errmsg(), "refused, nothing promoted") &&
+                      !strstr(shard_errmsg(), "promoting"), "%s", shard_errmsg());
     master_is("MySQL001", harness_port(h, "s2"));
     t0 = now_s();
     ck_assert_msg(shard_pair_failover(admin, "MySQL001", SHARD_FAILOVER_FORCE, &r) == 0, "%s",

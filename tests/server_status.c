@@ -155,6 +155,58 @@ START_TEST(healthy_pairs)
 }
 END_TEST
 
+/* The application's account (the map's credentials, no --user) lacks SLAVE
+ * MONITOR: the healthy fleet is reported healthy as far as it sees, the
+ * links it cannot read are named with the way to see them, never as a
+ * broken cluster. A bad --password-env is worded as the option. */
+START_TEST(app_account_view)
+{
+    run_result r = RUN("status");
+    json_t *doc;
+
+    ck_assert_msg(r.status == 0, "status as the app account exits %d: %s%s", r.status, r.out,
+                  r.err);
+    ck_assert_msg(strncmp(r.out, "status: no problems seen, view INCOMPLETE", 41) == 0, "%s",
+                  r.out);
+    ck_assert_msg(!strstr(r.out, "UNHEALTHY") && !strstr(r.out, "link NONE") &&
+                      !strstr(r.out, "  ! "), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "SLAVE MONITOR") && strstr(r.out, "--user"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "link not visible to this account"), "%s", r.out);
+    run_free(&r);
+
+    r = RUN("status", "--json");
+    ck_assert_int_eq(r.status, 0);
+    doc = json_loads(r.out, 0, NULL);
+    ck_assert_ptr_nonnull(doc);
+    ck_assert(json_is_true(json_object_get(doc, "healthy")));
+    ck_assert(json_is_false(json_object_get(doc, "complete")));
+    ck_assert_int_eq(json_array_size(json_object_get(doc, "unseen")), 4);
+    ck_assert_int_eq(json_array_size(json_object_get(doc, "problems")), 0);
+    ck_assert(json_is_false(json_object_get(server_of(doc, 0, 0), "links_visible")));
+    json_decref(doc);
+    run_free(&r);
+
+    /* The operator's account sees it all. */
+    r = RUN_ADMIN("status", "--json", "--connect-timeout", "2");
+    ck_assert_int_eq(r.status, 0);
+    doc = json_loads(r.out, 0, NULL);
+    ck_assert(json_is_true(json_object_get(doc, "complete")));
+    ck_assert(json_is_true(json_object_get(server_of(doc, 0, 0), "links_visible")));
+    json_decref(doc);
+    run_free(&r);
+
+    r = RUN("--user", "shardadmin", "--password-env", "LIBSHARD_NO_SUCH_VARIABLE", "status");
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_msg(strstr(r.err, "--password-env names LIBSHARD_NO_SUCH_VARIABLE") &&
+                      !strstr(r.err, "shard_options"), "%s", r.err);
+    run_free(&r);
+    r = RUN("status", "--connect-timeout", "0");
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_msg(strstr(r.err, "--connect-timeout"), "%s", r.err);
+    run_free(&r);
+}
+END_TEST
+
 START_TEST(broken_pair_link)
 {
     run_result r;
@@ -396,7 +448,7 @@ static Suite *status_suite(void)
     tcase_set_timeout(tc, 120);
     /* healthy_pairs first: it applies the schema; killed_standby last: it
      * kills a server. */
-    tcase_add_tests(tc, TESTS(healthy_pairs, broken_pair_link, move_in_flight, paused_standby,
+    tcase_add_tests(tc, TESTS(healthy_pairs, app_account_view, broken_pair_link, move_in_flight, paused_standby,
                               version_and_help, dry_run_summary, killed_standby));
     suite_add_tcase(s, tc);
     return s;

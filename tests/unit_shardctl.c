@@ -388,6 +388,89 @@ START_TEST(help_on_stdout)
 }
 END_TEST
 
+/* help lists every command on one line; help CMD lists every flag of the
+ * command (checked against shardctl(1) by tests/doc_check.sh); a mistake
+ * is worded the same way with and without help. */
+START_TEST(help_per_command)
+{
+    static const char *const want[][3] = {
+        {"move revert", "--threads", NULL},
+        {"move finish", "--threads", NULL},
+        {"import", "--from-password-env", "--near"},
+        {"obj get", "--legacy", "--connect-timeout"},
+        {"map show", "--pretty", NULL},
+        {"move", "--reverse-window", "--max-rows-per-second"},
+    };
+    run_result r = RUN("help"), r2;
+
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "\n  map show [--pretty]  "));
+    ck_assert_ptr_nonnull(strstr(r.out, "\n  completion bash  "));
+    run_free(&r);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char cmd[40], *sp;
+        snprintf(cmd, sizeof cmd, "%s", want[i][0]);
+        sp = strchr(cmd, ' ');
+        if (sp)
+            *sp++ = '\0';
+        r = sp ? RUN("help", cmd, sp) : RUN("help", cmd);
+        ck_assert_int_eq(r.status, 0);
+        for (int k = 1; k < 3 && want[i][k]; k++)
+            ck_assert_msg(strstr(r.out, want[i][k]), "help %s lacks %s: %s", want[i][0],
+                          want[i][k], r.out);
+        r2 = sp ? RUN(cmd, sp, "--help") : RUN(cmd, "--help");
+        ck_assert_str_eq(r2.out, r.out);
+        run_free(&r);
+        run_free(&r2);
+    }
+    r = RUN("help", "bogus");
+    r2 = RUN("bogus");
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_int_eq(r2.status, 2);
+    ck_assert_str_eq(r.err, r2.err);
+    ck_assert_ptr_nonnull(strstr(r.err, "unknown command 'bogus'"));
+    run_free(&r);
+    run_free(&r2);
+    r = RUN("help", "obj", "frob");
+    r2 = RUN("obj", "frob", "1");
+    ck_assert_str_eq(r.err, r2.err);
+    run_free(&r);
+    run_free(&r2);
+}
+END_TEST
+
+/* The completion script comes from the same tables. */
+START_TEST(completion_bash)
+{
+    run_result r = RUN("completion", "bash");
+
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "complete -F _shardctl shardctl"));
+    ck_assert_ptr_nonnull(strstr(r.out, "'move revert'|'move revert '*) words='' opts='--map --help --user"));
+    ck_assert_ptr_nonnull(strstr(r.out, "--reverse-window"));
+    ck_assert_ptr_nonnull(strstr(r.out, "'obj') words='create get update delete '"));
+    run_free(&r);
+    expect_usage(RUN("completion", "zsh"), "bash");
+}
+END_TEST
+
+/* map show: canonical JSON on one line; --pretty indents it. */
+START_TEST(map_show_one_line)
+{
+    run_result r = RUN("--map", map_path, "map", "show"), p;
+
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_uint_eq(count_lines(r.out), 1);
+    ck_assert_ptr_null(strstr(r.out, ": "));
+    ck_assert_ptr_nonnull(strstr(r.out, "{\""));
+    p = RUN("--map", map_path, "map", "show", "--pretty");
+    ck_assert_int_eq(p.status, 0);
+    ck_assert_uint_gt(count_lines(p.out), 5);
+    run_free(&r);
+    run_free(&p);
+}
+END_TEST
+
 START_TEST(write_error_fails)
 {
     run_result r;
@@ -420,8 +503,10 @@ static Suite *shardctl_suite(void)
     tcase_add_unchecked_fixture(chk, maps_setup, maps_teardown);
     tcase_add_test(chk, check_valid);
     tcase_add_test(chk, check_rejects);
+    tcase_add_test(chk, map_show_one_line);
 
-    tcase_add_tests(use, TESTS(usage_errors, help_on_stdout, write_error_fails));
+    tcase_add_tests(use, TESTS(usage_errors, help_on_stdout, help_per_command, completion_bash,
+                               write_error_fails));
 
     /* Dozens of processes per test; generous for valgrind runs. */
     TCase *all[] = {id, mod, chk, use};

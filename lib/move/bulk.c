@@ -82,7 +82,8 @@ static int batch_add(batch *b, MYSQL_ROW row, const unsigned long *lens)
 }
 
 /* Execute the batch and start the next. */
-static int batch_send(mv *m, shard_conn *dst, MYSQL_STMT *st, MYSQL_BIND *bind, batch *b)
+static int batch_send(mv *m, const mtable *t, shard_conn *dst, MYSQL_STMT *st, MYSQL_BIND *bind,
+                      batch *b)
 {
     unsigned rows = b->rows;
 
@@ -105,7 +106,7 @@ static int batch_send(mv *m, shard_conn *dst, MYSQL_STMT *st, MYSQL_BIND *bind, 
         return shard_fail(SHARD_ESERVER, "%s: a batch of %u rows inserted %llu",
                           dst->srv->label, rows,
                           (unsigned long long)mysql_stmt_affected_rows(st));
-    move_copied(m, rows, b->bytes);
+    move_copied(m, t, rows, b->bytes);
     b->rows = 0;
     b->used = 0;
     b->bytes = 0;
@@ -154,7 +155,7 @@ int move_bulk_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
         else if (mysql_stmt_prepare(st, q.s, (unsigned long)q.len))
             rc = shard_fail(SHARD_ESERVER, "%s: %s", dst->srv->label, mysql_stmt_error(st));
     }
-    while (rc == 0 && (rc = b.rows ? 0 : move_throttle_gate(th, want)) == 0 &&
+    while (rc == 0 && (rc = b.rows ? 0 : move_throttle_gate(th)) == 0 &&
            (row = mysql_fetch_row(res))) {
         unsigned long *lens = mysql_fetch_lengths(res);
         uint64_t len = 0;
@@ -162,17 +163,17 @@ int move_bulk_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
             len += lens[i];
         /* Send first when this row would take the batch past the packet. */
         if (b.rows && b.bytes + len + 16 * n >= limit &&
-            (rc = batch_send(m, dst, st, bind, &b)))
+            (rc = batch_send(m, t, dst, st, bind, &b)))
             break;
         if ((rc = batch_add(&b, row, lens)))
             break;
-        if ((b.rows >= want || b.bytes >= limit) && (rc = batch_send(m, dst, st, bind, &b)))
+        if ((b.rows >= want || b.bytes >= limit) && (rc = batch_send(m, t, dst, st, bind, &b)))
             break;
     }
     if (rc == 0 && mysql_errno(src->my))
         rc = shard_fail(SHARD_ECONNECT, "reading from the source: %s", mysql_error(src->my));
     if (rc == 0 && b.rows)
-        rc = batch_send(m, dst, st, bind, &b);
+        rc = batch_send(m, t, dst, st, bind, &b);
     if (st)
         mysql_stmt_close(st);
     sql_free(&q);

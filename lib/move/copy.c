@@ -61,11 +61,26 @@ static int insert_head(sqlbuf *q, const mtable *t, MYSQL_FIELD *f, unsigned n)
     return 0;
 }
 
-void move_copied(mv *m, uint64_t rows, uint64_t bytes)
+static uint64_t max_u64(uint64_t a, uint64_t b)
 {
+    return a > b ? a : b;
+}
+
+/*
+ * The total is the sum over the tables of their estimate, or of what was
+ * copied once that is more, and of exactly what was copied once a table
+ * is done (copy_fn): corrected as tables finish, never behind the rows
+ * done.
+ */
+void move_copied(mv *m, const mtable *t, uint64_t rows, uint64_t bytes)
+{
+    mtable *mt = &m->tables[t - m->tables];
     uint64_t done, total;
 
     pthread_mutex_lock(&m->lock);
+    m->total -= max_u64(mt->rows, mt->copied);
+    mt->copied += rows;
+    m->total += max_u64(mt->rows, mt->copied);
     m->done += rows;
     m->r->rows_copied += rows;
     m->r->bytes_copied += bytes;
@@ -74,18 +89,19 @@ void move_copied(mv *m, uint64_t rows, uint64_t bytes)
     done = m->done;
     total = m->total;
     pthread_mutex_unlock(&m->lock);
+    move_throttle_charge(m->th, rows);
     move_progress(m, SHARD_MOVE_COPYING, done, total);
 }
 
 /* Send the batch of *rows rows, count them, and start the next batch. */
-static int flush_batch(mv *m, shard_conn *dst, sqlbuf *q, size_t head, unsigned *rows,
-                       uint64_t *bytes)
+static int flush_batch(mv *m, const mtable *t, shard_conn *dst, sqlbuf *q, size_t head,
+                       unsigned *rows, uint64_t *bytes)
 {
     int rc = conn_query(dst, q);
 
     if (rc)
         return rc;
-    move_copied(m, *rows, *bytes);
+    move_copied(m, t, *rows, *bytes);
     q->len = head;
     *rows = 0;
     *bytes = 0;
@@ -109,7 +125,7 @@ static int insert_rows(mv *m, shard_conn *src, shard_conn *dst, const mtable *t,
     sql_init(&q);
     rc = insert_head(&q, t, f, n);
     head = q.len;
-    while (rc == 0 && (rc = rows ? 0 : move_throttle_gate(m->th, batch)) == 0 &&
+    while (rc == 0 && (rc = rows ? 0 : move_throttle_gate(m->th)) == 0 &&
            (row = mysql_fetch_row(res))) {
         unsigned long *lens = mysql_fetch_lengths(res);
         uint64_t len = 0;
@@ -117,7 +133,7 @@ static int insert_rows(mv *m, shard_conn *src, shard_conn *dst, const mtable *t,
             len += lens[i];
         /* Flush first when this row (hex doubles it) would not fit. */
         if (rows && q.len + 2 * len + 8 * n + 16 >= limit &&
-            (rc = flush_batch(m, dst, &q, head, &rows, &bytes)))
+            (rc = flush_batch(m, t, dst, &q, head, &rows, &bytes)))
             break;
         if (rows)
             sql_add(&q, ",");
@@ -126,13 +142,13 @@ static int insert_rows(mv *m, shard_conn *src, shard_conn *dst, const mtable *t,
         rows++;
         bytes += len;
         if ((rows >= batch || q.len >= limit) &&
-            (rc = flush_batch(m, dst, &q, head, &rows, &bytes)))
+            (rc = flush_batch(m, t, dst, &q, head, &rows, &bytes)))
             break;
     }
     if (rc == 0 && mysql_errno(src->my))
         rc = shard_fail(SHARD_ECONNECT, "reading from the source: %s", mysql_error(src->my));
     if (rc == 0 && rows)
-        rc = flush_batch(m, dst, &q, head, &rows, &bytes);
+        rc = flush_batch(m, t, dst, &q, head, &rows, &bytes);
     sql_free(&q);
     return rc;
 }
@@ -305,35 +321,69 @@ out:
 }
 
 /*
- * The rows to copy, for the progress: InnoDB's persistent statistics, an
- * estimate (counting every table first would read the whole range once
- * more before the first row is copied, and information_schema.TABLES
- * opens every table: half a second for 1536 of them). The total grows
- * when the copy passes it, and is the exact count once the copy is done.
- * Without those statistics (or the right to read them) it starts at 0.
+ * The rows to copy, for the progress: InnoDB's persistent statistics of
+ * each table, an estimate (counting every table first would read the whole
+ * range once more before the first row is copied, and information_schema.
+ * TABLES opens every table: half a second for 1536 of them). move_copied
+ * corrects the total as the copy passes a table's estimate and as tables
+ * finish; it is the exact count once the copy is done. Without those
+ * statistics (or the right to read them) a table's estimate is 0.
  */
 static void estimate_rows(mv *m, shard_conn *c)
 {
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
     sqlbuf q;
 
     m->total = 0;
+    for (size_t i = 0; i < m->ntables; i++)
+        m->tables[i].rows = m->tables[i].copied = 0;
     sql_init(&q);
-    sql_add(&q, "SELECT IFNULL(SUM(n_rows), 0) FROM mysql.innodb_table_stats WHERE"
-                " database_name IN (");
+    sql_add(&q, "SELECT database_name, table_name, n_rows FROM mysql.innodb_table_stats"
+                " WHERE database_name IN (");
     move_db_list(m, &q, true);
     sql_add(&q, ")");
-    if (sql_check(&q) == 0 && repl_value_u64(c, q.s, &m->total) != 0) {
+    if (sql_check(&q) != 0 || conn_select(c, &q, &res) != 0) {
         ctx_log(m->ctx, SHARD_LOG_DEBUG, "move %llu: no row estimate: %s",
                 (unsigned long long)m->id, shard_errmsg());
-        m->total = 0;
+        sql_free(&q);
+        return;
     }
     sql_free(&q);
+    /* Tables are listed by database, in order: a cursor finds most at once. */
+    for (size_t k = 0; (row = mysql_fetch_row(res));) {
+        if (!row[0] || !row[1] || !row[2])
+            continue;
+        for (size_t n = 0; n < m->ntables; n++, k = (k + 1) % m->ntables) {
+            mtable *t = &m->tables[k];
+            if (strcmp(t->db, row[0]) == 0 && strcmp(t->name, row[1]) == 0) {
+                t->rows = strtoull(row[2], NULL, 10);
+                m->total += t->rows;
+                break;
+            }
+        }
+    }
+    mysql_free_result(res);
 }
 
 static int copy_fn(void *arg, size_t i, unsigned w)
 {
     mv *m = arg;
-    return copy_table(m, m->wsrc[w], m->wdst[w], &m->tables[i]);
+    mtable *t = &m->tables[i];
+    uint64_t done, total;
+    int rc = copy_table(m, m->wsrc[w], m->wdst[w], t);
+
+    if (rc)
+        return rc;
+    /* The table is done: its rows, not its estimate, count from now on. */
+    pthread_mutex_lock(&m->lock);
+    m->total -= max_u64(t->rows, t->copied) - t->copied;
+    t->rows = t->copied;
+    done = m->done;
+    total = m->total;
+    pthread_mutex_unlock(&m->lock);
+    move_progress(m, SHARD_MOVE_COPYING, done, total);
+    return 0;
 }
 
 /*
@@ -404,8 +454,12 @@ int move_copy(mv *m)
         estimate_rows(m, m->src);
     }
     move_step(m, &t1, "estimating the rows");
-    if (rc == 0)
+    if (rc == 0) {
+        th.next = now_seconds(); /* the bucket starts with the first row */
         rc = fanout_run(m->ntables, n, copy_fn, m);
+    }
+    if (rc == 0)
+        move_throttle_settle(&th);
     move_step(m, &t1, "copying the tables");
     if (rc == 0) { /* the exact total, now that it is known */
         m->total = m->done;

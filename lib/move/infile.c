@@ -34,6 +34,7 @@
 
 typedef struct feed {
     mv *m;
+    const mtable *t;  /* the table copied (NULL: the probe) */
     move_throttle *th;
     shard_conn *src;
     MYSQL_RES *res;   /* NULL: no rows (the probe) */
@@ -52,7 +53,7 @@ typedef struct feed {
 static void feed_count(feed *f)
 {
     if (f->un_rows)
-        move_copied(f->m, f->un_rows, f->un_bytes);
+        move_copied(f->m, f->t, f->un_rows, f->un_bytes);
     f->un_rows = f->un_bytes = 0;
 }
 
@@ -132,7 +133,7 @@ static int feed_row(feed *f, bool inside)
         if (!inside && (rc = move_throttle_wait(f->th)))
             return feed_fail(f, rc);
         f->left = move_throttle_batch(f->th, f->m->o.batch_rows);
-        f->go_at = move_throttle_take(f->th, f->left);
+        f->go_at = move_throttle_due(f->th);
     }
     if (f->go_at > 0) {
         double wait = f->go_at - now_seconds();
@@ -292,6 +293,7 @@ int move_infile_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
 
     memset(&f, 0, sizeof f);
     f.m = m;
+    f.t = t;
     f.th = th;
     f.src = src;
     f.res = res;

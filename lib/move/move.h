@@ -59,7 +59,8 @@ typedef enum move_phase {
 typedef struct mtable {
     char db[SHARD_DBNAME_MAX];
     char name[65];
-    uint64_t rows;
+    uint64_t rows;   /* counted (the plan), else estimated (the copy) */
+    uint64_t copied; /* rows copied so far (under mv.lock) */
 } mtable;
 
 /* How the copy hands rows to the target, decided once per copy. */
@@ -269,11 +270,18 @@ bool move_throttle_paused(move_throttle *th);
 int move_throttle_wait(move_throttle *th);
 /* Rows per batch under the rate (want, or fewer for a low rate). */
 uint64_t move_throttle_batch(move_throttle *th, uint64_t want);
-/* Take rows from the bucket: the time (now_seconds) they may go at. */
-double move_throttle_take(move_throttle *th, uint64_t rows);
+/* When the next batch may go (now_seconds): once the rows copied before
+ * it are paid for. */
+double move_throttle_due(move_throttle *th);
+/* Pay for rows copied (move_copied does, for every batch): only rows
+ * copied cost time, an empty table none. th may be NULL. */
+void move_throttle_charge(move_throttle *th, uint64_t rows);
 /* Before a batch outside any statement: wait while paused, then for the
  * bucket. */
-int move_throttle_gate(move_throttle *th, uint64_t rows);
+int move_throttle_gate(move_throttle *th);
+/* Wait until the rows copied are paid for: the copy ends no sooner than
+ * its rows at the rate allow. */
+void move_throttle_settle(move_throttle *th);
 
 /* ---- bulk.c ------------------------------------------------------------------------------ */
 
@@ -296,7 +304,7 @@ int move_infile_probe(mv *m, shard_conn *dst, const mtable *t);
 int move_infile_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
                      const mtable *t, MYSQL_RES *res);
 /* Count rows and bytes as copied, and tell the progress callback. */
-void move_copied(mv *m, uint64_t rows, uint64_t bytes);
+void move_copied(mv *m, const mtable *t, uint64_t rows, uint64_t bytes);
 
 /* ---- catchup.c ------------------------------------------------------------------------ */
 

@@ -251,20 +251,49 @@ int move_throttle_wait(move_throttle *th)
     return th->failed ? shard_fail(SHARD_EINTERNAL, "another copy worker failed") : 0;
 }
 
-double move_throttle_take(move_throttle *th, uint64_t rows)
+/*
+ * The bucket is paid after the fact: a batch may start once the rows
+ * before it are paid for, and costs the rows it really had (move_copied
+ * charges them). A table's last, partial batch costs what it holds, an
+ * empty table nothing.
+ */
+double move_throttle_due(move_throttle *th)
 {
     double t = now_seconds(), at;
 
     if (th->rate <= 0)
         return t;
-    /* No credit for idle time: at most one batch ahead of the rate. */
     pthread_mutex_lock(&th->lock);
-    if (th->next < t)
-        th->next = t;
-    at = th->next;
-    th->next += (double)rows / th->rate;
+    at = th->next > t ? th->next : t;
     pthread_mutex_unlock(&th->lock);
     return at;
+}
+
+void move_throttle_charge(move_throttle *th, uint64_t rows)
+{
+    double t, cost;
+
+    if (!th || th->rate <= 0 || rows == 0)
+        return;
+    t = now_seconds();
+    cost = (double)rows / th->rate;
+    /* No credit for idle time beyond this batch's own: the time it took to
+     * read and send is part of what it paid for. */
+    pthread_mutex_lock(&th->lock);
+    if (th->next < t - cost)
+        th->next = t - cost;
+    th->next += cost;
+    pthread_mutex_unlock(&th->lock);
+}
+
+void move_throttle_settle(move_throttle *th)
+{
+    double wait;
+
+    if (!th || th->rate <= 0)
+        return;
+    wait = move_throttle_due(th) - now_seconds();
+    sleep_ms(wait > 0 ? wait * 1000 : 0);
 }
 
 uint64_t move_throttle_batch(move_throttle *th, uint64_t want)
@@ -275,14 +304,14 @@ uint64_t move_throttle_batch(move_throttle *th, uint64_t want)
     return want ? want : 1;
 }
 
-int move_throttle_gate(move_throttle *th, uint64_t rows)
+int move_throttle_gate(move_throttle *th)
 {
     int rc = move_throttle_wait(th);
     double wait;
 
     if (rc)
         return rc;
-    wait = move_throttle_take(th, rows) - now_seconds();
+    wait = move_throttle_due(th) - now_seconds();
     sleep_ms(wait > 0 ? wait * 1000 : 0);
     return 0;
 }

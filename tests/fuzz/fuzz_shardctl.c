@@ -1,5 +1,5 @@
 /*
- * Fuzz shardctl's argument handling, linked in: examples/shardctl.c is
+ * Fuzz shardctl's argument handling, linked in: the files of examples/shardctl/ are
  * compiled with -Dmain=shardctl_main -Dexit=shardctl_exit and called like
  * a process would be, with stdout and stderr on /dev/null.
  *

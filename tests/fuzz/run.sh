@@ -64,15 +64,20 @@ done
 rm -f "$B/libshard.a"
 ar rcs "$B/libshard.a" $objs || exit 2
 
-# shardctl is linked into its target: main and exit renamed, so the fuzzer
-# calls it and an exit() call is caught as a failure.
-if stale "$B/shardctl_main.o" examples/shardctl.c; then
-    $CC $CFLAGS -fsanitize=fuzzer-no-link -Dmain=shardctl_main -Dexit=shardctl_exit \
-        -c -o "$B/shardctl_main.o" examples/shardctl.c || exit 2
-fi
+# shardctl (examples/shardctl/) is linked into its target: main and exit
+# renamed, so the fuzzer calls it and an exit() call is caught as a failure.
+shardctl_objs=""
+for src in examples/shardctl/*.c; do
+    obj="$B/shardctl_$(basename "$src" .c).o"
+    shardctl_objs="$shardctl_objs $obj"
+    if stale "$obj" "$src" || stale "$obj" examples/shardctl/shardctl.h; then
+        $CC $CFLAGS -fsanitize=fuzzer-no-link -Dmain=shardctl_main -Dexit=shardctl_exit \
+            -c -o "$obj" "$src" || exit 2
+    fi
+done
 for t in $TARGETS; do
     extra=""
-    [ "$t" = shardctl ] && extra="$B/shardctl_main.o"
+    [ "$t" = shardctl ] && extra="$shardctl_objs"
     $CC $CFLAGS -fsanitize=fuzzer -Ilib -o "$B/fuzz_$t" "tests/fuzz/fuzz_$t.c" $extra \
         "$B/libshard.a" $DEPS_LIBS -lpthread || exit 2
 done
