@@ -73,6 +73,7 @@ void legacy_cache_put(shard_ctx *ctx, unsigned type, uint64_t legacy, uint64_t i
 /*
  * Test hook (tests link the static library): when set, the import calls it
  * at named points of a pass: "marked" (the pass marker is written),
+ * "shard" (one shard's new objects of a batch committed, from any thread),
  * "created" (a batch's new objects are written, their lookup entries not
  * yet), "entries" (and their entries), "changed" and "deleted" (objects
  * rewritten or soft-deleted, their entries not yet). NULL in production.

@@ -176,6 +176,8 @@ static int write_group(void *arg, size_t g, unsigned worker)
     (void)worker;
     for (size_t i = lo; rc == 0 && i < hi; i++)
         j->its[i]->written = !j->its[i]->collided;
+    if (rc == 0)
+        import_hook("shard"); /* one shard's objects committed, maybe not the others' */
     return rc;
 }
 
