@@ -446,6 +446,70 @@ int legacy_kv_scan(shard_ctx *ctx, const char *table, legacy_scan_fn fn, void *p
     return rc;
 }
 
+/* ---- counting -------------------------------------------------------------- */
+
+typedef struct count_job {
+    shard_ctx *ctx;
+    const char *table;
+    const char *where;
+    uint64_t *counts; /* per mod shard */
+} count_job;
+
+typedef struct count_arg {
+    count_job *j;
+    uint32_t ms;
+} count_arg;
+
+static int count_fn(exec_env *env, void *arg)
+{
+    count_arg *a = arg;
+    char out[32];
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "SELECT COUNT(*) FROM ");
+    sql_table(&q, env->db, a->j->table);
+    sql_add(&q, a->j->where);
+    if ((rc = sql_check(&q)) == 0)
+        rc = conn_value(env->conn, q.s, out, sizeof out);
+    sql_free(&q);
+    if (rc == 0)
+        a->j->counts[a->ms] = strtoull(out, NULL, 10);
+    return rc;
+}
+
+static int count_one(void *arg, size_t i, unsigned worker)
+{
+    count_job *j = arg;
+    count_arg a = {j, (uint32_t)i};
+    (void)worker;
+    return ctx_exec(j->ctx, (unsigned)i, EXEC_MOD, count_fn, &a);
+}
+
+int legacy_kv_count(shard_ctx *ctx, const char *table, const char *where, unsigned threads,
+                    uint64_t *n)
+{
+    shard_map *map = ctx_map(ctx);
+    uint32_t count = map->mod_count;
+    bool known = shard_map_has_mod_table(map, table);
+    count_job j = {ctx, table, where, NULL};
+    int rc;
+
+    shard_map_free(map);
+    *n = 0;
+    if (!count || !known)
+        return shard_fail(SHARD_EINVAL, "no key-value table \"%.64s\" in mod_shards.tables",
+                          table);
+    if (!(j.counts = shard_calloc(count, sizeof *j.counts)))
+        return shard_fail(SHARD_ENOMEM, "out of memory");
+    if ((rc = fanout_run(count, threads, count_one, &j)) == 0)
+        for (uint32_t ms = 0; ms < count; ms++)
+            *n += j.counts[ms];
+    free(j.counts);
+    return rc;
+}
+
 /* ---- the resolution cache ----------------------------------------------------- */
 
 /* 16384 sets of 4: at most 65536 resolutions, about 1.5 MB per context,

@@ -54,6 +54,12 @@ int legacy_kv_delete_many(shard_ctx *ctx, const char *table, char *const *keys, 
 typedef int (*legacy_scan_fn)(void *payload, size_t n, char **keys, char **vals);
 int legacy_kv_scan(shard_ctx *ctx, const char *table, legacy_scan_fn fn, void *payload);
 
+/* The number of entries of a table (all mod shards, `threads` at a time)
+ * that a WHERE clause (`where`, SQL text libshard wrote, never input)
+ * keeps. */
+int legacy_kv_count(shard_ctx *ctx, const char *table, const char *where, unsigned threads,
+                    uint64_t *n);
+
 /* lib/import/, pure helpers (unit-tested). */
 typedef struct source_url {
     char user[81];

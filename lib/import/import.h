@@ -100,6 +100,7 @@ typedef struct import_run {
     bool repair;              /* a marker was found: objects may lack entries */
     bool marked;              /* this pass wrote the marker */
     uint64_t collisions;      /* rows placed off their shard by a native object */
+    uint64_t seen_live;       /* rows the forward scan found a live entry for */
     shard_import_report rep;
     uint64_t estimate;
     double t0, last_progress;
