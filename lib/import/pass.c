@@ -67,44 +67,79 @@ static int process_batch(import_run *r, import_item *it, size_t n)
     return rc;
 }
 
+/* One batch read and converted: the rows after `after` (first: from the
+ * start, so that ids below 1 are seen, and refused, never skipped). */
+typedef struct batch {
+    import_item *it;
+    size_t n;
+    unsigned asked;
+} batch;
+
+static int read_batch(import_run *r, bool first, uint64_t after, batch *b)
+{
+    MYSQL_RES *res;
+    char where[200];
+    int rc;
+
+    b->it = NULL;
+    b->n = 0;
+    b->asked = r->batch;
+    if (first)
+        snprintf(where, sizeof where, " ORDER BY `%s` LIMIT %u", r->id_col, b->asked);
+    else
+        snprintf(where, sizeof where, " WHERE `%s` > %" PRIu64 " ORDER BY `%s` LIMIT %u",
+                 r->id_col, after, r->id_col, b->asked);
+    if ((rc = import_read_rows(r, where, &res)))
+        return rc;
+    rc = import_res_items(r, res, &b->it, &b->n);
+    mysql_free_result(res);
+    return rc;
+}
+
+/* A batch processed while the next one is read: the legacy server's read
+ * and the conversion overlap the lookups and writes (fanout_run: two
+ * items, two threads; only the reader uses the source connection). */
+typedef struct step {
+    import_run *r;
+    batch *cur, *next;
+    bool more;
+} step;
+
+static int step_fn(void *arg, size_t i, unsigned worker)
+{
+    step *s = arg;
+
+    (void)worker;
+    if (i == 0)
+        return process_batch(s->r, s->cur->it, s->cur->n);
+    return read_batch(s->r, false, s->cur->it[s->cur->n - 1].legacy, s->next);
+}
+
 static int forward_scan(import_run *r)
 {
-    uint64_t last = 0;
-    bool first = true;
+    batch b[2];
+    int rc, cur = 0;
 
+    if ((rc = read_batch(r, true, 0, &b[0])))
+        return rc;
     for (;;) {
-        MYSQL_RES *res;
-        import_item *it = NULL;
-        size_t n = 0;
-        unsigned asked = r->batch;
-        char where[200];
-        int rc;
-
-        /* The first batch has no lower bound, so ids below 1 are seen (and
-         * refused), never skipped. */
-        if (first)
-            snprintf(where, sizeof where, " ORDER BY `%s` LIMIT %u", r->id_col, asked);
-        else
-            snprintf(where, sizeof where, " WHERE `%s` > %" PRIu64 " ORDER BY `%s` LIMIT %u",
-                     r->id_col, last, r->id_col, asked);
-        first = false;
-        if ((rc = import_read_rows(r, where, &res)))
+        batch *c = &b[cur], *nx = &b[!cur];
+        step s = {r, c, nx, c->n == c->asked && c->n > 0};
+        r->rep.rows_read += c->n;
+        adapt_batch(r, c->it, c->n);
+        nx->it = NULL;
+        nx->n = 0;
+        if (c->n)
+            rc = fanout_run(s.more ? 2 : 1, 2, step_fn, &s);
+        import_items_free(c->it, c->n);
+        if (rc) {
+            import_items_free(nx->it, nx->n);
             return rc;
-        rc = import_res_items(r, res, &it, &n);
-        mysql_free_result(res);
-        if (rc)
-            return rc;
-        r->rep.rows_read += n;
-        if (n)
-            last = it[n - 1].legacy;
-        rc = n ? process_batch(r, it, n) : 0;
-        adapt_batch(r, it, n);
-        import_items_free(it, n);
-        if (rc)
-            return rc;
+        }
         import_progress(r, "rows", false);
-        if (n < asked)
+        if (!s.more)
             return 0;
+        cur = !cur;
     }
 }
 

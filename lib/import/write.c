@@ -44,13 +44,15 @@ static int too_big(exec_env *env, upsert_arg *a)
 }
 
 /*
- * Which of the batch's local ids hold a row already, locked to the end of
- * the transaction: an object of this import (its id field is the row's
- * legacy id: an interrupted pass wrote it, or the row came back) is
- * written over; any other object is a native one, never touched: the row
- * is marked collided and placed elsewhere by the caller.
+ * Which of the batch's local ids hold an object that is not this import's,
+ * after the upsert (asked only when it met duplicates; its locks hold them
+ * to the end of the transaction). An object of this import (its id field
+ * is the row's legacy id: an interrupted pass wrote it, or the row came
+ * back) was written over; any other is a native object, which the upsert
+ * left as it was: the row is marked collided and placed elsewhere by the
+ * caller.
  */
-static int lock_existing(exec_env *env, upsert_arg *a)
+static int find_collided(exec_env *env, upsert_arg *a)
 {
     MYSQL_RES *res;
     MYSQL_ROW row;
@@ -65,7 +67,7 @@ static int lock_existing(exec_env *env, upsert_arg *a)
         sql_add(&q, i ? "," : "");
         sql_u64(&q, shard_id_local(a->its[i]->id));
     }
-    sql_add(&q, ") FOR UPDATE");
+    sql_add(&q, ")");
     if ((rc = sql_check(&q)) == 0)
         rc = conn_select(env->conn, &q, &res);
     sql_free(&q);
@@ -85,14 +87,35 @@ static int lock_existing(exec_env *env, upsert_arg *a)
     return 0;
 }
 
-static int upsert_send(exec_env *env, sqlbuf *q)
+/* An existing row is written over only when it holds the same legacy id
+ * (this import's object): a native object is left as it is. */
+static void upsert_tail(sqlbuf *q, const char *id_col)
 {
+    sql_addf(q, " ON DUPLICATE KEY UPDATE data = IF(JSON_VALUE(data, '$.\"%s\"') <=> "
+             "JSON_VALUE(VALUES(data), '$.\"%s\"'), VALUES(data), data)", id_col, id_col);
+}
+
+/*
+ * Sends the statement of `rows` rows; *met becomes true unless every row
+ * was a plain insert. Affected rows count 1 per insert, 2 per row written
+ * over and 0 per row left as it was (a native object), so "as many as
+ * the rows, and no duplicates reported" means none met an existing row.
+ */
+static int upsert_send(exec_env *env, sqlbuf *q, const char *id_col, size_t rows, bool *met)
+{
+    const char *info, *d;
     int rc;
 
-    sql_add(q, " ON DUPLICATE KEY UPDATE data = VALUES(data)");
-    if ((rc = sql_check(q)) == 0 && (rc = conn_fits(env->conn, q->len)) == 0)
-        rc = conn_query(env->conn, q);
-    return rc;
+    upsert_tail(q, id_col);
+    if ((rc = sql_check(q)) || (rc = conn_fits(env->conn, q->len)) ||
+        (rc = conn_query(env->conn, q)))
+        return rc;
+    info = mysql_info(env->conn->my); /* "Records: N  Duplicates: D  Warnings: W" */
+    d = info ? strstr(info, "Duplicates: ") : NULL;
+    if (!d || strtoul(d + 12, NULL, 10) != 0 ||
+        mysql_affected_rows(env->conn->my) != (my_ulonglong)rows)
+        *met = true;
+    return 0;
 }
 
 /* A text too big as a hex literal, not as bytes: alone, as a prepared
@@ -107,7 +130,8 @@ static int upsert_alone(exec_env *env, upsert_arg *a, const import_item *it)
     sql_init(&q);
     sql_add(&q, "INSERT INTO ");
     sql_table(&q, env->db, a->r->name);
-    sql_add(&q, " (local_id, data) VALUES (?, ?) ON DUPLICATE KEY UPDATE data = VALUES(data)");
+    sql_add(&q, " (local_id, data) VALUES (?, ?)");
+    upsert_tail(&q, a->r->id_col);
     snprintf(key, sizeof key, "import-upsert %s.%s", env->db, a->r->name);
     rc = conn_stmt_run(env->conn, key, &q, p, 2);
     sql_free(&q);
@@ -119,12 +143,16 @@ static int upsert_fn(exec_env *env, void *arg)
     upsert_arg *a = arg;
     size_t limit = env->conn->max_packet > 1024 ? env->conn->max_packet - 1024 : 0;
     size_t head, rows = 0;
+    bool met = false;
     sqlbuf q;
     int rc;
 
     for (size_t i = 0; i < a->n; i++)
         a->its[i]->collided = false; /* a retry asks again */
-    if ((rc = too_big(env, a)) || (rc = lock_existing(env, a)))
+    for (size_t i = 0; i < a->n; i++)
+        met |= a->its[i]->fixed; /* a row that comes back meets its object */
+    met |= a->r->repair;
+    if ((rc = too_big(env, a)))
         return rc;
     sql_init(&q);
     sql_add(&q, "INSERT INTO ");
@@ -134,14 +162,13 @@ static int upsert_fn(exec_env *env, void *arg)
     for (size_t i = 0; rc == 0 && i < a->n; i++) {
         const import_item *it = a->its[i];
         size_t row = 2 * it->len + 32; /* ",(LOCAL,X'...')" */
-        if (it->collided)
-            continue;
-        if (head + row + 64 > limit) {
+        if (head + row + 200 > limit) {
             rc = upsert_alone(env, a, it);
+            met = true;
             continue;
         }
-        if (rows && (rows == UPSERT_ROWS || q.len + row + 64 > limit)) {
-            if ((rc = upsert_send(env, &q)))
+        if (rows && (rows == UPSERT_ROWS || q.len + row + 200 > limit)) {
+            if ((rc = upsert_send(env, &q, a->r->id_col, rows, &met)))
                 break;
             q.len = head;
             rows = 0;
@@ -154,8 +181,11 @@ static int upsert_fn(exec_env *env, void *arg)
         rows++;
     }
     if (rc == 0 && rows)
-        rc = upsert_send(env, &q);
+        rc = upsert_send(env, &q, a->r->id_col, rows, &met);
     sql_free(&q);
+    /* The common case (a first pass): no row met another, none collided. */
+    if (rc == 0 && met)
+        rc = find_collided(env, a);
     return rc;
 }
 
