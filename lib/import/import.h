@@ -98,6 +98,7 @@ typedef struct import_run {
     bool fixed_batch;         /* batch_rows given: never adapted */
     bool dry;
     bool repair;              /* a marker was found: objects may lack entries */
+    bool empty;               /* the lookup had no entry at all: every row is new */
     bool marked;              /* this pass wrote the marker */
     uint64_t collisions;      /* rows placed off their shard by a native object */
     uint64_t seen_live;       /* rows the forward scan found a live entry for */

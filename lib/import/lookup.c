@@ -50,11 +50,17 @@ int import_put_vals(import_run *r, import_item **its, size_t n)
 int import_marker_read(import_run *r)
 {
     char *keys[1] = {IMPORT_MARKER_KEY}, *vals[1] = {NULL};
+    uint64_t entries = 0;
     int rc = legacy_kv_get_many(r->ctx, r->lookup, keys, 1, vals);
 
     if (rc == 0)
         r->repair = r->marked = vals[0] != NULL;
     free(vals[0]);
+    /* A first pass into an empty lookup need not ask for entries: one
+     * import at a time (the lock), and a pass sees each row once. */
+    if (rc == 0 && !r->repair &&
+        (rc = legacy_kv_count(r->ctx, r->lookup, "", r->threads, &entries)) == 0)
+        r->empty = entries == 0;
     return rc;
 }
 
@@ -275,7 +281,7 @@ int import_classify(import_run *r, import_item *it, size_t n)
     }
     for (size_t i = 0; i < n; i++)
         keys[i] = it[i].key;
-    if ((rc = legacy_kv_get_many(r->ctx, r->lookup, keys, n, vals)))
+    if (!r->empty && (rc = legacy_kv_get_many(r->ctx, r->lookup, keys, n, vals)))
         goto out;
     for (size_t i = 0; rc == 0 && i < n; i++)
         rc = entry_action(r, &it[i], vals[i]);
