@@ -14,6 +14,9 @@
  * visible to reads; every lookup entry is there and no marker is left; a
  * further pass finds nothing to do. A last test puts native objects at
  * the local ids the import would use and checks they are never touched.
+ *
+ * IMPORT_CRASH_TRIALS=40 runs 40 random-moment kills (20 of a first pass,
+ * 20 of a later one) instead of 2; IMPORT_CRASH_SEED repeats a run.
  */
 #include <check.h>
 #include <inttypes.h>
@@ -443,8 +446,9 @@ static Suite *crash_suite(void)
 {
     Suite *s = suite_create("import_crash");
     TCase *tc = tcase_create("import_crash");
+    const char *trials = getenv("IMPORT_CRASH_TRIALS");
 
-    tcase_set_timeout(tc, 300);
+    tcase_set_timeout(tc, 300 + 20 * (trials ? atoi(trials) : 0));
     tcase_add_tests(tc, TESTS(first_pass_killed_at_each_step, later_pass_killed_at_each_step,
                               killed_at_random_moments, native_objects_in_the_id_range));
     suite_add_tcase(s, tc);
