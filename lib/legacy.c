@@ -20,6 +20,7 @@
 void (*shard__import_hook)(const char *point);
 
 #define KV_BATCH 1000 /* keys per statement: far below any packet limit */
+#define KV_GET_THREADS 4 /* statements of one multi-key read in flight at once */
 
 /* ---- lookup values ------------------------------------------------------ */
 
@@ -265,9 +266,26 @@ int legacy_kv_get_many(shard_ctx *ctx, const char *table, char *const *keys, siz
         return 0;
     if ((rc = kv_groups(ctx, table, keys, n, true, vals, &slots, &groups, &ng)))
         return rc;
-    kv_job j = {ctx, groups, NULL, false};
-    /* Every server at once: their number is small (the pairs). */
-    rc = fanout_run(ng, (unsigned)ng, get_group, &j);
+    /* Every server at once, and a server's statements of KV_BATCH keys
+     * each (many keys: an import's batch) at once too. */
+    size_t nc = 0;
+    kv_group *chunks = shard_calloc(n / KV_BATCH + ng + 1, sizeof *chunks);
+    if (!chunks) {
+        free(groups);
+        free(slots);
+        return shard_fail(SHARD_ENOMEM, "out of memory for %zu lookup keys", n);
+    }
+    for (size_t from = 0; from < n; from += KV_BATCH) /* the servers' in turn */
+        for (size_t g = 0; g < ng; g++) {
+            if (from >= groups[g].n)
+                continue;
+            chunks[nc] = groups[g];
+            chunks[nc].slots += from;
+            chunks[nc++].n = groups[g].n - from < KV_BATCH ? groups[g].n - from : KV_BATCH;
+        }
+    kv_job j = {ctx, chunks, NULL, false};
+    rc = fanout_run(nc, (unsigned)(nc < KV_GET_THREADS ? nc : KV_GET_THREADS), get_group, &j);
+    free(chunks);
     free(groups);
     free(slots);
     if (rc)
