@@ -282,6 +282,7 @@ static int write_objects(import_run *r, import_item **its, size_t n)
 
 int import_create(import_run *r, import_item **its, size_t n, uint64_t *made)
 {
+    import_item **done;
     size_t k = 0;
     int rc, rc2 = 0;
 
@@ -290,8 +291,7 @@ int import_create(import_run *r, import_item **its, size_t n, uint64_t *made)
     if (n)
         import_hook("created"); /* objects written, their entries not yet */
     /* The entries of every object written, even when some shard failed. */
-    import_item **done = shard_calloc(n ? n : 1, sizeof *done);
-    if (!done)
+    if (!(done = shard_calloc(n ? n : 1, sizeof *done)))
         return rc ? rc : shard_fail(SHARD_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && rc2 == 0; i++) {
         if (!its[i]->written)
