@@ -142,7 +142,7 @@ check-run: all $(UNIT_TESTS) $(SERVER_TESTS)
 
 # ThreadSanitizer over the tests where threads share a context (not part of
 # make check: run it as make check-tsan).
-TSAN_TESTS := server_data server_store server_move server_failover
+TSAN_TESTS := server_pool server_fence server_data server_store server_move server_failover
 check-tsan: deps
 	@$(MAKE) --no-print-directory SANITIZE=thread all \
 	    $(addprefix build-thread/tests/,$(TSAN_TESTS))

@@ -346,6 +346,43 @@ static void timed_deadline(struct timespec *ts, unsigned ms)
     }
 }
 
+/* The calling thread, as the pool tells threads apart: the address of a
+ * thread-local byte (unique among live threads; a dead thread's may be
+ * reused, which only makes a stale preference). */
+static uintptr_t thread_token(void)
+{
+    static _Thread_local char anchor;
+    return (uintptr_t)&anchor;
+}
+
+/*
+ * An idle connection for the calling thread, under srv->lock: the one this
+ * thread released last if it is idle, else the one idle longest. A thread
+ * that gets back its own connection finds it warm (its socket, its
+ * statements, the server thread behind it); handing each thread the
+ * connection another just released, as a plain stack does, made threads
+ * that share a context wait on each other's connections (libshard-threads(3)).
+ */
+static shard_conn *take_idle(shard_server *srv)
+{
+    uintptr_t me = thread_token();
+    shard_conn **pick = NULL, **p;
+
+    for (p = &srv->idle; *p; p = &(*p)->next) {
+        if ((*p)->owner == me) {
+            pick = p;
+            break;
+        }
+        pick = p; /* the last: released longest ago */
+    }
+    if (!pick)
+        return NULL;
+    shard_conn *c = *pick;
+    *pick = c->next;
+    c->next = NULL;
+    return c;
+}
+
 int conn_acquire(shard_server *srv, shard_conn **out, bool *connect_failed)
 {
     unsigned pool_size = srv->conf->pool_size;
@@ -359,10 +396,8 @@ int conn_acquire(shard_server *srv, shard_conn **out, bool *connect_failed)
     timed_deadline(&deadline, wait_ms);
     pthread_mutex_lock(&srv->lock);
     for (bool waited = false;;) {
-        if ((c = srv->idle) != NULL) {
-            srv->idle = c->next;
+        if ((c = take_idle(srv)) != NULL) {
             pthread_mutex_unlock(&srv->lock);
-            c->next = NULL;
             if (!closed_by_server(c) &&
                 (now_seconds() - c->idle_since < IDLE_PING_SECONDS || mysql_ping(c->my) == 0)) {
                 c->last_errno = 0;
@@ -437,6 +472,7 @@ void conn_put(shard_conn *c, bool healthy)
         srv->total--;
     } else {
         c->idle_since = now_seconds();
+        c->owner = thread_token();
         pthread_mutex_lock(&srv->lock);
         c->next = srv->idle;
         srv->idle = c;
@@ -714,11 +750,15 @@ int conn_stmt_run(shard_conn *c, const char *key, const sqlbuf *sql, const conn_
     }
     if ((rc = conn_fits(c, bytes)) || (rc = stmt_for(c, key, sql, NULL, NULL, &cs)))
         return rc;
-    if (mysql_stmt_bind_param(cs->st, b) || mysql_stmt_execute(cs->st)) {
+    if (mysql_stmt_bind_param(cs->st, b))
+        return stmt_fail(c, cs->st, t0);
+    c->executing = true;
+    if (mysql_stmt_execute(cs->st)) {
         rc = stmt_fail(c, cs->st, t0);
         stmt_drop(cs); /* prepared afresh next time: the table may have changed */
         return rc;
     }
+    c->executing = false;
     c->affected = mysql_stmt_affected_rows(cs->st);
     c->insert_id = mysql_stmt_insert_id(cs->st);
     return 0;

@@ -56,6 +56,7 @@ typedef struct shard_conn {
     uint64_t stmt_clock;
     shard_server *srv;
     struct shard_conn *next;    /* in the idle list */
+    uintptr_t owner;            /* the thread that released it last (conn.c) */
     unsigned long max_packet;   /* the server's max_allowed_packet */
     double idle_since;          /* monotonic seconds */
     double sent_at;             /* when conn_send sent the statement in flight */
@@ -64,6 +65,8 @@ typedef struct shard_conn {
     uint64_t affected;          /* rows the last conn_stmt_run changed */
     uint64_t insert_id;         /* and the AUTO_INCREMENT value it used */
     bool broken;                /* must not serve again (e.g. a ROLLBACK failed) */
+    bool executing;             /* conn_stmt_run sent its statement and has no answer
+                                 * yet (true after a failure in flight) */
 } shard_conn;
 
 /* One pool per server address, shared by every thread of the context. */

@@ -227,21 +227,58 @@ int shard_ctx_reload(shard_ctx *ctx)
     if (!ctx)
         return shard_fail(SHARD_EINVAL, "shard_ctx_reload: NULL context");
     stats_add(&ctx->stats.map_reloads);
+    double t0 = now_seconds();
     if ((rc = shard_store_load(ctx->store, &fresh))) {
         ctx_log(ctx, SHARD_LOG_WARN, "map reload failed, keeping version %llu: %s",
                 (unsigned long long)ctx_map_version(ctx), shard_errmsg());
         return rc;
     }
-    return swap_map(ctx, fresh);
+    uint64_t version = fresh->version;
+    if ((rc = swap_map(ctx, fresh)) == 0)
+        ctx_lease_confirm(ctx, t0, version);
+    return rc;
+}
+
+void ctx_lease_confirm(shard_ctx *ctx, double started, uint64_t version)
+{
+    uint64_t ns = (uint64_t)(started * 1e9), cur;
+
+    if (ctx_map_version(ctx) != version)
+        return; /* the store's map is not the one held */
+    cur = atomic_load(&ctx->lease_from_ns);
+    while (cur < ns && !atomic_compare_exchange_weak(&ctx->lease_from_ns, &cur, ns))
+        ;
+}
+
+double ctx_lease_until(shard_ctx *ctx, const shard_map *map)
+{
+    uint64_t from = atomic_load_explicit(&ctx->lease_from_ns, memory_order_acquire);
+
+    if (!map->lease_ms || !from || ctx_map_version(ctx) != map->version)
+        return 0;
+    return (double)from / 1e9 + map->lease_ms / 1000.0;
+}
+
+/* The refresh interval, or half the map's lease when that is shorter: a
+ * context keeps its lease while the store answers (libshard-move(7)). */
+static unsigned refresh_period(shard_ctx *ctx)
+{
+    unsigned base = ctx->opts.refresh_interval_ms;
+    shard_map *map = ctx_map(ctx);
+
+    if (map->lease_ms && map->lease_ms / 2 < base)
+        base = map->lease_ms / 2 ? map->lease_ms / 2 : 1;
+    shard_map_free(map);
+    return base;
 }
 
 static void *refresh_main(void *arg)
 {
     shard_ctx *ctx = arg;
-    unsigned base = ctx->opts.refresh_interval_ms;
 
     pthread_mutex_lock(&ctx->stop_lock);
     while (!ctx->stopping) {
+        unsigned base = refresh_period(ctx);
         /* +-25% jitter keeps a fleet of processes from reading in lockstep. */
         unsigned ms = base - base / 4 + (unsigned)(rnd() % (base / 2 + 1));
         struct timespec ts;
@@ -319,11 +356,18 @@ int shard_ctx_open(shard_ctx **out, const char *location, const shard_options *o
     pthread_mutex_init(&ctx->stop_lock, NULL);
     pthread_cond_init(&ctx->stop_cond, NULL);
     stats_add(&ctx->stats.map_reloads); /* the first read of the store */
+    double t0 = now_seconds();
     if ((rc = shard_store_open(&ctx->store, location)) ||
-        (rc = shard_store_load(ctx->store, &map)) || (rc = swap_map(ctx, map))) {
+        (rc = shard_store_load(ctx->store, &map))) {
         shard_ctx_free(ctx);
         return rc;
     }
+    uint64_t version = map->version;
+    if ((rc = swap_map(ctx, map))) {
+        shard_ctx_free(ctx);
+        return rc;
+    }
+    ctx_lease_confirm(ctx, t0, version);
     if (opts->refresh_interval_ms) {
         if (pthread_create(&ctx->refresher, NULL, refresh_main, ctx) != 0) {
             shard_ctx_free(ctx);

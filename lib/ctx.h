@@ -30,7 +30,17 @@ struct shard_ctx {
     uint64_t reloads_done;    /* error reloads finished */
     _Atomic(struct legacy_cache *) legacy; /* legacy.c: resolutions; made on first use */
     shard_stats stats;        /* stats.c: counters, shard_ctx_stats(3) */
+    /* The lease (libshard-move(7), "The lease"): monotonic ns at which the
+     * latest store read that found the held map current started; 0: none. */
+    _Atomic uint64_t lease_from_ns;
 };
+
+/* A store read that started at `started` (monotonic seconds) found map
+ * `version`: if that is the map held, the lease runs from then. */
+void ctx_lease_confirm(shard_ctx *ctx, double started, uint64_t version);
+/* Until when (monotonic seconds) the lease on `map` holds; 0: no lease (the
+ * map has none, it is not the context's current map, or never confirmed). */
+double ctx_lease_until(shard_ctx *ctx, const shard_map *map);
 
 /* legacy.c: free a context's resolution cache (NULL is fine). */
 void legacy_cache_free(struct legacy_cache *cache);

@@ -52,7 +52,12 @@ void shard_clear_error(void)
 
 int shard_vfail(int code, const char *fmt, va_list ap)
 {
-    vsnprintf(errmsg, sizeof errmsg, fmt, ap);
+    /* Formatted apart first: an argument may be shard_errmsg() itself (a
+     * message composed from the previous one), which vsnprintf must not
+     * overwrite while it reads it. */
+    char buf[ERRMSG_SIZE];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    memcpy(errmsg, buf, sizeof errmsg);
     return code;
 }
 

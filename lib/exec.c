@@ -183,6 +183,22 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
 
 /* ---- the fence ---------------------------------------------------------------- */
 
+bool exec_fence_skip(shard_ctx *ctx, const shard_map *map, unsigned shard, double *until)
+{
+    double end;
+
+    if (map_shard_moving(map, shard) || !(end = ctx_lease_until(ctx, map)) ||
+        now_seconds() >= end)
+        return false;
+    *until = end;
+    return true;
+}
+
+bool exec_answer_late(const exec_env *env)
+{
+    return env->fence_skip && now_seconds() >= env->lease_until;
+}
+
 int exec_fenced(const exec_env *env)
 {
     return shard_fail(SHARD_EMOVED, "shard %u on pair %s is fenced by a move in progress",
@@ -195,6 +211,28 @@ void sql_fence_value(sqlbuf *q, const char *db)
     sql_add(q, "(SELECT fenced FROM " FENCE_TABLE " WHERE db = '");
     sql_add(q, db);
     sql_add(q, "')");
+}
+
+void sql_fence_column(sqlbuf *q, const exec_env *env)
+{
+    if (env->fence_skip)
+        sql_add(q, "0");
+    else
+        sql_fence_value(q, env->db);
+}
+
+void sql_fence_lock_column(sqlbuf *q, const char *db)
+{
+    sql_add(q, "(SELECT fenced FROM " FENCE_TABLE " WHERE db = '");
+    sql_add(q, db);
+    sql_add(q, "' LOCK IN SHARE MODE)");
+}
+
+void sql_fence_clear(sqlbuf *q, const char *db)
+{
+    sql_add(q, "NOT EXISTS (SELECT 1 FROM " FENCE_TABLE " WHERE db = '");
+    sql_add(q, db);
+    sql_add(q, "' AND fenced <> 0)");
 }
 
 int exec_fence_lock(exec_env *env)
@@ -225,13 +263,13 @@ int exec_fence_lock(exec_env *env)
 /* ---- running ------------------------------------------------------------------ */
 
 /* fn inside a transaction that checked the fence first; committed after it. */
-static int run_write(exec_env *env, exec_fn fn, void *arg, bool idempotent)
+static int run_write(exec_env *env, exec_fn fn, void *arg, bool idempotent, bool fn_fences)
 {
     int rc;
 
     if ((rc = conn_query_str(env->conn, "START TRANSACTION")))
         return rc;
-    if ((rc = exec_fence_lock(env)) == 0 && (rc = fn(env, arg)) == 0) {
+    if ((fn_fences || (rc = exec_fence_lock(env)) == 0) && (rc = fn(env, arg)) == 0) {
         env->ambiguous = !idempotent; /* a lost COMMIT may have committed */
         if ((rc = conn_query_str(env->conn, "COMMIT")) == 0)
             env->ambiguous = false;
@@ -245,12 +283,40 @@ static int run_write(exec_env *env, exec_fn fn, void *arg, bool idempotent)
     return rc;
 }
 
+/*
+ * fn as flags say: alone (a read), in the write transaction, or (EXEC_ONE)
+ * as one autocommit statement that checks the fence itself, falling back to
+ * the transaction when fn asks. A statement sent on its own commits when
+ * the server runs it: if its answer is lost, whether it was applied is
+ * unknown unless it is idempotent.
+ */
+static int run(exec_env *env, int flags, exec_fn fn, void *arg)
+{
+    bool idempotent = flags & EXEC_IDEMPOTENT;
+    int rc;
+
+    if (!(flags & EXEC_WRITE))
+        return fn(env, arg);
+    if (flags & EXEC_ONE) {
+        env->fence_inline = true;
+        env->conn->executing = false;
+        rc = fn(env, arg);
+        if (rc != EXEC_TXN) {
+            if (rc && !idempotent && env->conn->executing)
+                env->ambiguous = true;
+            return rc;
+        }
+        env->fence_inline = false;
+    }
+    return run_write(env, fn, arg, idempotent, (flags & EXEC_FENCE_FN) != 0);
+}
+
 static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg,
                     double started)
 {
     double deadline = started + ctx->opts.retry_budget_ms / 1000.0;
     unsigned attempt = 0, tries = 0; /* attempts counted against retry_max; all */
-    bool waited = false;
+    bool waited = false, recheck = false;
     int rc;
 
     for (;;) {
@@ -283,9 +349,18 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
         if (rc == SHARD_ETIMEOUT && connect_failed)
             rc = SHARD_ECONNECT;
         if (rc == 0) {
-            exec_env env = {c, map, db, shard, map->pairs[pi].name, false, false};
-            rc = (flags & EXEC_WRITE) ? run_write(&env, fn, arg, flags & EXEC_IDEMPOTENT)
-                                      : fn(&env, arg);
+            exec_env env = {c, map, db, shard, map->pairs[pi].name, false, false, false,
+                            false, 0};
+            env.fence_skip = !(flags & (EXEC_WRITE | EXEC_MOD)) && !recheck &&
+                             exec_fence_skip(ctx, map, shard, &env.lease_until);
+            rc = run(&env, flags, fn, arg);
+            if (rc == EXEC_STALE) {
+                /* Answered after the lease: that answer never counts. */
+                conn_release(c, 0);
+                shard_map_free(map);
+                recheck = true;
+                continue;
+            }
             ambiguous = env.ambiguous;
             rc = ctx_check_moved(ctx, c, db, shard, flags & EXEC_MOD, map->pairs[pi].name, rc);
             if (!(rc == 0 && env.keep))

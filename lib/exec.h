@@ -17,6 +17,18 @@
                       * shared lock, and commit it after fn */
 #define EXEC_IDEMPOTENT 4 /* with EXEC_WRITE: running fn twice does no harm, so even
                            * a COMMIT lost in flight is retried */
+#define EXEC_ONE 8 /* with EXEC_WRITE: fn writes in one autocommit statement that
+                    * checks the fence itself (env->fence_inline, sql_fence_clear);
+                    * when that statement cannot tell what happened (it changed no
+                    * row), fn returns EXEC_TXN and runs again inside the write
+                    * transaction, as without EXEC_ONE */
+#define EXEC_FENCE_FN 16 /* with EXEC_WRITE: the transaction's first statement, fn's own,
+                         * locks the fence row itself (exec_fence_sql_lock), so the
+                         * check costs no round trip of its own */
+#define EXEC_TXN 1 /* fn's return under EXEC_ONE: run me in the write transaction */
+#define EXEC_STALE 2 /* a read's return when it skipped the fence check and its answer
+                      * came after the lease ended (exec_answer_late): it runs again,
+                      * checking the fence */
 /* The public call to count (a stats_op, shard_ctx_stats(3)) in the bits above
  * the flags: calls, errors and duration, timed from ctx_exec's own clock
  * read. Without it nothing is counted (a step of a call counted elsewhere). */
@@ -35,6 +47,16 @@ typedef struct exec_env {
     /* fn sets this to keep the connection (and its open transaction) past
      * a successful return: it then owns env->conn (shard_txn_begin). */
     bool keep;
+    /* Under EXEC_ONE, outside a transaction: fn's statement must itself
+     * write nothing on a fenced shard (sql_fence_clear). False inside the
+     * write transaction, whose fence check ran already. */
+    bool fence_inline;
+    /* A read (no EXEC_WRITE, no EXEC_MOD) may leave the fence out of its
+     * statement: exec_fence_skip said so (the context's lease holds and the
+     * shard is not marked moving). Its answer counts only if it came before
+     * lease_until: else fn frees what it read and returns EXEC_STALE. */
+    bool fence_skip;
+    double lease_until;
 } exec_env;
 
 typedef int (*exec_fn)(exec_env *env, void *arg);
@@ -48,10 +70,36 @@ typedef int (*exec_fn)(exec_env *env, void *arg);
  */
 int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg);
 
+/*
+ * The one rule for "check the fence on this shard now?" (libshard-move(7),
+ * "The lease"): a read may skip the check only while the context holds a
+ * lease on `map` (a store read that started less than lease_ms ago found
+ * it current) and the map does not mark the shard moving. *until gets the
+ * lease's end (monotonic seconds) when it returns true.
+ */
+bool exec_fence_skip(shard_ctx *ctx, const shard_map *map, unsigned shard, double *until);
+/* After a read that skipped the check: whether its answer came too late to
+ * count (at or after the lease's end). */
+bool exec_answer_late(const exec_env *env);
+
 /* SHARD_EMOVED for a statement that found the shard fenced. */
 int exec_fenced(const exec_env *env);
 /* A read's fence column: " (SELECT fenced FROM libshard_control.fence WHERE db = 'DB')". */
 void sql_fence_value(sqlbuf *q, const char *db);
+/* A condition true while DB is not fenced: "NOT EXISTS (SELECT 1 FROM
+ * libshard_control.fence WHERE db = 'DB' AND fenced <> 0)". In a write
+ * (INSERT ... SELECT ... WHERE, UPDATE or DELETE ... WHERE) it reads the
+ * fence row with a shared lock, or a gap lock where the row is missing,
+ * kept until the write commits: a move's fence UPDATE or INSERT waits for
+ * the write, and nothing commits on the shard after the fence
+ * (libshard-move(7), "The fence"). */
+void sql_fence_clear(sqlbuf *q, const char *db);
+/* A read's fence column: sql_fence_value, or 0 when env skips the check. */
+void sql_fence_column(sqlbuf *q, const exec_env *env);
+/* The fence check as a column of a write transaction's first statement:
+ * "(SELECT fenced FROM libshard_control.fence WHERE db = 'DB' LOCK IN SHARE
+ * MODE)", the same shared lock (or gap lock) as exec_fence_lock takes. */
+void sql_fence_lock_column(sqlbuf *q, const char *db);
 /* The write's fence check, inside its open transaction, under a shared lock
  * (a move's fence UPDATE waits for it): SHARD_EMOVED when fenced. */
 int exec_fence_lock(exec_env *env);

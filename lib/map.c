@@ -19,7 +19,8 @@
 
 static const char *const top_keys[] = {
     "version", "open_shards", "database_format", "credentials", "objects",
-    "mappings", "pairs", "id_shards", "mod_shards", "legacy", NULL};
+    "mappings", "pairs", "id_shards", "mod_shards", "legacy", "lease_ms", "lease_max_ms",
+    "moving", NULL};
 static const char *const cred_keys[] = {"user", "password_env", "tls", NULL};
 static const char *const tls_keys[] = {"ca", "cert", "key", "verify", NULL};
 static const char *const pair_keys[] = {"master", "standby", NULL};
@@ -647,8 +648,62 @@ static int parse_legacy(shard_map *m, json_t *o)
     return SHARD_OK;
 }
 
+/* An optional unsigned integer member: *out keeps its value when absent. */
+static int get_uint_opt(json_t *obj, const char *key, const char *where,
+                        unsigned long long max, unsigned long long *out)
+{
+    return json_object_get(obj, key) ? get_uint(obj, key, where, 0, max, out) : SHARD_OK;
+}
+
+/* The lease (libshard-move(7), "The lease"): lease_ms, lease_max_ms, moving. */
+static int parse_lease(shard_map *m, json_t *d)
+{
+    unsigned long long v = 0, max;
+    json_t *a = json_object_get(d, "moving"), *r;
+    size_t i;
+    int rc;
+
+    if ((rc = get_uint_opt(d, "lease_ms", "top level", SHARD_LEASE_MAX_MS, &v)))
+        return rc;
+    m->lease_ms = (unsigned)v;
+    max = v;
+    if ((rc = get_uint_opt(d, "lease_max_ms", "top level", SHARD_LEASE_MAX_MS, &max)))
+        return rc;
+    if (max < v)
+        return BAD("lease_max_ms: %llu is below lease_ms (%llu): it must be at least the "
+                   "longest lease a context may still hold", max, v);
+    m->lease_max_ms = (unsigned)max;
+    if (!a)
+        return SHARD_OK;
+    if (!json_is_array(a))
+        return BAD("moving: must be an array of [first, last] shard ranges");
+    if (!(m->moving = shard_calloc(json_array_size(a) + 1, sizeof *m->moving)))
+        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+    json_array_foreach(a, i, r) {
+        json_t *lo = json_array_get(r, 0), *hi = json_array_get(r, 1);
+        if (!json_is_array(r) || json_array_size(r) != 2 || !json_is_integer(lo) ||
+            !json_is_integer(hi) || json_integer_value(lo) < 0 ||
+            json_integer_value(hi) < json_integer_value(lo) ||
+            json_integer_value(hi) > SHARD_MAX_SHARD)
+            return BAD("moving[%zu]: must be [first, last] with 0 <= first <= last <= %u", i,
+                       SHARD_MAX_SHARD);
+        m->moving[m->nmoving].lo = (unsigned)json_integer_value(lo);
+        m->moving[m->nmoving++].hi = (unsigned)json_integer_value(hi);
+    }
+    return SHARD_OK;
+}
+
+bool map_shard_moving(const shard_map *map, unsigned shard)
+{
+    for (size_t i = 0; i < map->nmoving; i++)
+        if (shard >= map->moving[i].lo && shard <= map->moving[i].hi)
+            return true;
+    return false;
+}
+
 static void map_destroy(shard_map *m)
 {
+    free(m->moving);
     free(m->objects);
     free(m->mappings);
     free(m->pairs);
@@ -689,7 +744,7 @@ static int build(shard_map *m)
     if (m->ranges[m->nranges - 1].hi + 1 < m->open_shards)
         return BAD("id_shards: open shards %u..%u are not covered by any range",
                    m->ranges[m->nranges - 1].hi + 1, m->open_shards - 1);
-    if ((rc = parse_mod(m, json_object_get(d, "mod_shards"))))
+    if ((rc = parse_mod(m, json_object_get(d, "mod_shards"))) || (rc = parse_lease(m, d)))
         return rc;
     return parse_legacy(m, json_object_get(d, "legacy"));
 }
@@ -1099,6 +1154,44 @@ int map_reassign(const shard_map *cur, unsigned first, unsigned last, const char
 out:
     jansson_free(text);
     json_decref(ranges);
+    json_decref(doc);
+    return rc;
+}
+
+int map_mark_moving(const shard_map *cur, unsigned first, unsigned last, bool on,
+                    uint64_t version, shard_map **out)
+{
+    json_t *doc = json_deep_copy(cur->doc), *moving = json_array();
+    char *text = NULL;
+    int rc = 0;
+
+    if (!doc || !moving)
+        goto oom;
+    for (size_t i = 0; i < cur->nmoving; i++) {
+        const shard_rangedef *r = &cur->moving[i];
+        if (r->lo >= first && r->hi <= last)
+            continue; /* this move's mark (or a stale one inside its range) */
+        if (json_array_append_new(moving, json_pack("[I,I]", (json_int_t)r->lo,
+                                                    (json_int_t)r->hi)))
+            goto oom;
+    }
+    if (on && json_array_append_new(moving, json_pack("[I,I]", (json_int_t)first,
+                                                      (json_int_t)last)))
+        goto oom;
+    if (!json_array_size(moving))
+        json_object_del(doc, "moving"); /* absent when nothing moves (-1: it was) */
+    else if (json_object_set(doc, "moving", moving))
+        goto oom;
+    if (json_object_set_new(doc, "version", json_integer((json_int_t)version)) ||
+        !(text = json_dumps(doc, JSON_SORT_KEYS)))
+        goto oom;
+    rc = shard_map_parse(out, text, strlen(text));
+    goto out;
+oom:
+    rc = shard_fail(SHARD_ENOMEM, "out of memory editing the shard map");
+out:
+    jansson_free(text);
+    json_decref(moving);
     json_decref(doc);
     return rc;
 }

@@ -86,6 +86,11 @@ struct shard_map {
     size_t nmod_ranges;
     shard_legacydef *legacy;
     size_t nlegacy;
+    /* The lease (libshard-move(7), "The lease"): 0 = none, every read checks
+     * the fence. moving: shards a move is about to fence or has fenced. */
+    unsigned lease_ms, lease_max_ms;
+    shard_rangedef *moving; /* pair unused */
+    size_t nmoving;
 };
 
 shard_map *shard_map_ref(shard_map *map);
@@ -102,6 +107,14 @@ void shard_dbfmt_name(const shard_dbfmt *f, unsigned n, char *buf);
 /* A copy of cur at `version` with ID shards first..last on `pair`. */
 int map_reassign(const shard_map *cur, unsigned first, unsigned last, const char *pair,
                  uint64_t version, shard_map **out);
+/* The longest lease_ms a map accepts. */
+#define SHARD_LEASE_MAX_MS 600000u
+/* Whether a move has marked `shard` (the map's "moving" ranges). */
+bool map_shard_moving(const shard_map *map, unsigned shard);
+/* A copy of cur at `version` with shards first..last marked moving (on) or
+ * not (every mark inside first..last removed). */
+int map_mark_moving(const shard_map *cur, unsigned first, unsigned last, bool on,
+                    uint64_t version, shard_map **out);
 /* A copy of cur at `version` with pair's master and standby swapped. */
 int map_swap_roles(const shard_map *cur, const char *pair, uint64_t version, shard_map **out);
 /* Table names stay 7 characters below MySQL's 64: earlier versions fenced

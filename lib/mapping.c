@@ -76,6 +76,39 @@ void mapping_upsert_sql(sqlbuf *q, const char *db, const char *table, uint64_t f
     sql_add(q, ") ON DUPLICATE KEY UPDATE sequence = VALUES(sequence)");
 }
 
+void mapping_write_sql(sqlbuf *q, const char *db, const char *table, uint64_t from,
+                       uint64_t to, int64_t seq, bool remove, bool fence)
+{
+    if (remove) {
+        sql_add(q, "DELETE FROM ");
+        sql_table(q, db, table);
+        sql_add(q, " WHERE from_id = ");
+        sql_u64(q, from);
+        sql_add(q, " AND to_id = ");
+        sql_u64(q, to);
+        if (fence) {
+            sql_add(q, " AND ");
+            sql_fence_clear(q, db);
+        }
+        return;
+    }
+    if (!fence) {
+        mapping_upsert_sql(q, db, table, from, to, seq);
+        return;
+    }
+    sql_add(q, "INSERT INTO ");
+    sql_table(q, db, table);
+    sql_add(q, " (from_id, to_id, sequence) SELECT ");
+    sql_u64(q, from);
+    sql_add(q, ", ");
+    sql_u64(q, to);
+    sql_add(q, ", ");
+    sql_i64(q, seq);
+    sql_add(q, " FROM DUAL WHERE ");
+    sql_fence_clear(q, db);
+    sql_add(q, " ON DUPLICATE KEY UPDATE sequence = VALUES(sequence)");
+}
+
 static int row_fn(exec_env *env, void *arg)
 {
     row_args *a = arg;
@@ -83,20 +116,16 @@ static int row_fn(exec_env *env, void *arg)
     int rc;
 
     sql_init(&q);
-    if (a->remove) {
-        sql_add(&q, "DELETE FROM ");
-        sql_table(&q, env->db, a->name);
-        sql_add(&q, " WHERE from_id = ");
-        sql_u64(&q, a->from);
-        sql_add(&q, " AND to_id = ");
-        sql_u64(&q, a->to);
-    } else {
-        mapping_upsert_sql(&q, env->db, a->name, a->from, a->to, a->seq);
-    }
+    mapping_write_sql(&q, env->db, a->name, a->from, a->to, a->seq, a->remove,
+                      env->fence_inline);
     rc = conn_query(env->conn, &q); /* both statements are idempotent */
     sql_free(&q);
     if (rc == 0)
         a->affected = mysql_affected_rows(env->conn->my);
+    /* No row changed: no such row, the same sequence already, or a fence
+     * held the statement back; the transaction tells which. */
+    if (rc == 0 && a->affected == 0 && env->fence_inline)
+        return EXEC_TXN;
     return rc;
 }
 
@@ -131,7 +160,8 @@ static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t 
     }
     *started = now_seconds(); /* counted from here: routed (shard_ctx_stats(3)) */
     /* Both statements are idempotent: retried even after a lost COMMIT. */
-    if ((rc = ctx_exec(ctx, shard_id_shard(from), EXEC_WRITE | EXEC_IDEMPOTENT, row_fn, &a)))
+    if ((rc = ctx_exec(ctx, shard_id_shard(from), EXEC_WRITE | EXEC_ONE | EXEC_IDEMPOTENT,
+                       row_fn, &a)))
         return rc;
     if (remove && a.affected == 0)
         rc = shard_fail(SHARD_ENOTFOUND, "mapping %s has no row (%llu, %llu)", name,
@@ -140,7 +170,8 @@ static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t 
         /* The reverse row lives on the shard of `to`, maybe another pair:
          * written second, and idempotent, so a failed call can be repeated. */
         row_args r = {rev, to, from, seq, remove, 0};
-        int rrc = ctx_exec(ctx, shard_id_shard(to), EXEC_WRITE | EXEC_IDEMPOTENT, row_fn, &r);
+        int rrc = ctx_exec(ctx, shard_id_shard(to), EXEC_WRITE | EXEC_ONE | EXEC_IDEMPOTENT,
+                           row_fn, &r);
         if (rrc)
             return shard_fail_prefix(rrc, "reverse mapping %s: ", rev);
     }
@@ -209,7 +240,7 @@ static int list_query(exec_env *env, const list_args *a, bool joined, MYSQL_RES 
     sql_add(&q, "SELECT ");
     if (joined)
         sql_add(&q, "f.v, m.to_id, m.sequence FROM (SELECT ");
-    sql_fence_value(&q, env->db);
+    sql_fence_column(&q, env);
     sql_add(&q, joined ? " AS v) AS f LEFT JOIN (SELECT to_id, sequence" : ", to_id, sequence");
     if ((rc = rows_of(env, a, &q))) {
         sql_free(&q);
@@ -241,10 +272,14 @@ static int list_fn(exec_env *env, void *arg)
 
     if (rc)
         return rc;
-    if (mysql_num_rows(res) == 0) {
+    if (mysql_num_rows(res) == 0 && !env->fence_skip) {
         mysql_free_result(res);
         if ((rc = list_query(env, a, true, &res)))
             return rc;
+    }
+    if (exec_answer_late(env)) {
+        mysql_free_result(res);
+        return EXEC_STALE;
     }
     free(a->edges);
     a->n = 0;
@@ -294,7 +329,7 @@ static int count_fn(exec_env *env, void *arg)
 
     sql_init(&q);
     sql_add(&q, "SELECT ");
-    sql_fence_value(&q, env->db);
+    sql_fence_column(&q, env);
     sql_add(&q, ", (SELECT COUNT(*)");
     if ((rc = rows_of(env, a, &q))) {
         sql_free(&q);
@@ -305,6 +340,10 @@ static int count_fn(exec_env *env, void *arg)
     sql_free(&q);
     if (rc)
         return rc;
+    if (exec_answer_late(env)) {
+        mysql_free_result(res);
+        return EXEC_STALE;
+    }
     row = mysql_fetch_row(res);
     fenced = row && row[0] && strcmp(row[0], "0") != 0;
     a->count = row && row[1] ? strtoull(row[1], NULL, 10) : 0;

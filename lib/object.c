@@ -134,8 +134,20 @@ static void stmt_key(char *key, size_t size, const char *kind, const char *db, c
     snprintf(key, size, "%s %s.%s", kind, db, table);
 }
 
+void object_insert_sql(sqlbuf *q, const char *db, const char *table, bool fence)
+{
+    sql_add(q, "INSERT INTO ");
+    sql_table(q, db, table);
+    if (!fence) {
+        sql_add(q, " (data) VALUES (?)");
+        return;
+    }
+    sql_add(q, " (data) SELECT ? FROM DUAL WHERE ");
+    sql_fence_clear(q, db);
+}
+
 int object_insert(shard_conn *c, const char *db, const char *table, unsigned shard,
-                  unsigned type, const char *json, size_t len, uint64_t *id)
+                  unsigned type, const char *json, size_t len, bool fence, uint64_t *id)
 {
     conn_param p = CONN_BYTES(json, len);
     char key[160];
@@ -144,14 +156,14 @@ int object_insert(shard_conn *c, const char *db, const char *table, unsigned sha
     int rc;
 
     sql_init(&q);
-    sql_add(&q, "INSERT INTO ");
-    sql_table(&q, db, table);
-    sql_add(&q, " (data) VALUES (?)");
-    stmt_key(key, sizeof key, "insert", db, table);
+    object_insert_sql(&q, db, table, fence);
+    stmt_key(key, sizeof key, fence ? "insert-fenced" : "insert", db, table);
     rc = conn_stmt_run(c, key, &q, &p, 1);
     sql_free(&q);
     if (rc)
         return rc;
+    if (fence && c->affected == 0) /* the statement's fence check held it back */
+        return shard_fail(SHARD_EMOVED, "%s is fenced by a move in progress", db);
     local = c->insert_id;
     if (local < 1 || local > SHARD_MAX_LOCAL) {
         /* The row cannot be named by an ID: take it back. */
@@ -264,7 +276,7 @@ int object_insert_many(shard_conn *c, const char *db, const char *table, unsigne
         if (alone) {
             /* Too big as a hex literal, not as bytes: on its own, a binary
              * parameter of a prepared statement. */
-            rc = object_insert(c, db, table, shard, type, json[i], len[i], &ids[i]);
+            rc = object_insert(c, db, table, shard, type, json[i], len[i], false, &ids[i]);
             stmts++;
             first = i + 1;
             continue;
@@ -299,6 +311,16 @@ static void build_get(sqlbuf *q, const void *arg)
     sql_add(q, " WHERE local_id = ?)");
 }
 
+/* Under a lease (exec_fence_skip): the object alone. */
+static void build_get_unfenced(sqlbuf *q, const void *arg)
+{
+    const get_sql *g = arg;
+    sql_add(q, "SELECT data FROM ");
+    sql_table(q, g->db, g->table);
+    sql_add(q, " WHERE local_id = ?");
+}
+
+/* fenced NULL: the statement without the fence (the caller may skip it). */
 static int select_fenced(shard_conn *c, const char *db, const char *table, uint64_t id,
                          bool *fenced, char **json, size_t *len)
 {
@@ -306,13 +328,34 @@ static int select_fenced(shard_conn *c, const char *db, const char *table, uint6
     char key[160];
     int rc;
 
-    stmt_key(key, sizeof key, "get", db, table);
-    rc = conn_stmt_get(c, key, build_get, &g, shard_id_local(id), fenced, json, len);
-    if (rc == 0 && *fenced) {
+    stmt_key(key, sizeof key, fenced ? "get" : "get-leased", db, table);
+    rc = conn_stmt_get(c, key, fenced ? build_get : build_get_unfenced, &g,
+                       shard_id_local(id), fenced, json, len);
+    if (fenced && rc == 0 && *fenced) {
         free(*json);
         *json = NULL;
     }
-    return *fenced ? 0 : rc;
+    return fenced && *fenced ? 0 : rc;
+}
+
+int object_get(shard_conn *c, const char *db, const char *table, uint64_t id, bool check,
+               bool *fenced, char **json, size_t *len)
+{
+    bool f = false;
+    int rc = select_fenced(c, db, table, id, check ? &f : NULL, json, len);
+
+    if (fenced)
+        *fenced = f;
+    if (f)
+        return 0;
+    if (rc == 0 && object_deleted(*json, len ? *len : strlen(*json))) {
+        free(*json);
+        *json = NULL;
+        rc = SHARD_ENOTFOUND;
+    }
+    if (rc == SHARD_ENOTFOUND)
+        rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
+    return rc;
 }
 
 int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
@@ -324,22 +367,8 @@ int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
     sqlbuf q;
     int rc;
 
-    if (!for_update) {
-        bool f = false;
-        rc = select_fenced(c, db, table, id, &f, json, len);
-        if (fenced)
-            *fenced = f;
-        if (f)
-            return 0;
-        if (rc == 0 && object_deleted(*json, len ? *len : strlen(*json))) {
-            free(*json);
-            *json = NULL;
-            rc = SHARD_ENOTFOUND;
-        }
-        if (rc == SHARD_ENOTFOUND)
-            rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
-        return rc;
-    }
+    if (!for_update)
+        return object_get(c, db, table, id, true, fenced, json, len);
     /* FOR UPDATE runs in a transaction that checked the fence already. */
     if (fenced)
         *fenced = false;
@@ -399,7 +428,7 @@ static int create_fn(exec_env *env, void *arg)
     if (rc)
         return rc;
     return object_insert(env->conn, env->db, table, env->shard, a->type, a->json, a->len,
-                         &a->id);
+                         env->fence_inline, &a->id);
 }
 
 int shard_object_create(shard_ctx *ctx, unsigned type, unsigned shard, const char *json,
@@ -423,7 +452,9 @@ int shard_object_create(shard_ctx *ctx, unsigned type, unsigned shard, const cha
         shard = (unsigned)(ctx_random() % map->open_shards);
         shard_map_free(map);
     }
-    if ((rc = ctx_exec(ctx, shard, EXEC_WRITE | EXEC_OP(STATS_OBJECT_CREATE), create_fn, &a)))
+    /* One round trip: the INSERT checks the fence itself (EXEC_ONE). */
+    if ((rc = ctx_exec(ctx, shard, EXEC_WRITE | EXEC_ONE | EXEC_OP(STATS_OBJECT_CREATE),
+                       create_fn, &a)))
         return rc;
     *id = a.id;
     return 0;
@@ -445,8 +476,14 @@ static int get_fn(exec_env *env, void *arg)
     if (rc)
         return rc;
     bool fenced = false;
-    if ((rc = object_select(env->conn, env->db, table, a->id, false, &fenced, &a->json,
-                            &a->len)))
+    rc = object_get(env->conn, env->db, table, a->id, !env->fence_skip, &fenced, &a->json,
+                    &a->len);
+    if ((rc == 0 || rc == SHARD_ENOTFOUND) && exec_answer_late(env)) {
+        free(a->json);
+        a->json = NULL;
+        return EXEC_STALE;
+    }
+    if (rc)
         return rc;
     return fenced ? exec_fenced(env) : 0;
 }
@@ -481,6 +518,45 @@ typedef struct rmw_args {
     size_t result_len;
 } rmw_args;
 
+/*
+ * The read of a read-modify-write (EXEC_FENCE_FN): the fence row under a
+ * shared lock and the object's row under an exclusive one, in the
+ * transaction's first statement. One row always, whether or not either
+ * exists.
+ */
+static int select_locked(exec_env *env, const char *table, uint64_t id, char **json,
+                         size_t *len)
+{
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    unsigned long *lens;
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "SELECT ");
+    sql_fence_lock_column(&q, env->db);
+    sql_add(&q, ", (SELECT data FROM ");
+    sql_table(&q, env->db, table);
+    sql_add(&q, " WHERE local_id = ");
+    sql_u64(&q, shard_id_local(id));
+    sql_add(&q, " FOR UPDATE)");
+    rc = conn_select(env->conn, &q, &res);
+    sql_free(&q);
+    if (rc)
+        return rc;
+    row = mysql_fetch_row(res);
+    lens = mysql_fetch_lengths(res);
+    if (row && row[0] && strcmp(row[0], "0") != 0)
+        rc = exec_fenced(env);
+    else if (!row || !row[1] || object_deleted(row[1], lens[1]))
+        rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
+    else
+        rc = copy_out(row[1], lens[1], json, len);
+    mysql_free_result(res);
+    return rc;
+}
+
 static int rmw_body(exec_env *env, rmw_args *a, const char *table)
 {
     char *old = NULL, *text = NULL;
@@ -488,7 +564,7 @@ static int rmw_body(exec_env *env, rmw_args *a, const char *table)
     json_t *obj = NULL;
     int rc;
 
-    if ((rc = object_select(env->conn, env->db, table, a->id, true, NULL, &old, &oldlen)))
+    if ((rc = select_locked(env, table, a->id, &old, &oldlen)))
         return rc;
     obj = json_loadb(old, oldlen, JSON_ALLOW_NUL, NULL);
     free(old);
@@ -516,7 +592,8 @@ out:
 }
 
 /* Runs in ctx_exec's write transaction (EXEC_WRITE): the fence checked
- * under a shared lock, the row locked, then committed by ctx_exec. */
+ * under a shared lock and the row locked in one statement (EXEC_FENCE_FN),
+ * then committed by ctx_exec. */
 static int rmw_fn(exec_env *env, void *arg)
 {
     rmw_args *a = arg;
@@ -534,7 +611,8 @@ static int rmw(shard_ctx *ctx, stats_op op, uint64_t id, transform_fn t, void *a
 
     if (!shard_id_valid(id))
         return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
-    rc = ctx_exec(ctx, shard_id_shard(id), EXEC_WRITE | EXEC_OP(op), rmw_fn, &a);
+    rc = ctx_exec(ctx, shard_id_shard(id), EXEC_WRITE | EXEC_FENCE_FN | EXEC_OP(op), rmw_fn,
+                  &a);
     if (rc == 0 && result) {
         rc = copy_out(a.result, a.result_len, result, result_len);
     }
@@ -609,6 +687,18 @@ static int soft_delete(json_t **obj, void *arg)
                : 0;
 }
 
+void object_delete_sql(sqlbuf *q, const char *db, const char *table, uint64_t id, bool fence)
+{
+    sql_add(q, "DELETE FROM ");
+    sql_table(q, db, table);
+    sql_add(q, " WHERE local_id = ");
+    sql_u64(q, shard_id_local(id));
+    if (fence) {
+        sql_add(q, " AND ");
+        sql_fence_clear(q, db);
+    }
+}
+
 static int hard_delete_fn(exec_env *env, void *arg)
 {
     uint64_t id = *(uint64_t *)arg;
@@ -619,14 +709,15 @@ static int hard_delete_fn(exec_env *env, void *arg)
     if (rc)
         return rc;
     sql_init(&q);
-    sql_add(&q, "DELETE FROM ");
-    sql_table(&q, env->db, table);
-    sql_add(&q, " WHERE local_id = ");
-    sql_u64(&q, shard_id_local(id));
+    object_delete_sql(&q, env->db, table, id, env->fence_inline);
     rc = conn_query(env->conn, &q);
     sql_free(&q);
-    if (rc == 0 && mysql_affected_rows(env->conn->my) == 0)
+    if (rc == 0 && mysql_affected_rows(env->conn->my) == 0) {
+        /* No row, or a fence held the DELETE back: the transaction tells. */
+        if (env->fence_inline)
+            return EXEC_TXN;
         rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
+    }
     return rc;
 }
 
@@ -640,7 +731,8 @@ int shard_object_delete(shard_ctx *ctx, uint64_t id, int flags)
         return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
     if (flags & SHARD_DELETE_HARD)
         return ctx_exec(ctx, shard_id_shard(id),
-                        EXEC_WRITE | EXEC_IDEMPOTENT | EXEC_OP(STATS_OBJECT_DELETE),
+                        EXEC_WRITE | EXEC_ONE | EXEC_IDEMPOTENT |
+                            EXEC_OP(STATS_OBJECT_DELETE),
                         hard_delete_fn, &id);
     return rmw(ctx, STATS_OBJECT_DELETE, id, soft_delete, NULL, NULL, NULL);
 }

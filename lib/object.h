@@ -26,8 +26,16 @@ int object_check_id(const shard_map *map, uint64_t id, const char **table);
 int object_dump(const json_t *obj, char **text, size_t *len);
 
 /* The statements themselves, on a connection already routed to db. */
+/*
+ * The statement text of object_insert (one parameter: the JSON) and of a
+ * hard delete. With fence, the statement itself writes nothing while db is
+ * fenced (sql_fence_clear): one autocommit round trip (EXEC_ONE).
+ */
+void object_insert_sql(sqlbuf *q, const char *db, const char *table, bool fence);
+void object_delete_sql(sqlbuf *q, const char *db, const char *table, uint64_t id, bool fence);
+/* With fence (object_insert_sql), a fenced db is SHARD_EMOVED, nothing written. */
 int object_insert(shard_conn *c, const char *db, const char *table, unsigned shard,
-                  unsigned type, const char *json, size_t len, uint64_t *id);
+                  unsigned type, const char *json, size_t len, bool fence, uint64_t *id);
 /*
  * n objects of one type with as few statements as the packet limit allows:
  * multi-row INSERT ... RETURNING of hex literals (a text too big for one as
@@ -47,6 +55,11 @@ int object_insert_many(shard_conn *c, const char *db, const char *table, unsigne
 /* for_update: SELECT ... FOR UPDATE, in a transaction that checked the
  * fence. Else the hot-path read, which checks the fence in the same
  * statement: *fenced (may be NULL only inside such a transaction) tells. */
+/* The hot-path read of one object; with check, the fence in the same
+ * statement (*fenced tells, may be NULL); without, the object alone (under
+ * a lease: exec_fence_skip). SHARD_ENOTFOUND for none or soft-deleted. */
+int object_get(shard_conn *c, const char *db, const char *table, uint64_t id, bool check,
+               bool *fenced, char **json, size_t *len);
 int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
                   bool for_update, bool *fenced, char **json, size_t *len);
 int object_write(shard_conn *c, const char *db, const char *table, uint64_t id,
@@ -62,6 +75,10 @@ int txn_object_create_many(shard_txn *t, unsigned type, const char *const *json,
 /* mapping.c: shared with transactions. */
 void mapping_upsert_sql(sqlbuf *q, const char *db, const char *table, uint64_t from,
                         uint64_t to, int64_t seq);
+/* A mapping row's upsert or (remove) delete; with fence it changes nothing
+ * while db is fenced (sql_fence_clear), for one autocommit round trip. */
+void mapping_write_sql(sqlbuf *q, const char *db, const char *table, uint64_t from,
+                       uint64_t to, int64_t seq, bool remove, bool fence);
 int64_t mapping_now(void);
 
 #endif

@@ -43,7 +43,7 @@ static int scan_batch(exec_env *env, scan_args *a, const char *table, bool joine
     sql_add(&q, "SELECT ");
     if (joined)
         sql_add(&q, "f.v, m.local_id, m.data FROM (SELECT ");
-    sql_fence_value(&q, env->db);
+    sql_fence_column(&q, env);
     sql_add(&q, joined ? " AS v) AS f LEFT JOIN (SELECT local_id, data FROM "
                        : ", local_id, data FROM ");
     sql_table(&q, env->db, table);
@@ -65,11 +65,16 @@ static int scan_fn(exec_env *env, void *arg)
 
     if (rc || (rc = scan_batch(env, a, table, false)))
         return rc;
-    if (mysql_num_rows(a->res) == 0) {
+    if (mysql_num_rows(a->res) == 0 && !env->fence_skip) {
         mysql_free_result(a->res);
         a->res = NULL;
         if ((rc = scan_batch(env, a, table, true)))
             return rc;
+    }
+    if (exec_answer_late(env)) {
+        mysql_free_result(a->res);
+        a->res = NULL;
+        return EXEC_STALE;
     }
     if (fence_first(a->res)) {
         mysql_free_result(a->res);
@@ -164,7 +169,7 @@ static int count_fn(exec_env *env, void *arg)
      * levels; JSON_VALID() is 0 for exactly those): count them apart and
      * judge them below as get and scan do, so that all three agree. */
     sql_add(&q, "SELECT ");
-    sql_fence_value(&q, env->db);
+    sql_fence_column(&q, env);
     sql_add(&q, ", COUNT(*), SUM(NOT JSON_VALID(data)) FROM ");
     sql_table(&q, env->db, table);
     sql_add(&q, " WHERE NOT (JSON_TYPE(JSON_EXTRACT(data, '$.active')) <=> 'BOOLEAN'"
@@ -175,6 +180,11 @@ static int count_fn(exec_env *env, void *arg)
         return rc;
     }
     row = mysql_fetch_row(res);
+    if (exec_answer_late(env)) {
+        mysql_free_result(res);
+        sql_free(&q);
+        return EXEC_STALE;
+    }
     if (row && row[0] && strcmp(row[0], "0") != 0) {
         mysql_free_result(res);
         sql_free(&q);

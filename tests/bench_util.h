@@ -17,6 +17,8 @@
 
 #include "harness.h"
 
+#include <jansson.h>
+#include <libshard.h>
 #include <mysql.h>
 
 #include <errno.h>
@@ -226,6 +228,34 @@ BENCH_UTIL void raw_exec(MYSQL *my, const char *sql, size_t len)
     if (mysql_real_query(my, sql, (unsigned long)len))
         die("%.60s...: %s", sql, mysql_error(my));
     mysql_free_result(mysql_store_result(my));
+}
+
+/* ------------------------------------------------------------ maps */
+
+/* The harness's map with a lease (libshard(3), lease_ms), as a fleet whose
+ * movers all mark their shards runs: reads of unmarked shards skip the
+ * fence while the store answers. */
+BENCH_UTIL void bench_map_lease(harness *h, unsigned ms)
+{
+    shard_store *st = NULL;
+    shard_map *cur = NULL, *next = NULL;
+    char *text = NULL, *out;
+    json_t *doc;
+
+    if (shard_store_open(&st, harness_map_path(h)) || shard_store_load(st, &cur) ||
+        shard_map_to_json(cur, &text) || !(doc = json_loads(text, 0, NULL)))
+        die("reading the map: %s", shard_errmsg());
+    json_object_set_new(doc, "lease_ms", json_integer(ms));
+    json_object_set_new(doc, "version", json_integer((json_int_t)shard_map_version(cur) + 1));
+    if (!(out = json_dumps(doc, JSON_COMPACT)) || shard_map_parse(&next, out, strlen(out)) ||
+        shard_store_publish(st, next, shard_map_version(cur)))
+        die("publishing the map: %s", shard_errmsg());
+    free(out);
+    json_decref(doc);
+    shard_free(text);
+    shard_map_free(next);
+    shard_map_free(cur);
+    shard_store_free(st);
 }
 
 /* ------------------------------------------------------------ pins */

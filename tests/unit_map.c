@@ -171,6 +171,14 @@ static const broken corpus[] = {
     {"mod_shards/tables", "\"users\"", "mod_shards.tables: must be an array"},
     {"mod_shards/ranges/0/pair", "\"nope\"", "mod_shards.ranges[0].pair: unknown pair"},
     {"mod_shards/ranges", NULL, "mod_shards.ranges: missing"},
+    {"lease_ms", "\"2000\"", "top level.lease_ms: must be an integer"},
+    {"lease_ms", "600001", "top level.lease_ms: 600001 out of range"},
+    {"lease_ms", "-5", "top level.lease_ms: -5 out of range"},
+    {"lease_max_ms", "true", "top level.lease_max_ms: must be an integer"},
+    {"moving", "{}", "moving: must be an array of [first, last] shard ranges"},
+    {"moving", "[[5, 3]]", "moving[0]: must be [first, last] with 0 <= first <= last"},
+    {"moving", "[[0, 1], [0, 65536]]", "moving[1]: must be [first, last]"},
+    {"moving", "[7]", "moving[0]: must be [first, last]"},
     {"legacy", "[]", "legacy: must be an object"},
     {"legacy", "{\"pinz\": {}}",
      "legacy.pinz: no object type or mapping named \"pinz\" in objects or mappings"},
@@ -482,6 +490,59 @@ START_TEST(parser_allocation_failures)
 }
 END_TEST
 
+/* The lease's keys (libshard-move(7), "The lease"): lease_max_ms is never
+ * below lease_ms; the moving marks are found, set and cleared one move's
+ * range at a time, and survive a round trip. */
+START_TEST(lease_and_marks)
+{
+    json_t *doc = json_loads(base_map, 0, NULL);
+    shard_map *m = NULL, *on = NULL, *off = NULL;
+    char *text;
+
+    json_object_set_new(doc, "lease_ms", json_integer(2000));
+    json_object_set_new(doc, "lease_max_ms", json_integer(1000));
+    text = json_dumps(doc, 0);
+    FAILS(SHARD_EMAP, shard_map_parse(&m, text, strlen(text)));
+    ck_assert_ptr_nonnull(strstr(shard_errmsg(), "lease_max_ms: 1000 is below lease_ms (2000)"));
+    free(text);
+
+    json_object_del(doc, "lease_max_ms");
+    json_object_set_new(doc, "moving", json_pack("[[i,i]]", 40, 41));
+    text = json_dumps(doc, 0);
+    m = parse_ok(text);
+    free(text);
+    ck_assert_uint_eq(m->lease_ms, 2000);
+    ck_assert_uint_eq(m->lease_max_ms, 2000); /* defaults to lease_ms */
+    ck_assert(map_shard_moving(m, 40) && map_shard_moving(m, 41));
+    ck_assert(!map_shard_moving(m, 39) && !map_shard_moving(m, 42));
+
+    OK(map_mark_moving(m, 2, 3, true, 8, &on));
+    ck_assert_uint_eq(shard_map_version(on), 8);
+    ck_assert(map_shard_moving(on, 2) && map_shard_moving(on, 3) && map_shard_moving(on, 40));
+    ck_assert(!map_shard_moving(on, 4));
+    OK(map_mark_moving(on, 2, 3, false, 9, &off));
+    ck_assert(!map_shard_moving(off, 2) && !map_shard_moving(off, 3));
+    ck_assert(map_shard_moving(off, 40)); /* another move's mark stays */
+    shard_map_free(off);
+    OK(map_mark_moving(on, 40, 41, false, 9, &off));
+    shard_map_free(on);
+    OK(shard_map_to_json(off, &text));
+    ck_assert_ptr_nonnull(strstr(text, "\"lease_ms\": 2000"));
+    ck_assert_ptr_nonnull(strstr(text, "\"moving\""));
+    shard_free(text);
+    ck_assert(map_shard_moving(off, 2) && !map_shard_moving(off, 40) && off->nmoving == 1);
+    shard_map_free(m);
+    OK(map_mark_moving(off, 2, 3, false, 10, &m)); /* the last mark: the key goes */
+    ck_assert(!map_shard_moving(m, 2) && !map_shard_moving(m, 40));
+    OK(shard_map_to_json(m, &text));
+    ck_assert_ptr_null(strstr(text, "moving"));
+    shard_free(text);
+    shard_map_free(off);
+    shard_map_free(m);
+    json_decref(doc);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("map");
@@ -492,7 +553,8 @@ int main(void)
     tcase_add_loop_test(tc, broken_map_rejected, 0, (int)(sizeof corpus / sizeof corpus[0]));
     tcase_add_tests(tc, TESTS(broken_json_rejected, legacy_section, minimal_map, json_round_trip,
                               file_store_publish_cas, file_store_refuses_corrupt_current,
-                              file_store_concurrent_publishers, parser_allocation_failures));
+                              file_store_concurrent_publishers, parser_allocation_failures,
+                              lease_and_marks));
     suite_add_tcase(s, tc);
     return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }

@@ -78,6 +78,24 @@ START_TEST(error_save_restore)
 }
 END_TEST
 
+/* A message composed from the previous one (as a caller that adds context
+ * writes it) reads once, whole, never repeated or mangled. */
+START_TEST(error_composed_from_previous)
+{
+    char want[600];
+
+    shard_fail(SHARD_ECONNECT, "publishing the map: map store 127.0.0.1:1 does not answer");
+    snprintf(want, sizeof want, "whether the map flipped is unknown (%s): the fence stays on",
+             shard_errmsg());
+    shard_fail(SHARD_ECONNECT, "whether the map flipped is unknown (%s): the fence stays on",
+               shard_errmsg());
+    ck_assert_str_eq(shard_errmsg(), want);
+    shard_fail(SHARD_EIO, "%s; %s", shard_errmsg(), "and again");
+    ck_assert_uint_eq(strlen(shard_errmsg()), strlen(want) + strlen("; and again"));
+    ck_assert_int_eq(strncmp(shard_errmsg(), want, strlen(want)), 0);
+}
+END_TEST
+
 START_TEST(copy_out_terminates)
 {
     char *out = NULL;
@@ -94,6 +112,7 @@ int main(void)
     Suite *s = suite_create("util");
 
     tcase_of(s, "util", TESTS(fanout_every_item_once, fanout_first_failure_comes_back,
-                              fanout_workers_bounded, error_save_restore, copy_out_terminates));
+                              fanout_workers_bounded, error_save_restore,
+                              error_composed_from_previous, copy_out_terminates));
     return run_suite(s, CK_FORK_GETENV) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

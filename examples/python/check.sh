@@ -3,7 +3,8 @@
 # (make check-run), against the package as a user installs it:
 #  - make install of the build into a temporary PREFIX;
 #  - a fresh venv, and pip install --no-build-isolation of this directory
-#    into it, offline (--no-index);
+#    into it, offline (--no-index): the package libshard/, py.typed, and
+#    the project's COPYING in its .dist-info;
 #  - test_libshard.py and example.py run from a copy outside the source tree
 #    with the venv's python, so that `import libshard` is the installed
 #    package, which finds the installed libshard.so.0 through
@@ -55,7 +56,7 @@ cmp -s "$tmp/files.before" "$tmp/files.after" ||
     fail "pip install left files in $HERE: $(comm -13 "$tmp/files.before" "$tmp/files.after" | tr '\n' ' ')"
 
 # The tests from outside the source tree: the script's directory has no
-# libshard.py, so the import is the venv's.
+# libshard package, so the import is the venv's.
 mkdir "$tmp/run"
 cp "$HERE/test_libshard.py" "$HERE/example.py" "$tmp/run/"
 unset LIBSHARD_LIB
@@ -67,5 +68,12 @@ case $where in
     "$tmp/venv/"*True) ;;
     *) fail "import libshard: expected the venv's module, with __version__ == shard_version(): $where" ;;
 esac
+# The wheel carries the licence and the typing marker.
+site=$(dirname "$(dirname "$(echo "$where" | head -n 1)")")
+for f in "$site"/libshard-*.dist-info/COPYING "$site/libshard/py.typed"; do
+    [ -f "$f" ] || fail "the installed package lacks $f"
+done
+cmp -s "$site"/libshard-*.dist-info/COPYING "$ROOT/COPYING" ||
+    fail "the installed licence differs from $ROOT/COPYING"
 echo "python binding: installed $(echo "$where" | head -n 1), libshard $("$py" -c 'import libshard; print(libshard.__version__)')"
 exec "$py" test_libshard.py

@@ -16,13 +16,12 @@ tests/servers.sh writes has them):
 --user and --password-env name: the map's credentials are the application's,
 which reads and writes rows but may not create databases (tests/servers.sh
 makes `shardadmin` for operators, with the application's password). The
-rest runs as the application. The libshard module is the one next
+rest runs as the application. The libshard package is the one next
 to this file, else the installed one; it loads the C library as its
 docstring says (LIBSHARD_LIB=build/libshard.so.0 uses a build tree's).
 """
 
 import argparse
-import json
 import os
 import sys
 
@@ -70,18 +69,21 @@ def main():
                 txn.mapping_add("board_has_pins", board, pin)
             ctx.mapping_add("user_likes_pins", user, pin)
 
-            edges = ctx.mapping_list("board_has_pins", board, limit=10)
+            # The newest first, read a page at a time.
+            edges = list(ctx.mapping_iter("board_has_pins", board, page=10))
             print(f"board {board} has {len(edges)} pin(s):")
             for edge in edges:
                 print(f"  pin {edge.to} (sequence {edge.seq})")
 
-            # One round trip per server, answers in the order asked;
-            # None for an ID that does not exist.
+            # One round trip per server, answers in the order asked, as
+            # dicts (decode=True); the default (None) for an ID that does
+            # not exist, as get(id, default=None) would give.
             missing = libshard.make_id(libshard.id_shard(user), 1,
                                        libshard.MAX_LOCAL)
-            for id, text in zip([user, board, pin, missing],
-                                ctx.mget([user, board, pin, missing])):
-                print(id, json.loads(text) if text is not None else "(not found)")
+            for id, obj in zip([user, board, pin, missing],
+                               ctx.mget([user, board, pin, missing],
+                                        decode=True)):
+                print(id, obj if obj is not None else "(not found)")
     except libshard.ShardError as e:
         print(f"example: {e} [{e.name}]", file=sys.stderr)
         return 1

@@ -1,20 +1,23 @@
-"""Tests of the Python binding (examples/python/libshard.py), against real
+"""Tests of the Python binding (the package examples/python/libshard/), against real
 MariaDB servers started with tests/servers.sh and stopped at the end.
 
     make && LIBSHARD_LIB=build/libshard.so.0 python3 examples/python/test_libshard.py [-v]
     (make check: sh examples/python/check.sh installs libshard and this
     package into temporary directories and runs these tests against them)
 
-Each class starts its own servers (one pair, then two pairs for the move
-and failover) under a fresh random LIBSHARD_PASSWORD and stops them in
-tearDownClass; a guard process stops them too if this process dies. The
+Each class starts its own servers (one pair; two pairs for the move and
+failover; two more for the topology, where the map lacks the second until
+pair_add) under a fresh random LIBSHARD_PASSWORD and stops them in
+tearDownClass; a guard process stops them too if this process dies.
+NoServerTests also check the binding against include/libshard.h: every
+function bound and called here, the structs' layouts, the codes. The
 application's work runs as the map's account (`shard`, rows only); schema
 apply, moves and failover as the operators' `shardadmin`, as servers.sh
 makes them.
 
 Standard library only. Needs what `make check` needs (mariadbd and
-mariadb-install-db); the module is the libshard found on sys.path (this
-directory's first), the shared library found as libshard.py says.
+mariadb-install-db); the package is the libshard found on sys.path (this
+directory's first), the shared library found as its docstring says.
 $LIBSHARD_SOURCE_TREE names the source tree (tests/servers.sh,
 include/libshard.h) when this file runs from a copy elsewhere.
 """
@@ -22,6 +25,7 @@ include/libshard.h) when this file runs from a copy elsewhere.
 import atexit
 import builtins
 import ctypes
+import dataclasses
 import faulthandler
 import gc
 import json
@@ -44,8 +48,17 @@ ROOT = os.environ.get("LIBSHARD_SOURCE_TREE") or \
     os.path.normpath(os.path.join(HERE, os.pardir, os.pardir))
 SERVERS = os.path.join(ROOT, "tests", "servers.sh")
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+os.environ["PYTHONDONTWRITEBYTECODE"] = "1"  # nor from the subprocesses
 
 import libshard as ls  # noqa: E402
+import libshard.errors  # noqa: E402,F401
+import libshard._lib  # noqa: E402,F401
+import libshard.context  # noqa: E402,F401
+import libshard.fleet  # noqa: E402,F401
+import libshard.map  # noqa: E402,F401
+
+# The directory that holds the package (to import it in a subprocess).
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(ls.__file__))
 
 # ---------------------------------------------------------------- servers
 
@@ -174,13 +187,21 @@ class ServerCase(Case):
     admin = None  # the operators' (schema apply, moves, failover)
 
     @classmethod
+    def prepare_map(cls, doc):
+        """Change the servers' map (a dict) before anything opens it."""
+
+    @classmethod
     def setUpClass(cls):
         os.environ["LIBSHARD_PASSWORD"] = secrets.token_hex(16)
         try:
             cls.base, cls.server_map = start_servers(cls.NPAIRS)
             # The context reads a copy, so that tests may publish new versions.
             cls.map_path = os.path.join(cls.base, "map.json")
-            shutil.copyfile(cls.server_map, cls.map_path)
+            with open(cls.server_map) as f:
+                doc = json.load(f)
+            cls.prepare_map(doc)
+            with open(cls.map_path, "w") as f:
+                json.dump(doc, f, indent=2)
             cls.log = []
             cls.ctx = ls.Context(cls.map_path, refresh_interval_ms=0,
                                  log_level=ls.LOG_INFO,
@@ -194,6 +215,52 @@ class ServerCase(Case):
         except BaseException:
             cls.tearDownClass()
             raise
+
+    # ---- helpers: the map as the context has it, SQL as root
+
+    def healthy_status(self):
+        """fleet_status() once the standbys have applied what the masters
+        have (a bounded wait: the set-up's databases replicate)."""
+        for _ in range(100):
+            st = self.admin.fleet_status()
+            if st["healthy"]:
+                break
+            time.sleep(0.1)
+        return st
+
+    def pair_of(self, shard):
+        self.ctx.reload()
+        with self.ctx.map() as m:
+            return m.pair_of(shard)
+
+    def map_version(self):
+        self.ctx.reload()
+        with self.ctx.map() as m:
+            return m.version
+
+    def server_sql(self, pair, query, standby=False):
+        """query as root on the pair's master (or standby) as the map has
+        it now (test_failover swaps MySQL002's): its rows, no header."""
+        self.ctx.reload()
+        with self.ctx.map() as m:
+            addr = m.pair_addrs(pair)[1 if standby else 0]
+        port = addr.rsplit(":", 1)[1]
+        sdir = os.path.join(self.base, "srv")
+        with open(os.path.join(sdir, "servers")) as f:
+            name = next(w[0] for w in map(str.split, f) if w[3] == port)
+        p = subprocess.run([SERVERS, "sql", sdir, name, "-N"], input=query,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p.stdout
+
+    def db_exists(self, pair, shard):
+        return self.server_sql(
+            pair, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE "
+            f"SCHEMA_NAME = 'db{shard:05d}'") != "0\n"
+
+    def rows(self, pair, shard):
+        return int(self.server_sql(pair,
+                                   f"SELECT COUNT(*) FROM db{shard:05d}.pins"))
 
     @classmethod
     def tearDownClass(cls):
@@ -221,8 +288,8 @@ class NoServerTests(Case):
 
     def test_move_phases_match_the_library(self):
         for i, name in enumerate(ls.MOVE_PHASES):
-            self.assertEqual(ls._phase_name(i), name)
-        self.assertEqual(ls._phase_name(len(ls.MOVE_PHASES)), "unknown")
+            self.assertEqual(ls.phase_name(i), name)
+        self.assertEqual(ls.phase_name(len(ls.MOVE_PHASES)), "unknown")
 
     def import_fails(self, env):
         """The ImportError text of `import libshard` (this module) under env."""
@@ -230,7 +297,7 @@ class NoServerTests(Case):
                 "try:\n    import libshard\n"
                 "except ImportError as e:\n    print(e); sys.exit(3)\n")
         p = subprocess.run(
-            [sys.executable, "-c", code, os.path.dirname(ls.__file__)],
+            [sys.executable, "-c", code, PACKAGE_PARENT],
             env=dict(os.environ, **env), stdin=subprocess.DEVNULL,
             capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
@@ -248,7 +315,7 @@ class NoServerTests(Case):
             self.skipTest("libshard.so.0 is installed system-wide")
         p = subprocess.run([sys.executable, "-c",
                             "import sys; sys.path.insert(0, sys.argv[1]); "
-                            "import libshard", os.path.dirname(ls.__file__)],
+                            "import libshard", PACKAGE_PARENT],
                            env=env, stdin=subprocess.DEVNULL,
                            capture_output=True, text=True, timeout=60)
         self.assertNotEqual(p.returncode, 0)
@@ -326,14 +393,14 @@ class NoServerTests(Case):
                    -17: ls.TLSError, -18: ls.Partial, -19: ls.InternalError}
         for code, cls in classes.items():
             self.assertEqual(cls.code, code)
-            e = ls._make_error(code, "detail")
+            e = ls.errors.make_error(code, "detail")
             self.assertIs(type(e), cls)
             self.assertEqual((e.code, e.message, str(e)), (code, "detail", "detail"))
             self.assertNotEqual(ls.strerror(code), "unknown error code")
         self.assertEqual(ls.strerror(0), "success")
         self.assertEqual(ls.strerror(-5), "not found")
         self.assertEqual(ls.strerror(-20), "unknown error code")
-        e = ls._make_error(-20, "")  # a code appended later: the base class
+        e = ls.errors.make_error(-20, "")  # a code appended later: the base class
         self.assertIs(type(e), ls.ShardError)
         self.assertEqual(e.code, -20)
         self.assertTrue(issubclass(ls.ConnectionError, builtins.ConnectionError))
@@ -372,16 +439,25 @@ class NoServerTests(Case):
 
     # The structs the binding shares with C, as ctypes lays them out, and
     # the C names they mirror (include/libshard.h).
-    STRUCTS = (("_Options", "shard_options"), ("_Item", "shard_item"),
-               ("_Edge", "shard_edge"), ("_MoveOptions", "shard_move_options"),
-               ("_MoveReport", "shard_move_report"),
-               ("_FailoverReport", "shard_failover_report"))
-    MACROS = (("_OPTIONS_VERSION", "SHARD_OPTIONS_VERSION"),
-              ("_MOVE_OPTIONS_VERSION", "SHARD_MOVE_OPTIONS_VERSION"),
-              ("_MOVE_DRY_RUN", "SHARD_MOVE_DRY_RUN"),
-              ("_MOVE_KEEP_SOURCE", "SHARD_MOVE_KEEP_SOURCE"),
-              ("_FAILOVER_FORCE", "SHARD_FAILOVER_FORCE"),
-              ("_DELETE_HARD", "SHARD_DELETE_HARD"))
+    STRUCTS = (("Options", "shard_options"), ("Item", "shard_item"),
+               ("CEdge", "shard_edge"), ("MoveOptions", "shard_move_options"),
+               ("CMoveReport", "shard_move_report"),
+               ("CFailoverReport", "shard_failover_report"),
+               ("ImportOptions", "shard_import_options"),
+               ("CImportReport", "shard_import_report"),
+               ("CRebalanceMove", "shard_rebalance_move"),
+               ("CRebalancePair", "shard_rebalance_pair"),
+               ("RebalanceOptions", "shard_rebalance_options"))
+    # (module, its name, the header's): every value the binding repeats.
+    MACROS = tuple((ls._lib, n, "SHARD_" + n) for n in (
+        "OPTIONS_VERSION", "MOVE_OPTIONS_VERSION", "MOVE_DRY_RUN",
+        "MOVE_KEEP_SOURCE", "FAILOVER_FORCE", "DELETE_HARD", "IMPORT_DRY_RUN",
+        "IMPORT_OPTIONS_VERSION", "REBALANCE_OPTIONS_VERSION")) + tuple(
+        (ls, n, "SHARD_" + n) for n in (
+            "ANY", "SEQ_NOW", "SEQ_NONE", "LOG_ERROR", "LOG_WARN", "LOG_INFO",
+            "LOG_DEBUG", "MAX_SHARD", "MAX_TYPE", "MAX_LOCAL",
+            "MAX_MOD_SHARDS", "KEY_MAX", "REBALANCE_BY_BYTES",
+            "REBALANCE_BY_WRITES"))
 
     def test_struct_layouts_match_the_header(self):
         """Every field of every shared struct at the offset and size that
@@ -394,7 +470,7 @@ class NoServerTests(Case):
         want, lines = {}, ["#include <libshard.h>", "#include <stddef.h>",
                            "#include <stdio.h>", "int main(void)", "{"]
         for py, c in self.STRUCTS:
-            cls = getattr(ls, py)
+            cls = getattr(ls._lib, py)
             want[(c, "sizeof")] = (ctypes.sizeof(cls), ctypes.alignment(cls))
             lines.append(f'    printf("{c} sizeof %zu %zu\\n", sizeof({c}), '
                          f'_Alignof({c}));')
@@ -404,9 +480,9 @@ class NoServerTests(Case):
                 lines.append(f'    printf("{c} {field} %zu %zu\\n", '
                              f'offsetof({c}, {field}), '
                              f'sizeof((({c} *)0)->{field}));')
-        for py, c in self.MACROS:
-            want[(c, "value")] = (getattr(ls, py), 0)
-            lines.append(f'    printf("{c} value %d 0\\n", (int)({c}));')
+        for mod, py, c in self.MACROS:
+            want[(c, "value")] = (getattr(mod, py), 0)
+            lines.append(f'    printf("{c} value %lld 0\\n", (long long)({c}));')
         lines += ["    return 0;", "}"]
         with tempfile.TemporaryDirectory() as tmp:
             src, exe = os.path.join(tmp, "layout.c"), os.path.join(tmp, "layout")
@@ -457,6 +533,188 @@ class NoServerTests(Case):
             with self.assertRaises(cls, msg=bad) as cm:
                 ls.Context._move_options(**bad)
             self.assertIn(text, str(cm.exception), bad)
+
+    def header(self):
+        with open(os.path.join(ROOT, "include", "libshard.h")) as f:
+            return f.read()
+
+    def test_codes_match_the_header(self):
+        """The classes are the code table: each SHARD_E* of the header has
+        the class of its code and name, and nothing else is one."""
+        codes = {int(v): n for n, v in re.findall(
+            r"#define (SHARD_E[A-Z]+)\s+(-\d+)", self.header())}
+        self.assertEqual(ls.CODES, codes)
+        for code, name in codes.items():
+            cls = ls.error_class(code)
+            self.assertEqual((cls.code, cls.c_name), (code, name))
+            self.assertEqual(ls.errors.make_error(code, "x").name, name)
+            self.assertTrue(cls.__doc__.startswith(name), cls)
+        self.assertIs(ls.error_class(-(len(codes) + 1)), ls.ShardError)
+
+    def test_every_function_bound(self):
+        """Every public function of the header has a prototype, and the
+        package uses each one (lib.NAME, or "NAME" for a free function
+        that a handle class names, in its sources)."""
+        declared = set(re.findall(r"SHARD_EXPORT[^;(]*?\b(shard_\w+)\s*\(",
+                                  self.header()))
+        self.assertGreater(len(declared), 90)
+        self.assertEqual(set(ls._lib.PROTOTYPES), declared)
+        pkg = os.path.dirname(ls.__file__)
+        source = ""
+        for name in os.listdir(pkg):
+            if name.endswith(".py"):
+                with open(os.path.join(pkg, name)) as f:
+                    source += f.read()
+        uncalled = sorted(n for n in declared if not re.search(
+            rf'lib\.{n}\b|"{n}"', source))
+        self.assertEqual(uncalled, [])
+
+    # Each public C function, and the binding's call that runs it (a
+    # method, a property or a function, as this file calls it).
+    # BINDINGS-BEGIN
+    BINDINGS = {
+        "shard_strerror": "ls.strerror(", "shard_errmsg": ".message",
+        "shard_version": "ls.version(", "shard_version_num": "ls.version_num(",
+        "shard_global_init": "global_init(",
+        "shard_global_cleanup": "global_cleanup(",
+        "shard_free": ".mapping_list(", "shard_id_make": "ls.make_id(",
+        "shard_id_shard": "ls.id_shard(", "shard_id_type": "ls.id_type(",
+        "shard_id_local": "ls.id_local(", "shard_id_valid": "ls.id_valid(",
+        "shard_id_parse": "ls.parse_id(", "shard_mod": "ls.mod_shard(",
+        "shard_map_parse": "ls.Map.parse(", "shard_map_load": "ls.Map.load(",
+        "shard_map_free": "m.close(", "shard_map_version": "m.version",
+        "shard_map_open_shards": ".open_shards", "shard_map_mod_count":
+        ".mod_count", "shard_map_pair_count": "m.pairs",
+        "shard_map_pair_name": "m.pairs", "shard_map_pair_of": ".pair_of(",
+        "shard_map_mod_pair_of": ".mod_pair_of(",
+        "shard_map_pair_addrs": ".pair_addrs(", "shard_map_type_of":
+        ".type_of(", "shard_map_type_name": ".type_name(",
+        "shard_map_database": ".database(", "shard_map_mod_database":
+        ".mod_database(", "shard_map_to_json": ".to_json(",
+        "shard_map_summary": ".summary(", "shard_store_open": "ls.Store(",
+        "shard_store_free": "store.closed", "shard_store_load": "store.load(",
+        "shard_store_publish": "store.publish(", "shard_ctx_open":
+        "ls.Context(", "shard_ctx_free": "c.close(", "shard_ctx_reload":
+        ".reload(", "shard_ctx_map": ".map(", "shard_ctx_stats": ".stats(",
+        "shard_schema_apply": ".schema_apply(", "shard_schema_check":
+        ".schema_check(", "shard_object_create": "c.create(",
+        "shard_object_get": "c.get(", "shard_object_patch": "c.patch(",
+        "shard_object_delete": "c.delete(", "shard_object_mget": "c.mget(",
+        "shard_items_free": "c.mget(", "shard_object_create_json":
+        "c.create_json(", "shard_object_get_json": "c.get_json(",
+        "shard_object_update": "c.update(", "shard_mapping_add":
+        "c.mapping_add(", "shard_mapping_remove": "c.mapping_remove(",
+        "shard_mapping_list": "c.mapping_iter(", "shard_mapping_count":
+        "c.mapping_count(", "shard_kv_put": "c.kv_put(", "shard_kv_put_new":
+        "c.kv_put_new(", "shard_kv_get": "c.kv_get(", "shard_kv_delete":
+        "c.kv_delete(", "shard_txn_begin": "c.transaction(",
+        "shard_txn_object_create": "txn.create(", "shard_txn_object_get":
+        "txn.get(", "shard_txn_object_put": "txn.put(",
+        "shard_txn_mapping_add": "txn.mapping_add(", "shard_txn_commit":
+        "txn.commit(", "shard_txn_rollback": "txn.rollback(",
+        "shard_scatter_scan": "c.scatter_iter(", "shard_scatter_count":
+        "c.scatter_count(", "shard_move": "a.move(", "shard_move_resume":
+        "a.move_resume(", "shard_move_abort": "a.move_abort(",
+        "shard_move_status": "a.move_status(", "shard_move_phase_name":
+        "ls.phase_name(", "shard_move_revert": "a.move_revert(",
+        "shard_move_finish": "a.move_finish(", "shard_pair_failover":
+        ".failover(", "shard_legacy_resolve": "c.legacy_resolve(",
+        "shard_legacy_resolve_many": "c.legacy_resolve_many(",
+        "shard_import_table": "c.import_table(", "shard_import_mapping":
+        "c.import_mapping(", "shard_fleet_status": ".fleet_status(",
+        "shard_pair_add": "a.pair_add(", "shard_pair_remove":
+        "a.pair_remove(", "shard_shards_open": "a.shards_open(",
+        "shard_rebalance_plan": "a.rebalance_plan(", "shard_rebalance_free":
+        "plan0.moves", "shard_rebalance_moves": "plan.moves",
+        "shard_rebalance_pairs": "plan.pairs", "shard_rebalance_spread":
+        "plan.spread", "shard_rebalance_map_version": "plan.map_version",
+        "shard_rebalance_run": "a.rebalance_run(",
+    }
+    # BINDINGS-END
+
+    def test_every_function_tested(self):
+        """Every public C function has its binding in BINDINGS, and this
+        file calls that binding (outside the table)."""
+        declared = set(re.findall(r"SHARD_EXPORT[^;(]*?\b(shard_\w+)\s*\(",
+                                  self.header()))
+        self.assertEqual(set(self.BINDINGS), declared)
+        with open(os.path.abspath(__file__)) as f:
+            me = f.read()
+        me = re.sub(r"# BINDINGS-BEGIN.*# BINDINGS-END", "", me, flags=re.S)
+        self.assertEqual(sorted(c for c, py in self.BINDINGS.items()
+                                if py not in me), [])
+
+    def test_docstrings_and_typing(self):
+        """Every public callable has a docstring; the package is typed."""
+        missing = []
+        for name in ls.__all__:
+            obj = getattr(ls, name)
+            if isinstance(obj, type):
+                if not obj.__doc__:
+                    missing.append(name)
+                for attr, value in vars(obj).items():
+                    if attr.startswith("_") and (
+                            attr != "__init__" or dataclasses.is_dataclass(obj)):
+                        continue  # a dataclass's __init__ is its fields
+                    fn = value.fget if isinstance(value, property) else value
+                    if callable(fn) and not getattr(fn, "__doc__", None):
+                        missing.append(f"{name}.{attr}")
+            elif callable(obj) and not obj.__doc__:
+                missing.append(name)
+        for mixin in (ls.context.MoveMixin, ls.context.FleetMixin,
+                      ls.context.LegacyMixin, ls.map.Handle):
+            for attr, value in vars(mixin).items():
+                fn = value.fget if isinstance(value, property) else value
+                if not attr.startswith("_") and callable(fn) and not fn.__doc__:
+                    missing.append(f"{mixin.__name__}.{attr}")
+        self.assertEqual(missing, [])
+        self.assertTrue(os.path.exists(os.path.join(
+            os.path.dirname(ls.__file__), "py.typed")))
+        self.assertEqual(ls.Context.get.__annotations__["id"], "int")
+
+    def test_pydoc(self):
+        p = subprocess.run([sys.executable, "-m", "pydoc", "libshard"],
+                           cwd=PACKAGE_PARENT, env=dict(os.environ, PAGER="cat"),
+                           stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for text in ("Missing keys", "libshard.context", "CODES"):
+            self.assertIn(text, p.stdout)
+        p = subprocess.run([sys.executable, "-m", "pydoc", "libshard.Context"],
+                           cwd=PACKAGE_PARENT, env=dict(os.environ, PAGER="cat"),
+                           stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=60)
+        for text in ("mapping_iter", "scatter_iter", "legacy_resolve",
+                     "rebalance_plan", "fleet_status", "import_table"):
+            self.assertIn(text, p.stdout)
+
+    def test_global_init_and_cleanup(self):
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); import libshard\n"
+                "libshard.global_init(); libshard.global_cleanup(); print('ok')")
+        p = subprocess.run([sys.executable, "-c", code, PACKAGE_PARENT],
+                           stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual((p.returncode, p.stdout), (0, "ok\n"), p.stderr)
+
+    def test_rebalance_options(self):
+        o, keep = ls.fleet._rebalance_options()  # SHARD_REBALANCE_OPTIONS_INIT
+        self.assertEqual((o.version, o.by, o.threshold, o.max_moves, o.pairs,
+                          o.drain, o.sample_ms), (1, 0, 0.10, 0, None, None,
+                                                  5000))
+        o, keep = ls.fleet._rebalance_options(
+            by="writes", pairs=["A", "B"], drain="C", max_moves=3)
+        self.assertEqual((o.by, o.pairs, o.drain, o.max_moves),
+                         (1, b"A,B", b"C", 3))
+        for bad, cls in (({"by": "size"}, ls.Invalid), ({"by": True}, ls.Invalid),
+                         ({"threshold": 0}, ls.Invalid),
+                         ({"threshold": "0.1"}, TypeError),
+                         ({"max_moves": -1}, ls.Invalid),
+                         ({"pairs": []}, ls.Invalid),
+                         ({"drain": "A\0B"}, ls.Invalid),
+                         ({"sample_ms": 1.5}, TypeError)):
+            with self.assertRaises(cls, msg=bad):
+                ls.fleet._rebalance_options(**bad)
+            self.assertTrue(issubclass(cls, (ValueError, TypeError)))
 
     def test_unclosed_context_warns(self):
         # Servers are connected lazily: a map of unreachable ones opens.
@@ -642,7 +900,11 @@ class OnePairTests(ServerCase):
         self.assertRaisesShard(ls.Invalid, -1, c.create, "pins", b"[1, 2]")
         self.assertRaisesShard(ls.Invalid, -1, c.create, "pins", "{")
         self.assertRaisesShard(ls.Invalid, -1, c.create, 99, "{}")
-        self.assertRaisesShard(ls.NotFound, -5, c.create, "nope", "{}")
+        # An unknown type name is a bad argument: Invalid, a ValueError.
+        e = self.assertRaisesShard(ls.Invalid, -1, c.create, "nope", "{}")
+        self.assertIsInstance(e, ValueError)
+        self.assertIn("'nope'", e.message)
+        self.assertIn("pins", e.message)
         self.assertRaisesShard(ls.Invalid, -1, c.create, "pins", "{}",
                                shard=65536)
         self.assertRaisesShard(ls.NoShard, -14, c.create, "pins", "{}",
@@ -784,6 +1046,11 @@ class OnePairTests(ServerCase):
         self.assertEqual(c.mapping_list("board_has_pins", board), [(pin, 7)])
         self.assertRaisesShard(ls.Invalid, -1, txn.commit)
         txn.rollback()  # ended: nothing to do
+        txn = c.transaction(4)  # without the with block
+        explicit = txn.create("pins", {"e": 1})
+        txn.commit()
+        self.assertFalse(txn.active)
+        self.assertEqual(c.get(explicit, decode=True), {"e": 1})
 
     def test_transaction_rollback(self):
         c = self.ctx
@@ -972,6 +1239,242 @@ class OnePairTests(ServerCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("LIBSHARD_MAP", p.stderr)
 
+    def test_decode_and_the_missing_key_rule(self):
+        """decode=True gives dicts; a missing key is `default` when given
+        and NotFound when not, for get, kv_get, Transaction.get and mget
+        (whose default is None)."""
+        c = self.ctx
+        doc = {"name": "Ada", "n": [1, 2.5, None], "z": "\0"}
+        a = c.create("users", doc, shard=1)
+        missing = ls.make_id(1, 3, ls.MAX_LOCAL)
+        self.assertEqual(c.get(a, decode=True), doc)
+        self.assertEqual(json.loads(c.get(a)), doc)
+        self.assertEqual(c.mget([a, missing], decode=True), [doc, None])
+        self.assertEqual(c.mget([missing, a], default={}), [{}, c.get(a)])
+        self.assertEqual(c.patch(a, {"n": None}, decode=True),
+                         {"name": "Ada", "z": "\0"})
+        self.assertIsNone(c.get(missing, default=None))
+        self.assertEqual(c.get(missing, default="none"), "none")
+        self.assertRaisesShard(ls.NotFound, -5, c.get, missing)
+        self.assertRaisesShard(ls.Invalid, -1, c.get, 5, default=None)
+        self.assertIsNone(c.kv_get("users_by_name", b"\0absent", default=None))
+        self.assertRaisesShard(ls.NotFound, -5, c.kv_get, "users_by_name",
+                               b"\0absent")
+        with c.transaction(1) as txn:
+            self.assertEqual(txn.get(a, decode=True), {"name": "Ada", "z": "\0"})
+            self.assertEqual(txn.get(missing, default=0), 0)
+            self.assertRaisesShard(ls.NotFound, -5, txn.get, missing)
+        with ls.Context(self.map_path, refresh_interval_ms=0,
+                        decode=True) as d:
+            self.assertEqual(d.get(a), {"name": "Ada", "z": "\0"})
+            self.assertIsInstance(d.get(a, decode=False), str)
+            self.assertEqual(d.mget([a]), [{"name": "Ada", "z": "\0"}])
+            with d.transaction(1) as txn:
+                self.assertEqual(txn.get(a)["name"], "Ada")
+            self.assertEqual(next(i for i in d.scatter_iter("users")
+                                  if i[0] == a)[1]["name"], "Ada")
+
+    def test_jansson_calls(self):
+        """create_json, get_json and update: the C API's jansson
+        conveniences, with dicts."""
+        c = self.ctx
+        a = c.create_json("pins", {"t": "x", "k": [1, {"d": None}]}, shard=2)
+        self.assertEqual(ls.id_shard(a), 2)
+        self.assertEqual(c.get_json(a), {"t": "x", "k": [1, {"d": None}]})
+        self.assertEqual(c.get(a, decode=True), c.get_json(a))
+        near = c.create_json("boards", {"n": "ü\0"}, near=a)
+        self.assertEqual((ls.id_shard(near), c.get_json(near)), (2, {"n": "ü\0"}))
+        missing = ls.make_id(2, 1, ls.MAX_LOCAL)
+        self.assertIsNone(c.get_json(missing, default=None))
+        self.assertRaisesShard(ls.NotFound, -5, c.get_json, missing)
+
+        def bump(obj):
+            obj["n"] = obj.get("n", 0) + 1
+        for _ in range(3):
+            out = c.update(a, bump)
+        self.assertEqual(out["n"], 3)
+        self.assertEqual(c.update(a, lambda obj: {"only": True}), {"only": True})
+        self.assertEqual(c.get(a, decode=True), {"only": True})
+
+        class Stop(Exception):
+            pass
+
+        def boom(obj):
+            obj["never"] = 1
+            raise Stop()
+        self.assertRaises(Stop, c.update, a, boom)
+        self.assertRaises(TypeError, c.update, a, lambda obj: [1])
+        self.assertEqual(c.get(a, decode=True), {"only": True})
+        self.assertRaisesShard(ls.NotFound, -5, c.update, missing, bump)
+        self.assertRaises(TypeError, c.create_json, "pins", "{}")
+        self.assertRaisesShard(ls.Invalid, -1, c.create_json, "nope", {})
+
+    def test_mapping_iter(self):
+        """Pages of any size give every row once, newest first, also where
+        a page boundary falls among rows of one sequence."""
+        c = self.ctx
+        board = c.create("boards", {}, shard=3)
+        pins = [ls.make_id(3, 1, i + 1) for i in range(40)]
+        for i, p in enumerate(pins):  # sequences 0..7, five rows each
+            c.mapping_add("user_likes_pins", board, p, i // 5)
+        c.mapping_add("user_likes_pins", board, pins[0], ls.SEQ_NONE - 1)
+        whole = c.mapping_list("user_likes_pins", board)
+        self.assertEqual(len(whole), 40)
+        for page in (1, 2, 3, 5, 7, 40, 100):
+            self.assertEqual(list(c.mapping_iter("user_likes_pins", board,
+                                                 page=page)), whole, page)
+        self.assertEqual(list(c.mapping_iter("user_likes_pins", board,
+                                             before=3, page=4)),
+                         [e for e in whole if e.seq < 3])
+        it = c.mapping_iter("user_likes_pins", board, page=2)
+        self.assertEqual(next(it), whole[0])
+        self.assertEqual(list(c.mapping_iter("user_likes_pins", pins[1])), [])
+        self.assertRaises(ls.Invalid, c.mapping_iter, "user_likes_pins",
+                          board, page=0)
+        self.assertRaises(ls.Invalid, c.mapping_iter, "a\0b", board)
+        self.assertRaisesShard(ls.Invalid, -1, list,
+                               c.mapping_iter("nope", board))
+
+    def test_scatter_iter(self):
+        c = self.ctx
+        ids = [c.create("users", {"it": i}, shard=s)
+               for i, s in enumerate((0, 2, 4, 6, 6))]
+        scanned = {}
+        c.scatter_scan("users", lambda id, js: scanned.update({id: js}))
+        got = dict(c.scatter_iter("users", buffer=2))
+        self.assertEqual(got, scanned)
+        for i, id in enumerate(ids):
+            self.assertEqual(json.loads(got[id]), {"it": i})
+        self.assertEqual(dict(c.scatter_iter(3, decode=True))[ids[2]],
+                         {"it": 2})
+        # Leaving early stops the scan and its thread.
+        threads = threading.active_count()
+        it = c.scatter_iter("users", buffer=1)
+        first = next(it)
+        self.assertIn(first[0], got)
+        it.close()
+        self.assertEqual(threading.active_count(), threads)
+        for _ in c.scatter_iter("users"):
+            break
+        gc.collect()
+        self.assertEqual(threading.active_count(), threads)
+        # Closing the context stops a scan still open on it.
+        c2 = ls.Context(self.map_path, refresh_interval_ms=0)
+        it = c2.scatter_iter("users", buffer=1)
+        next(it)
+        c2.close()
+        self.assertEqual(threading.active_count(), threads)
+        self.assertRaises(StopIteration, next, it)
+        self.assertRaisesShard(ls.Invalid, -1, c.scatter_iter, "nope")
+        self.assertRaisesShard(ls.Invalid, -1, list, c.scatter_iter(99))
+        self.assertRaises(ls.Invalid, c.scatter_iter, "users", buffer=0)
+
+    def test_fleet_status_and_schema_check(self):
+        st = self.healthy_status()
+        self.assertTrue(st["healthy"], st["problems"])
+        self.assertEqual(st["problems"], [])
+        self.assertEqual([p["name"] for p in st["pairs"]], ["MySQL001"])
+        servers = st["pairs"][0]["servers"]
+        with self.ctx.map() as m:
+            self.assertEqual([s["address"] for s in servers],
+                             list(m.pair_addrs("MySQL001")))
+        self.assertTrue(all(s["reachable"] for s in servers))
+        self.admin.schema_check()
+        with self.ctx.map() as m:
+            self.admin.schema_check(m)
+            doc = m.to_dict()
+        doc["database_format"] = "nodb%05d"
+        with ls.Map.parse(doc) as other:
+            e = self.assertRaisesShard(ls.MapError, -3, self.admin.schema_check,
+                                       other)
+        self.assertIn("nodb0000", e.message)
+
+    LEGACY_SQL = (
+        "CREATE DATABASE legacy; USE legacy;"
+        "CREATE TABLE boards (id INT PRIMARY KEY, name VARCHAR(50) NOT NULL);"
+        "INSERT INTO boards SELECT seq, CONCAT('board ', seq) FROM seq_1_to_5;"
+        "CREATE TABLE pins (id INT PRIMARY KEY, board_id INT, title TEXT);"
+        "INSERT INTO pins SELECT seq, 1 + seq % 5, CONCAT('pin ', seq)"
+        " FROM seq_1_to_20;"
+        "CREATE TABLE board_pins (board_id INT NOT NULL, pin_id INT NOT NULL,"
+        " PRIMARY KEY (board_id, pin_id));"
+        "INSERT INTO board_pins SELECT 1 + seq % 5, seq FROM seq_1_to_20;")
+
+    def test_import_and_legacy_resolve(self):
+        """import_table (dry run, first pass, a clean pass, near a parent),
+        import_mapping, legacy_resolve and legacy_resolve_many."""
+        self.server_sql("MySQL001", self.LEGACY_SQL)
+        with open(self.server_map) as f:
+            doc = json.load(f)
+        names = ("boards", "pins", "board_has_pins")
+        doc["mod_shards"]["tables"] += [f"legacy_{n}" for n in names]
+        doc["legacy"] = {n: {} for n in names}
+        path = os.path.join(self.base, "import-map.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        with self.ctx.map() as m:
+            port = m.pair_addrs("MySQL001")[0].rsplit(":", 1)[1]
+        url = f"mysql://shardadmin@127.0.0.1:{port}/legacy"
+        with ls.Context(path, refresh_interval_ms=0, user="shardadmin",
+                        password_env="LIBSHARD_PASSWORD") as c:
+            c.schema_apply()
+            dry = c.import_table(url, "boards", "boards", dry_run=True)
+            self.assertEqual((dry.rows_read, dry.created), (5, 5))
+            self.assertEqual(c.legacy_resolve_many("boards", range(1, 6)),
+                             [None] * 5)
+            seen = []
+            r = c.import_table(url, "boards", "boards",
+                               progress=lambda *a: seen.append(a))
+            self.assertIsInstance(r, ls.ImportReport)
+            self.assertEqual((r.rows_read, r.created, r.unchanged), (5, 5, 0))
+            self.assertFalse(r.clean)
+            self.assertTrue(seen)
+            self.assertIsInstance(seen[-1][0], str)
+            r = c.import_table(url, "boards", "boards")
+            self.assertEqual((r.created, r.changed, r.deleted, r.unchanged),
+                             (0, 0, 0, 5))
+            self.assertTrue(r.clean)
+            r = c.import_table(url, "pins", "pins", near=("board_id", "boards"),
+                               threads=2, batch_rows=7)
+            self.assertEqual(r.created, 20)
+            r = c.import_table(url, "pins", "pins", near="board_id:boards")
+            self.assertEqual((r.created, r.unchanged), (0, 20))
+            for bad, cls in (("board_id", ls.Invalid), (":boards", ls.Invalid),
+                             (("board_id",), TypeError), (7, TypeError)):
+                self.assertRaises(cls, c.import_table, url, "pins", "pins",
+                                  near=bad)
+            r = c.import_mapping(url, "board_pins", "board_has_pins",
+                                 from_column="board_id", from_type="boards",
+                                 to_column="pin_id", to_type="pins")
+            self.assertEqual(r.created, 20)
+            # legacy ids resolve; native IDs pass through
+            b1 = c.legacy_resolve("boards", 1)
+            self.assertEqual(c.get(b1, decode=True), {"id": 1, "name": "board 1"})
+            self.assertEqual(c.legacy_resolve("boards", b1), b1)
+            pins = c.legacy_resolve_many("pins", [5, 999, 10], default=0)
+            self.assertEqual(pins[1], 0)
+            for p in (pins[0], pins[2]):  # pins 5 and 10 are on board 1
+                self.assertEqual(ls.id_shard(p), ls.id_shard(b1))
+            self.assertEqual(pins[0], c.legacy_resolve("pins", 5))
+            self.assertEqual(
+                sorted(e.to for e in c.mapping_iter("board_has_pins", b1)),
+                sorted(c.legacy_resolve_many("pins", [5, 10, 15, 20])))
+            self.assertIsNone(c.legacy_resolve("boards", 99, default=None))
+            e = self.assertRaisesShard(ls.NotFound, -5, c.legacy_resolve,
+                                       "boards", 99)
+            self.assertRaisesShard(ls.Invalid, -1, c.legacy_resolve, "nope", 1)
+            self.assertEqual(c.legacy_resolve_many("boards", []), [])
+            # refused before anything is read
+            e = self.assertRaisesShard(
+                ls.Invalid, -1, c.import_table,
+                f"mysql://shardadmin:secret@127.0.0.1:{port}/legacy",
+                "boards", "boards")
+            self.assertIsInstance(e.report, ls.ImportReport)
+            self.assertRaises(TypeError, c.import_table, url, "boards",
+                              "boards", threads="4")
+            self.assertRaises(TypeError, c.import_table, url, "boards",
+                              "boards", progress=5)
+
     def test_move_errors_one_pair(self):
         c = self.admin
         self.assertEqual(c.move_status(), [])
@@ -1052,41 +1555,59 @@ class TwoPairTests(ServerCase):
         self.assertRaises(ls.ShardError, a.move_resume)
         self.assertRaises(ls.ShardError, a.move_abort, rep.move_id)
 
-    # ---- version-2 move options, revert and finish
+    MOVER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import libshard
+def log(level, msg):
+    if "postponed" in msg:
+        print("postponed", flush=True)
+with libshard.Context(sys.argv[2], refresh_interval_ms=0, user="shardadmin",
+                      password_env="LIBSHARD_PASSWORD", log=log) as a:
+    a.move(4, 4, "MySQL001", postpone_cutover_file=sys.argv[3])
+"""
 
-    def pair_of(self, shard):
-        self.ctx.reload()
-        with self.ctx.map() as m:
-            return m.pair_of(shard)
+    def killed_move(self):
+        """A move of shard 4 to MySQL001 in a process killed (SIGKILL) while
+        its cut-over waits: its journal entry."""
+        flag = os.path.join(self.base, "hold the cut-over")
+        open(flag, "w").close()
+        p = subprocess.Popen([sys.executable, "-c", self.MOVER,
+                              PACKAGE_PARENT, self.map_path, flag],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             text=True)
+        try:
+            self.assertEqual(p.stdout.readline(), "postponed\n")
+        finally:
+            p.kill()
+            p.wait(timeout=60)
+            p.stdout.close()
+        os.remove(flag)
+        unfinished = [m for m in self.admin.move_status()
+                      if m["first"] == 4 and m["phase"] not in
+                      ("done", "aborted", "reverted")]
+        self.assertEqual(len(unfinished), 1, unfinished)
+        return unfinished[0]
 
-    def map_version(self):
-        self.ctx.reload()
-        with self.ctx.map() as m:
-            return m.version
-
-    def server_sql(self, pair, query, standby=False):
-        """query as root on the pair's master (or standby) as the map has
-        it now (test_failover swaps MySQL002's): its rows, no header."""
-        self.ctx.reload()
-        with self.ctx.map() as m:
-            addr = m.pair_addrs(pair)[1 if standby else 0]
-        port = addr.rsplit(":", 1)[1]
-        sdir = os.path.join(self.base, "srv")
-        with open(os.path.join(sdir, "servers")) as f:
-            name = next(w[0] for w in map(str.split, f) if w[3] == port)
-        p = subprocess.run([SERVERS, "sql", sdir, name, "-N"], input=query,
-                           capture_output=True, text=True, timeout=60)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        return p.stdout
-
-    def db_exists(self, pair, shard):
-        return self.server_sql(
-            pair, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE "
-            f"SCHEMA_NAME = 'db{shard:05d}'") != "0\n"
-
-    def rows(self, pair, shard):
-        return int(self.server_sql(pair,
-                                   f"SELECT COUNT(*) FROM db{shard:05d}.pins"))
+    def test_move_killed_then_aborted_or_resumed(self):
+        """move_abort() of a killed move leaves the shard where it was;
+        move_resume() of another completes it."""
+        a = self.admin
+        self.assertEqual(self.pair_of(4), "MySQL002")
+        pin = self.ctx.create("pins", {"k": 4}, shard=4)
+        m = self.killed_move()
+        a.move_abort(m["id"])
+        st = [x for x in a.move_status() if x["id"] == m["id"]]
+        self.assertEqual(st[0]["phase"], "aborted")
+        self.assertEqual(self.pair_of(4), "MySQL002")
+        self.assertFalse(self.db_exists("MySQL001", 4))
+        self.assertRaises(ls.ShardError, a.move_abort, m["id"])
+        m = self.killed_move()
+        rep = a.move_resume(m["id"])
+        self.assertEqual((rep.move_id, rep.phase_name, rep.mismatches),
+                         (m["id"], "done", 0))
+        self.assertEqual(self.pair_of(4), "MySQL001")
+        self.assertEqual(self.ctx.get(pin, decode=True), {"k": 4})
 
     def test_move_option_errors_change_nothing(self):
         """A bad option value raises before anything happens: no journal
@@ -1259,6 +1780,119 @@ class TwoPairTests(ServerCase):
         self.assertEqual(json.loads(c.get(pin)), {"before": True})
         c.patch(pin, {"after": True})
         self.assertEqual(json.loads(c.get(pin)), {"before": True, "after": True})
+
+
+# ---------------------------------------------------------------- topology
+
+class FleetTests(ServerCase):
+    """Two pairs started, the map rewritten so that MySQL001 serves every
+    shard (ID shards 0-3 open) and MySQL002 is a spare that the map lacks:
+    pair_add, shards_open (4-5) onto it, a rebalance plan that drains it
+    run move by move, pair_remove."""
+
+    NPAIRS = 2
+
+    @classmethod
+    def prepare_map(cls, doc):
+        cls.spare = doc["pairs"].pop("MySQL002")
+        doc["open_shards"] = 4
+        doc["id_shards"] = [{"range": [0, 3], "pair": "MySQL001"}]
+        count = doc["mod_shards"]["count"]
+        doc["mod_shards"]["ranges"] = [{"range": [0, count - 1],
+                                        "pair": "MySQL001"}]
+
+    def test_pair_add_shards_open_rebalance_pair_remove(self):
+        a, c = self.admin, self.ctx
+        st = self.healthy_status()
+        self.assertTrue(st["healthy"], st["problems"])
+        self.assertEqual([p["name"] for p in st["pairs"]], ["MySQL001"])
+        v0 = self.map_version()
+        with a.rebalance_plan() as plan0:  # one pair: nothing to do
+            self.assertEqual((len(plan0), plan0.moves), (0, []))
+            self.assertEqual(plan0.map_version, v0)
+            self.assertEqual([p.name for p in plan0.pairs], ["MySQL001"])
+            v1 = a.pair_add("MySQL002", self.spare["master"],
+                            self.spare["standby"])
+            self.assertEqual(v1, v0 + 1)
+            self.assertRaises(ls.ShardError, a.pair_add, "MySQL002",
+                              self.spare["master"], self.spare["standby"])
+            # the map moved on since the plan
+            self.assertRaisesShard(ls.Conflict, -11, a.rebalance_run, plan0)
+        self.assertIn("closed", repr(plan0))
+        self.assertRaisesShard(ls.Invalid, -1, lambda: plan0.moves)
+        with c.map() as m:
+            c.reload()
+        with c.map() as m:
+            self.assertEqual(m.pair_addrs("MySQL002"),
+                             (self.spare["master"], self.spare["standby"]))
+        # open shards 4-5 on the new pair
+        seen = []
+        v2 = a.shards_open(6, "MySQL002", progress=lambda *x: seen.append(x))
+        self.assertGreater(v2, v1)
+        self.assertTrue(seen)
+        self.assertEqual((self.pair_of(5), self.pair_of(3)),
+                         ("MySQL002", "MySQL001"))
+        a.reload()
+        a.schema_check()
+        self.assertRaises(ls.ShardError, a.shards_open, 4)  # not more
+        ids = [c.create("pins", {"s": s}, shard=s) for s in (4, 5)]
+        # drain it: every shard back to MySQL001
+        with a.rebalance_plan(drain=["MySQL002"]) as plan:
+            moves = plan.moves
+            self.assertGreaterEqual(len(moves), 1)
+            self.assertEqual(list(plan), moves)
+            for mv in moves:
+                self.assertIsInstance(mv, ls.RebalanceMove)
+                self.assertEqual((mv.from_pair, mv.to_pair, mv.drain),
+                                 ("MySQL002", "MySQL001", True))
+            self.assertEqual(sorted(s for mv in moves
+                                    for s in range(mv.first, mv.last + 1)),
+                             [4, 5])
+            pairs = {p.name: p for p in plan.pairs}
+            self.assertTrue(pairs["MySQL002"].drained)
+            self.assertEqual((pairs["MySQL002"].shards_before,
+                              pairs["MySQL002"].shards_after), (2, 0))
+            self.assertEqual(pairs["MySQL001"].shards_after, 6)
+            before, after = plan.spread
+            self.assertIsInstance(before, float)
+            self.assertEqual(plan.map_version, self.map_version())
+            steps = []
+            done = a.rebalance_run(plan, step=lambda *x: steps.append(x),
+                                   copy_threads=2)
+        self.assertEqual(done, len(moves))
+        self.assertEqual(len(steps), 2 * len(moves))
+        move, index, count, rc, report = steps[0]
+        self.assertEqual((move, index, count, rc, report),
+                         (moves[0], 0, len(moves), 0, None))
+        move, index, count, rc, report = steps[-1]
+        self.assertEqual((index, rc, report.phase_name), (len(moves) - 1, 0,
+                                                          "done"))
+        self.assertEqual([self.pair_of(s) for s in range(6)],
+                         ["MySQL001"] * 6)
+        self.assertEqual([x["s"] for x in c.mget(ids, decode=True)], [4, 5])
+        # it serves nothing now: remove it
+        v3 = a.pair_remove("MySQL002")
+        self.assertGreater(v3, v2)
+        c.reload()
+        with c.map() as m:
+            self.assertEqual(m.pairs, ["MySQL001"])
+        self.assertRaises(ls.ShardError, a.pair_remove, "MySQL002")
+        self.assertRaises(ls.ShardError, a.pair_remove, "MySQL001")
+        self.assertRaisesShard(ls.Invalid, -1, a.pair_add, "a\0b", "x", "y")
+        a.reload()
+        st = self.healthy_status()
+        self.assertTrue(st["healthy"], st["problems"])
+
+    def test_rebalance_step_stops_and_errors(self):
+        """A step that returns True starts no move; a failing step's
+        exception is re-raised by rebalance_run."""
+        a = self.admin
+        with a.rebalance_plan() as plan:
+            self.assertEqual(a.rebalance_run(plan, step=lambda *x: True), 0)
+            self.assertRaises(TypeError, a.rebalance_run, plan, step=3)
+            self.assertRaises(TypeError, a.rebalance_run, plan, dry_run=True)
+            self.assertRaises(ls.Invalid, a.rebalance_run, plan,
+                              copy_threads=-1)
 
 
 if __name__ == "__main__":

@@ -318,7 +318,7 @@ static int revert_cutover(mv *m, mv *rv)
     int rc, flipped;
 
     if ((rc = move_list_tables(rv)) || (rc = move_fence_rows_source(rv)) ||
-        (rc = move_catch_up(rv)))
+        (rc = move_lease_wait(rv)) || (rc = move_catch_up(rv)))
         return rc;
     for (;;) {
         rv->r->fence_attempts++;

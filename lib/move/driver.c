@@ -240,6 +240,10 @@ static int state_planned(mv *m)
     if ((rc = move_list_tables(m)))
         return rc;
     move_step(m, &t0, "listing the tables");
+    /* Marked now, so that the lease wait runs out during the copy. */
+    if ((rc = move_mark(m, true)) || (rc = move_hook(m, "marked")))
+        return rc;
+    move_step(m, &t0, "marking the shards moving in the map");
     /* A resumed copy starts again; the earlier runs' copies are dropped
      * when the journal says they are this move's own. Nothing else on the
      * target is ever dropped (a fresh move, or a resumed one that stopped
@@ -335,9 +339,16 @@ static int state_catchup(mv *m)
     }
     if ((rc = move_catch_up(m)) || (rc = move_postpone(m)))
         return rc;
-    /* No other mover restarts the target's connections between the fence
-     * and the flip; caught up again after waiting for that. */
+    /* No context may still skip the fence check on these shards, and no
+     * other mover restarts the target's connections between the fence
+     * and the flip; caught up again after waiting for those. */
+    if ((rc = move_lease_wait(m)))
+        return rc;
     if ((rc = move_cut_lock(m, true)) || (rc = move_catch_up(m))) {
+        move_cut_lock(m, false);
+        return rc;
+    }
+    if ((rc = move_hook(m, "fencing"))) {
         move_cut_lock(m, false);
         return rc;
     }
@@ -705,6 +716,8 @@ static int drive(mv *m)
         shard_error_save(&why, rc);
         move_note(m, why.msg);
         shard_error_restore(&why);
+    } else if (move_over((int)m->phase)) {
+        move_unmark(m);
     }
     return rc;
 }
@@ -890,7 +903,8 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
         goto out;
     move_pair_link_start(&m);
     move_set_str(&m.fence, "");
-    rc = move_enter(&m, MOVE_ABORTED, "aborted");
+    if ((rc = move_enter(&m, MOVE_ABORTED, "aborted")) == 0)
+        move_unmark(&m);
 out:
     mv_free(&m);
     return rc;

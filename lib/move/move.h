@@ -11,6 +11,7 @@
  *   catchup.c  the filtered replication connections (shared per source
  *              master, forward and reverse) and catching up
  *   cutover.c  the fence, the flip (publish), lifting the fence
+ *   lease.c    the shards marked moving in the map, the lease wait before a fence
  *   verify.c   comparing every row
  *   cleanup.c  waiting for both halves of the target, dropping the source
  *   driver.c   the phase switch; shard_move, _resume, _abort, _revert, _finish
@@ -100,6 +101,7 @@ typedef struct mv {
     bool final;        /* the failure is not worth retrying (a limit ran out) */
     unsigned retries;  /* transient failures retried in this run */
     double fence_t0;   /* when this run fenced (0: an earlier run did) */
+    double lease_ready; /* lease.c: monotonic time from which the fence may go up */
     unsigned fence_statements; /* statements the last fence took (journaled) */
     /* Connections of the mover's own (never pooled). */
     shard_conn *ctl;   /* target master: the journal and the move's lock */
@@ -348,6 +350,13 @@ int move_fence_state(mv *m, bool *on);
  * tell: keep the fence). */
 int move_flipped_in_store(mv *m);
 int move_publish(mv *m);
+/* lease.c: mark (on) or unmark the move's shards "moving" in the map; the
+ * fence waits out the leases of contexts that read an unmarked map
+ * (libshard-move(7), "The lease"). move_lease_wait: marked, and waited,
+ * before every fence; move_unmark: once the move is over (best effort). */
+int move_mark(mv *m, bool on);
+int move_lease_wait(mv *m);
+void move_unmark(mv *m);
 int move_read_flip(mv *m);
 /* The target's position under the fence (m->rev): the reverse stream's start. */
 int move_read_reverse_start(mv *m);

@@ -1,13 +1,14 @@
 """PEP 517 build backend of libshard's Python package, standard library only.
 
-The package is one pure-Python module, libshard.py, so its wheel (PEP 427) is
-a zip file holding that module and three metadata files. Writing it here
+The package is pure Python, the directory libshard/ (its modules and
+py.typed), so its wheel (PEP 427) is a zip file holding those files, the
+licence (the project's COPYING) and three metadata files. Writing it here
 keeps the install offline on any Python 3.8+ with pip, where setuptools
 would need the `wheel` package that a fresh venv lacks (see pyproject.toml).
 
 Metadata comes from pyproject.toml's [project] table (name, description,
-requires-python, license) and the version from libshard.py's __version__,
-read without importing the module (importing it loads the C library).
+requires-python, license) and the version from libshard/_lib.py's VERSION,
+read without importing the package (importing it loads the C library).
 """
 
 import ast
@@ -20,10 +21,11 @@ import tarfile
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODULE = "libshard.py"
-# What an sdist carries: enough to build the wheel again.
-SDIST_FILES = ("pyproject.toml", MODULE, "backend/libshard_build.py",
-               "example.py")
+PACKAGE = "libshard"
+VERSION_FILE = "libshard/_lib.py"
+LICENSE = "COPYING"
+# What an sdist carries besides the package: enough to build the wheel again.
+SDIST_FILES = ("pyproject.toml", "backend/libshard_build.py", "example.py")
 # Fixed timestamps: the same sources give the same wheel, byte for byte.
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
@@ -31,6 +33,26 @@ ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 def _read(path):
     with open(os.path.join(ROOT, path), "rb") as f:
         return f.read()
+
+
+def _package_files():
+    """The package's files (relative paths, sorted): *.py and py.typed."""
+    out = []
+    for name in sorted(os.listdir(os.path.join(ROOT, PACKAGE))):
+        if name.endswith(".py") or name == "py.typed":
+            out.append(f"{PACKAGE}/{name}")
+    return out
+
+
+def _license():
+    """COPYING: an sdist's own, else the source tree's (two levels up)."""
+    for path in (os.path.join(ROOT, LICENSE),
+                 os.path.join(ROOT, os.pardir, os.pardir, LICENSE)):
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                return f.read()
+    raise RuntimeError(f"{LICENSE} not found next to pyproject.toml or in "
+                       "the source tree above it")
 
 
 def _project():
@@ -61,14 +83,14 @@ def _project_fallback(text):
 
 
 def _version():
-    """__version__ = "..." of libshard.py, read from its syntax tree."""
-    tree = ast.parse(_read(MODULE))
+    """VERSION = "..." of libshard/_lib.py, read from its syntax tree."""
+    tree = ast.parse(_read(VERSION_FILE))
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "__version__"
+                isinstance(t, ast.Name) and t.id == "VERSION"
                 for t in node.targets):
             return ast.literal_eval(node.value)
-    raise RuntimeError(f"{MODULE} has no __version__")
+    raise RuntimeError(f"{VERSION_FILE} has no VERSION")
 
 
 def _names():
@@ -90,6 +112,7 @@ def _metadata():
         lines.append(f"License: {lic['text']}")
     elif isinstance(lic, str):
         lines.append(f"License-Expression: {lic}")
+    lines.append(f"License-File: {LICENSE}")
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
@@ -107,7 +130,8 @@ def _write_wheel(wheel_directory, payload):
     _, _, dist, version = _names()
     info = f"{dist}-{version}.dist-info"
     files = list(payload) + [(f"{info}/METADATA", _metadata()),
-                             (f"{info}/WHEEL", WHEEL)]
+                             (f"{info}/WHEEL", WHEEL),
+                             (f"{info}/{LICENSE}", _license())]
     record = "".join(_record_line(a, d) for a, d in files) + \
         f"{info}/RECORD,,\n"
     files.append((f"{info}/RECORD", record.encode("utf-8")))
@@ -150,7 +174,8 @@ prepare_metadata_for_build_editable = prepare_metadata_for_build_wheel
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    return _write_wheel(wheel_directory, [(MODULE, _read(MODULE))])
+    return _write_wheel(wheel_directory,
+                        [(f, _read(f)) for f in _package_files()])
 
 
 def build_editable(wheel_directory, config_settings=None,
@@ -164,7 +189,8 @@ def build_sdist(sdist_directory, config_settings=None):
     _, _, dist, version = _names()
     base = f"{dist}-{version}"
     filename = f"{base}.tar.gz"
-    members = [(f, _read(f)) for f in SDIST_FILES] + [("PKG-INFO", _metadata())]
+    members = [(f, _read(f)) for f in SDIST_FILES + tuple(_package_files())]
+    members += [(LICENSE, _license()), ("PKG-INFO", _metadata())]
     with tarfile.open(os.path.join(sdist_directory, filename), "w:gz",
                       format=tarfile.PAX_FORMAT) as tf:
         for name, data in members:

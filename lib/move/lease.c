@@ -1,0 +1,101 @@
+/*
+ * The map lease, the mover's side (libshard-move(7), "The lease"): a move
+ * marks its shards "moving" in the map when it plans, and fences only once
+ * every context that might still skip the fence check on them (its lease
+ * on an older, unmarked map) has run out of lease.
+ */
+#include "move.h"
+
+/* Beyond the lease itself: clocks that run up to 10% apart, and this much
+ * for a statement sent just before a lease ended. */
+#define LEASE_DRIFT 1.1
+#define LEASE_MARGIN_MS 500.0
+
+static bool all_marked(const shard_map *map, unsigned first, unsigned last)
+{
+    for (unsigned s = first; s <= last; s++)
+        if (!map_shard_moving(map, s))
+            return false;
+    return true;
+}
+
+static bool any_marked(const shard_map *map, unsigned first, unsigned last)
+{
+    for (size_t i = 0; i < map->nmoving; i++)
+        if (map->moving[i].lo >= first && map->moving[i].hi <= last)
+            return true;
+    return false;
+}
+
+typedef struct mark_edit {
+    const mv *m;
+    bool on;
+    unsigned lease_ms; /* the longest lease of the maps the edit saw */
+    bool changed;      /* the last try published a new map */
+} mark_edit;
+
+static int mark_fn(const shard_map *cur, shard_map **next, void *arg)
+{
+    mark_edit *e = arg;
+    unsigned l = cur->lease_max_ms > cur->lease_ms ? cur->lease_max_ms : cur->lease_ms;
+
+    if (l > e->lease_ms)
+        e->lease_ms = l;
+    e->changed = !(e->on ? all_marked(cur, e->m->first, e->m->last)
+                         : !any_marked(cur, e->m->first, e->m->last));
+    if (!e->changed)
+        return REPL_UNCHANGED;
+    return map_mark_moving(cur, e->m->first, e->m->last, e->on, cur->version + 1, next);
+}
+
+int move_mark(mv *m, bool on)
+{
+    mark_edit e = {m, on, 0, false};
+    uint64_t version = 0;
+    int rc = repl_publish(m->ctx, mark_fn, &e, &version);
+
+    if (rc)
+        return shard_fail_prefix(rc, "%s shards %u-%u as moving in the map: ",
+                                 on ? "marking" : "unmarking", m->first, m->last);
+    if (on && (e.changed || !m->lease_ready)) {
+        /* From here, a context that reads the store sees the mark: the
+         * ones that did not may skip the check for one more lease. A run
+         * that finds the mark already there (resumed) cannot tell when it
+         * was published, and counts from now. */
+        double ready = now_seconds() + (e.lease_ms * LEASE_DRIFT + LEASE_MARGIN_MS) / 1000.0;
+        if (ready > m->lease_ready)
+            m->lease_ready = ready;
+    }
+    return 0;
+}
+
+int move_lease_wait(mv *m)
+{
+    double ms;
+    int rc;
+
+    /* The mark is checked again (a resumed run, or a map published by hand
+     * without it, is marked anew): the wait counts from the latest marking. */
+    if ((rc = move_mark(m, true)))
+        return rc;
+    ms = (m->lease_ready - now_seconds()) * 1000.0;
+    if (ms <= 0)
+        return 0;
+    ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: waiting %.0f ms before the fence, for the "
+            "map leases of contexts that have not read the mark yet",
+            (unsigned long long)m->id, ms);
+    sleep_ms(ms);
+    return 0;
+}
+
+void move_unmark(mv *m)
+{
+    shard_errsave saved;
+
+    shard_error_save(&saved, 0);
+    if (move_mark(m, false))
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: %s (reads of those shards keep checking "
+                "the fence until a later move or resume clears the mark)",
+                (unsigned long long)m->id, shard_errmsg());
+    shard_error_restore(&saved);
+}
