@@ -20,6 +20,7 @@
 void (*shard__import_hook)(const char *point);
 
 #define KV_BATCH 1000 /* keys per statement: far below any packet limit */
+#define KV_GET_THREADS 4 /* statements of one multi-key read in flight at once */
 
 /* ---- lookup values ------------------------------------------------------ */
 
@@ -265,9 +266,26 @@ int legacy_kv_get_many(shard_ctx *ctx, const char *table, char *const *keys, siz
         return 0;
     if ((rc = kv_groups(ctx, table, keys, n, true, vals, &slots, &groups, &ng)))
         return rc;
-    kv_job j = {ctx, groups, NULL, false};
-    /* Every server at once: their number is small (the pairs). */
-    rc = fanout_run(ng, (unsigned)ng, get_group, &j);
+    /* Every server at once, and a server's statements of KV_BATCH keys
+     * each (many keys: an import's batch) at once too. */
+    size_t nc = 0;
+    kv_group *chunks = shard_calloc(n / KV_BATCH + ng + 1, sizeof *chunks);
+    if (!chunks) {
+        free(groups);
+        free(slots);
+        return shard_fail(SHARD_ENOMEM, "out of memory for %zu lookup keys", n);
+    }
+    for (size_t from = 0; from < n; from += KV_BATCH) /* the servers' in turn */
+        for (size_t g = 0; g < ng; g++) {
+            if (from >= groups[g].n)
+                continue;
+            chunks[nc] = groups[g];
+            chunks[nc].slots += from;
+            chunks[nc++].n = groups[g].n - from < KV_BATCH ? groups[g].n - from : KV_BATCH;
+        }
+    kv_job j = {ctx, chunks, NULL, false};
+    rc = fanout_run(nc, (unsigned)(nc < KV_GET_THREADS ? nc : KV_GET_THREADS), get_group, &j);
+    free(chunks);
     free(groups);
     free(slots);
     if (rc)
@@ -443,6 +461,70 @@ int legacy_kv_scan(shard_ctx *ctx, const char *table, legacy_scan_fn fn, void *p
     }
     free(keys);
     free(vals);
+    return rc;
+}
+
+/* ---- counting -------------------------------------------------------------- */
+
+typedef struct count_job {
+    shard_ctx *ctx;
+    const char *table;
+    const char *where;
+    uint64_t *counts; /* per mod shard */
+} count_job;
+
+typedef struct count_arg {
+    count_job *j;
+    uint32_t ms;
+} count_arg;
+
+static int count_fn(exec_env *env, void *arg)
+{
+    count_arg *a = arg;
+    char out[32];
+    sqlbuf q;
+    int rc;
+
+    sql_init(&q);
+    sql_add(&q, "SELECT COUNT(*) FROM ");
+    sql_table(&q, env->db, a->j->table);
+    sql_add(&q, a->j->where);
+    if ((rc = sql_check(&q)) == 0)
+        rc = conn_value(env->conn, q.s, out, sizeof out);
+    sql_free(&q);
+    if (rc == 0)
+        a->j->counts[a->ms] = strtoull(out, NULL, 10);
+    return rc;
+}
+
+static int count_one(void *arg, size_t i, unsigned worker)
+{
+    count_job *j = arg;
+    count_arg a = {j, (uint32_t)i};
+    (void)worker;
+    return ctx_exec(j->ctx, (unsigned)i, EXEC_MOD, count_fn, &a);
+}
+
+int legacy_kv_count(shard_ctx *ctx, const char *table, const char *where, unsigned threads,
+                    uint64_t *n)
+{
+    shard_map *map = ctx_map(ctx);
+    uint32_t count = map->mod_count;
+    bool known = shard_map_has_mod_table(map, table);
+    count_job j = {ctx, table, where, NULL};
+    int rc;
+
+    shard_map_free(map);
+    *n = 0;
+    if (!count || !known)
+        return shard_fail(SHARD_EINVAL, "no key-value table \"%.64s\" in mod_shards.tables",
+                          table);
+    if (!(j.counts = shard_calloc(count, sizeof *j.counts)))
+        return shard_fail(SHARD_ENOMEM, "out of memory");
+    if ((rc = fanout_run(count, threads, count_one, &j)) == 0)
+        for (uint32_t ms = 0; ms < count; ms++)
+            *n += j.counts[ms];
+    free(j.counts);
     return rc;
 }
 

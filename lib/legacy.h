@@ -1,7 +1,7 @@
 /*
  * Legacy lookups (libshard-import(7)): key-value tables in the mod-shard
  * space, read and written many keys at once, shared by legacy.c (resolving
- * legacy ids) and import.c (the import passes).
+ * legacy ids) and lib/import/ (the import passes).
  */
 #ifndef LIBSHARD_LEGACY_H
 #define LIBSHARD_LEGACY_H
@@ -13,8 +13,8 @@
  *   "ID MD5"      imported: the object's ID and the MD5 (hex) of the row's
  *                 canonical JSON when it was last written
  *   "ID deleted"  the legacy row is gone and the object was soft-deleted
- *   "pending S"   claimed for an object on shard S that may or may not exist
- *                 yet (an interrupted pass); the next pass settles it
+ *   "pending S"   written by libshard 0.1's imports only (an object on shard
+ *                 S claimed, maybe made); today's imports refuse it
  * Mapping entries (import-mapping) are "FROM TO SEQ": the two native IDs and
  * the sequence written.
  */
@@ -54,7 +54,13 @@ int legacy_kv_delete_many(shard_ctx *ctx, const char *table, char *const *keys, 
 typedef int (*legacy_scan_fn)(void *payload, size_t n, char **keys, char **vals);
 int legacy_kv_scan(shard_ctx *ctx, const char *table, legacy_scan_fn fn, void *payload);
 
-/* import.c, pure helpers (unit-tested). */
+/* The number of entries of a table (all mod shards, `threads` at a time)
+ * that a WHERE clause (`where`, SQL text libshard wrote, never input)
+ * keeps. */
+int legacy_kv_count(shard_ctx *ctx, const char *table, const char *where, unsigned threads,
+                    uint64_t *n);
+
+/* lib/import/, pure helpers (unit-tested). */
 typedef struct source_url {
     char user[81];
     char host[256];
@@ -72,8 +78,11 @@ void legacy_cache_put(shard_ctx *ctx, unsigned type, uint64_t legacy, uint64_t i
 
 /*
  * Test hook (tests link the static library): when set, the import calls it
- * at named points of a pass ("created": objects exist, their lookup entries
- * are still pending). NULL in production.
+ * at named points of a pass: "marked" (the pass marker is written),
+ * "shard" (one shard's new objects of a batch committed, from any thread),
+ * "created" (a batch's new objects are written, their lookup entries not
+ * yet), "entries" (and their entries), "changed" and "deleted" (objects
+ * rewritten or soft-deleted, their entries not yet). NULL in production.
  */
 extern void (*shard__import_hook)(const char *point);
 

@@ -1,7 +1,8 @@
 /*
  * tests/bench_import.c: the first pass of an import from an unsharded
  * database (shard_import_table(3), libshard-import(7)) measured side by
- * side with mydumper + myloader of the same table.
+ * side with mydumper + myloader of the same table; an unchanged pass
+ * against the first; legacy resolution against multi-get.
  *
  *   bench import-vs-myloader  (mydumper of the legacy table + myloader of it
  *                             into a database of the target pair's master,
@@ -10,6 +11,13 @@
  *                             import's first pass wall time; the detail
  *                             gives the first pass's rows/s and a second,
  *                             unchanged pass's rows/s
+ *   bench import-repass-vs-first  a second, unchanged pass's rows/s / the
+ *                             first pass's rows/s (the second writes nothing)
+ *   bench legacy-resolve-many-vs-mget  shard_legacy_resolve_many of 1000
+ *                             legacy ids (a fresh context: no cached
+ *                             resolution) per call / shard_object_mget of
+ *                             the 1000 native IDs they resolve to, calls/s
+ *                             against calls/s, RESOLVE_ROUNDS disjoint sets
  *
  * Two pairs (16 ID shards, 4 mod shards). The legacy table is pins-like
  * (id INT AUTO_INCREMENT PRIMARY KEY, board_id, title VARCHAR, created_at
@@ -60,6 +68,8 @@
 #define ID_SHARDS 16      /* 0-7 on MySQL001, 8-15 on MySQL002 */
 #define MOD_SHARDS 4
 #define DEFAULT_ROWS 100000
+#define RESOLVE_N 1000    /* ids per call */
+#define RESOLVE_ROUNDS 50 /* disjoint sets of them, each resolved once */
 
 static harness *H;
 static char Tmpdir[PATH_MAX];
@@ -199,6 +209,64 @@ static shard_import_report import_pass(shard_ctx *ctx, unsigned type, const char
     return r;
 }
 
+/* resolve_many of RESOLVE_ROUNDS disjoint sets of RESOLVE_N legacy ids, on
+ * a fresh context (nothing cached), against mget of the IDs they give. */
+static void resolve_vs_mget(const shard_options *so, unsigned type, unsigned rows)
+{
+    uint64_t *legacy = calloc(RESOLVE_N, sizeof *legacy);
+    uint64_t *ids = calloc((size_t)RESOLVE_N * RESOLVE_ROUNDS, sizeof *ids);
+    double resolve_s = 0, mget_s = 0, t0;
+    unsigned rounds = RESOLVE_ROUNDS;
+    shard_ctx *ctx;
+
+    if (rows < RESOLVE_N * rounds)
+        rounds = rows / RESOLVE_N;
+    if (shard_ctx_open(&ctx, Map_path, so) != 0)
+        die("open: %s", shard_errmsg());
+    /* Warm both paths' connections and statements first. */
+    legacy[0] = 1;
+    if (shard_legacy_resolve_many(ctx, type, legacy, 1, ids) != 0)
+        die("resolve: %s", shard_errmsg());
+    shard_ctx_free(ctx);
+    if (shard_ctx_open(&ctx, Map_path, so) != 0)
+        die("open: %s", shard_errmsg());
+    {
+        shard_item *items;
+        if (shard_object_mget(ctx, ids, 1, &items) != 0)
+            die("mget: %s", shard_errmsg());
+        shard_items_free(items, 1);
+    }
+    for (unsigned r = 0; r < rounds; r++) {
+        /* ids r+1, r+1+rounds, ...: spread over the table, disjoint per round */
+        for (unsigned i = 0; i < RESOLVE_N; i++)
+            legacy[i] = 1 + r + (uint64_t)i * rounds;
+        t0 = now();
+        if (shard_legacy_resolve_many(ctx, type, legacy, RESOLVE_N,
+                                      ids + (size_t)r * RESOLVE_N) != 0)
+            die("resolve: %s", shard_errmsg());
+        resolve_s += now() - t0;
+    }
+    for (unsigned r = 0; r < rounds; r++) {
+        shard_item *items;
+        t0 = now();
+        if (shard_object_mget(ctx, ids + (size_t)r * RESOLVE_N, RESOLVE_N, &items) != 0)
+            die("mget: %s", shard_errmsg());
+        mget_s += now() - t0;
+        for (unsigned i = 0; i < RESOLVE_N; i++)
+            if (items[i].status != 0)
+                die("mget: object %u of round %u: status %d", i, r, items[i].status);
+        shard_items_free(items, RESOLVE_N);
+    }
+    printf("bench legacy-resolve-many-vs-mget ratio=%.2f (shard_legacy_resolve_many of %d "
+           "legacy ids, nothing cached: %.0f calls/s; shard_object_mget of the %d IDs: %.0f "
+           "calls/s; %u rounds each, 2 pairs, %d mod shards)\n",
+           mget_s / resolve_s, RESOLVE_N, rounds / resolve_s, RESOLVE_N, rounds / mget_s,
+           rounds, MOD_SHARDS);
+    shard_ctx_free(ctx);
+    free(legacy);
+    free(ids);
+}
+
 int main(int argc, char **argv)
 {
     shard_options so = SHARD_OPTIONS_INIT;
@@ -213,14 +281,13 @@ int main(int argc, char **argv)
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     bench_select(argc, argv);
-    if (!bench_selected("import-vs-myloader"))
+    if (!bench_selected("import-vs-myloader") && !bench_selected("import-repass-vs-first") &&
+        !bench_selected("legacy-resolve-many-vs-mget"))
         return 0;
     have_mydumper = system("command -v mydumper >/dev/null 2>&1 && "
                            "command -v myloader >/dev/null 2>&1") == 0;
-    if (!have_mydumper) {
+    if (!have_mydumper && bench_selected("import-vs-myloader"))
         printf("bench import-vs-myloader skipped (install mydumper)\n");
-        return 0;
-    }
     if (getenv("BENCH_IMPORT_ROWS"))
         rows = (unsigned)strtoul(getenv("BENCH_IMPORT_ROWS"), NULL, 10);
     if (rows < 1000 || rows > 10000000)
@@ -248,7 +315,10 @@ int main(int argc, char **argv)
              harness_port(H, "s1"));
     sync_standbys();
 
-    tools_s = tools(rows, &dump_s, &load_s);
+    if (have_mydumper && bench_selected("import-vs-myloader"))
+        tools_s = tools(rows, &dump_s, &load_s);
+    else
+        tools_s = 0;
 
     t0 = now();
     r1 = import_pass(ctx, type, url);
@@ -271,12 +341,20 @@ int main(int argc, char **argv)
     if (objects != rows)
         die("%" PRIu64 " objects on the shards, expected %u", objects, rows);
 
-    printf("bench import-vs-myloader ratio=%.2f (mydumper %.2f s + myloader %.2f s = %.2f s "
+    if (tools_s > 0)
+        printf("bench import-vs-myloader ratio=%.2f (mydumper %.2f s + myloader %.2f s = %.2f s "
            "(%d threads each, myloader -e: binlog on) / import first pass %.2f s (%d threads) "
            "of %u rows into %d shards on 2 pairs: first pass %.0f rows/s, tools %.0f rows/s; "
            "second (unchanged) pass %.2f s, %.0f rows/s)\n",
            tools_s / pass1_s, dump_s, load_s, tools_s, THREADS, pass1_s, THREADS, rows,
            ID_SHARDS, rows / pass1_s, rows / tools_s, pass2_s, rows / pass2_s);
+    if (bench_selected("import-repass-vs-first"))
+        printf("bench import-repass-vs-first ratio=%.2f (an unchanged pass %.0f rows/s (%.2f s, "
+               "nothing written) / the first pass %.0f rows/s (%.2f s), %u rows, %d threads, "
+               "16 shards on 2 pairs)\n", pass1_s / pass2_s, rows / pass2_s, pass2_s,
+               rows / pass1_s, pass1_s, rows, THREADS);
+    if (bench_selected("legacy-resolve-many-vs-mget"))
+        resolve_vs_mget(&so, type, rows);
     shard_ctx_free(ctx);
     harness_stop(H);
     return 0;
