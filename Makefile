@@ -26,7 +26,9 @@ OBJCOPY ?= objcopy
 AR      ?= ar
 PKGS    := libmariadb jansson libcrypto
 DEPS_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-DEPS_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread
+# The ZooKeeper C client (threaded) ships no .pc file.
+ZK_LIBS     := -lzookeeper_mt
+DEPS_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(ZK_LIBS) -lpthread
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 
