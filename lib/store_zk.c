@@ -4,16 +4,15 @@
  *
  *   PATH/versions/00000000000000000007   one node per published version, the
  *                                        map's JSON, never changed again
- *   PATH/current                         the current version's number (text)
+ *   PATH/current                         a copy of the current version's map
  *
  * A publish is one multi-operation transaction: create versions/N and set
- * current at the znode version read with it (create it, for the first map),
- * both or neither. The znode version of current is the compare-and-set
- * token; readers follow current to a node that never changes, so a reader
- * never sees half a map, every published version stays readable, and the
- * watch is on a node of a few bytes. (One node holding the map, its znode
- * version the token, would lose the history and push the whole map to
- * every watcher's read of each change just the same.)
+ * current to the same map at the znode version read with it (create it,
+ * for the first map), both or neither. current's znode version is the
+ * compare-and-set token. A reader reads one node, written whole, so it never
+ * sees half a map; every published version stays readable under versions/;
+ * and a watch costs one read per change (current's data comes back with the
+ * watch set again), where a pointer to the version node would cost two.
  *
  * Location: zk://HOST:PORT[,HOST:PORT...]/PATH[?OPTIONS], OPTIONS being
  * auth_env=VAR (digest credentials USER:PASSWORD, read from the
@@ -21,8 +20,8 @@
  *
  * Threads: the C client's own (an I/O thread and a completion thread per
  * session) run the watch: a change of current sets off an asynchronous read
- * of it, then of the new version's node, and the map is handed to the
- * watcher from the completion thread, never a caller's. A lost session is
+ * of it that sets the watch again, and the map is handed to the watcher from
+ * the completion thread, never a caller's. A lost session is
  * the client's to reconnect; on every (re)connection the watch is set again
  * and current read again. An expired session is replaced by a new one (a
  * short-lived thread of ours closes the old handle: the client's own
@@ -41,7 +40,7 @@
 
 #define ZK_CONNECT_WAIT_MS 5000      /* the first connection of a store */
 #define ZK_SESSION_TIMEOUT_MS 10000  /* default; the server bounds it */
-#define ZK_MAX_NODE (1000 * 1024)    /* below the server's default jute.maxbuffer */
+#define ZK_MAX_MAP (480 * 1024)      /* twice in a request: below jute.maxbuffer (1 MiB) */
 
 typedef struct store_zk {
     char hosts[1024];
@@ -72,8 +71,12 @@ typedef struct store_zk {
 
 static int bad(const char *uri, const char *why)
 {
-    return shard_fail(SHARD_EINVAL, "map store \"%.300s\": %s (expected "
-                      "zk://HOST:PORT[,HOST:PORT...]/PATH[?auth_env=VAR])", uri, why);
+    /* A location that (wrongly) carries credentials before an @ must not
+     * put them in a message: quote only what follows it. */
+    const char *at = strchr(uri, '@');
+    return shard_fail(SHARD_EINVAL, "map store \"zk://%s%.300s\": %s (expected "
+                      "zk://HOST:PORT[,HOST:PORT...]/PATH[?auth_env=VAR])",
+                      at ? "...@" : "", at ? at + 1 : uri + 5, why);
 }
 
 #define ALNUM "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -427,79 +430,96 @@ static void session_done(store_zk *m)
     pthread_rwlock_unlock(&m->handle_lock);
 }
 
-static int parse_version(const store_zk *m, const char *text, int len, uint64_t *out)
-{
-    uint64_t v = 0;
-
-    if (len <= 0 || len > 20)
-        goto bad;
-    for (int i = 0; i < len; i++) {
-        if (text[i] < '0' || text[i] > '9' || v > (UINT64_MAX - 9) / 10)
-            goto bad;
-        v = v * 10 + (uint64_t)(text[i] - '0');
-    }
-    if (v == 0)
-        goto bad;
-    *out = v;
-    return 0;
-bad:
-    return shard_fail(SHARD_EMAP, "%s: %s does not hold a version number", m->label,
-                      m->current);
-}
-
 static void version_node(const store_zk *m, uint64_t version, char *buf, size_t size)
 {
     snprintf(buf, size, "%s/%020llu", m->versions, (unsigned long long)version);
 }
 
-/* The current version (0: none published) and current's znode version. */
-static int read_current(store_zk *m, zhandle_t *zh, uint64_t *version, int32_t *zversion)
+/* A node's whole data: sized by its stat, read again if it grew between. */
+static int read_node(store_zk *m, zhandle_t *zh, const char *node, char **out, int *len,
+                     struct Stat *st)
 {
-    char buf[32];
-    int len = (int)sizeof buf, zrc;
-    struct Stat st;
+    int zrc, size;
+    char *buf;
 
-    zrc = zoo_get(zh, m->current, 0, buf, &len, &st);
-    if (zrc == ZNONODE) {
-        *version = 0;
-        *zversion = -1;
+    if ((zrc = zoo_exists(zh, node, 0, st)) != ZOK)
+        return zk_fail(m, zrc, "read", node);
+    for (;;) {
+        size = st->dataLength > 0 ? st->dataLength : 1;
+        if (!(buf = shard_malloc((size_t)size)))
+            return shard_fail(SHARD_ENOMEM, "out of memory reading the map");
+        *len = size;
+        if ((zrc = zoo_get(zh, node, 0, buf, len, st)) != ZOK) {
+            free(buf);
+            return zk_fail(m, zrc, "read", node);
+        }
+        if (st->dataLength <= size)
+            break;
+        free(buf);
+    }
+    if (*len <= 0) {
+        free(buf);
+        return shard_fail(SHARD_EMAP, "%s: %s is empty", m->label, node);
+    }
+    *out = buf;
+    return 0;
+}
+
+static int parse_node(store_zk *m, const char *node, const char *text, int len,
+                      shard_map **out)
+{
+    int rc = shard_map_parse(out, text, (size_t)len);
+    return rc ? shard_fail_prefix(rc, "%s: %s: ", m->label, node) : 0;
+}
+
+/*
+ * The current map (NULL and version 0: none published) and the znode
+ * version of current, the compare-and-set token. current holds a copy of
+ * the current version's map, so that a watch costs one read.
+ */
+static int read_current(store_zk *m, zhandle_t *zh, shard_map **map, int32_t *zversion)
+{
+    struct Stat st;
+    char *buf = NULL;
+    int len, rc;
+
+    *map = NULL;
+    *zversion = -1;
+    rc = read_node(m, zh, m->current, &buf, &len, &st);
+    if (rc == SHARD_ENOTFOUND) {
+        shard_clear_error();
         return 0;
     }
-    if (zrc != ZOK)
-        return zk_fail(m, zrc, "read", m->current);
-    *zversion = st.version;
-    return parse_version(m, buf, len, version);
+    if (rc)
+        return rc;
+    rc = parse_node(m, m->current, buf, len, map);
+    free(buf);
+    if (!rc)
+        *zversion = st.version;
+    return rc;
 }
 
 static int read_version(store_zk *m, zhandle_t *zh, uint64_t version, shard_map **out)
 {
-    char node[600], *buf;
+    char node[600], *buf = NULL;
     struct Stat st;
-    int len, zrc, rc;
+    int len, rc;
 
     version_node(m, version, node, sizeof node);
-    if ((zrc = zoo_exists(zh, node, 0, &st)) != ZOK) {
-        if (zrc == ZNONODE)
-            return shard_fail(SHARD_ENOTFOUND, "%s: no version %llu was published (no "
-                              "node %s)", m->label, (unsigned long long)version, node);
-        return zk_fail(m, zrc, "read", node);
-    }
-    len = st.dataLength;
-    if (len <= 0 || !(buf = shard_malloc((size_t)len)))
-        return len <= 0 ? shard_fail(SHARD_EMAP, "%s: %s is empty", m->label, node)
-                        : shard_fail(SHARD_ENOMEM, "out of memory reading the map");
-    zrc = zoo_get(zh, node, 0, buf, &len, &st); /* a version node never changes */
-    if (zrc != ZOK)
-        rc = zk_fail(m, zrc, "read", node);
-    else if ((rc = shard_map_parse(out, buf, (size_t)len)))
-        shard_fail_prefix(rc, "%s: %s: ", m->label, node);
-    else if ((*out)->version != version) {
+    rc = read_node(m, zh, node, &buf, &len, &st);
+    if (rc == SHARD_ENOTFOUND)
+        return shard_fail(SHARD_ENOTFOUND, "%s: no version %llu was published (no node %s)",
+                          m->label, (unsigned long long)version, node);
+    if (rc)
+        return rc;
+    rc = parse_node(m, node, buf, len, out);
+    free(buf);
+    if (!rc && (*out)->version != version) {
         rc = shard_fail(SHARD_EMAP, "%s: %s holds map version %llu", m->label, node,
                         (unsigned long long)(*out)->version);
         shard_map_free(*out);
         *out = NULL;
     }
-    free(buf);
     return rc;
 }
 
@@ -514,24 +534,23 @@ static void note_read(store_zk *m, uint64_t version)
 static int zk_load(void *impl, shard_map **out)
 {
     store_zk *m = impl;
+    shard_map *map = NULL;
     zhandle_t *zh;
-    uint64_t version;
     int32_t zversion;
     int rc;
 
     if ((rc = session(m, &zh)))
         return rc;
-    if (!(rc = read_current(m, zh, &version, &zversion))) {
-        if (version == 0)
-            rc = shard_fail(SHARD_ENOTFOUND, "%s: no map has been published (no node %s)",
-                            m->label, m->current);
-        else
-            rc = read_version(m, zh, version, out);
-    }
+    rc = read_current(m, zh, &map, &zversion);
     session_done(m);
-    if (!rc)
-        note_read(m, version);
-    return rc;
+    if (rc)
+        return rc;
+    if (!map)
+        return shard_fail(SHARD_ENOTFOUND, "%s: no map has been published (no node %s)",
+                          m->label, m->current);
+    note_read(m, map->version);
+    *out = map;
+    return 0;
 }
 
 static int zk_load_version(void *impl, uint64_t version, shard_map **out)
@@ -557,7 +576,11 @@ static int make_dirs(store_zk *m, zhandle_t *zh, struct ACL_vector *acl)
     struct Stat st;
     int zrc;
 
-    if ((zrc = zoo_exists(zh, m->versions, 0, &st)) == ZNONODE) {
+    bool have = false;
+
+    if ((zrc = zoo_exists(zh, m->versions, 0, &st)) == ZOK) {
+        have = true;
+    } else if (zrc == ZNONODE) {
         for (size_t i = 1; m->path[i - 1]; i++) {
             if (m->path[i] != '/' && m->path[i] != '\0')
                 continue;
@@ -573,6 +596,8 @@ static int make_dirs(store_zk *m, zhandle_t *zh, struct ACL_vector *acl)
     memset(acl, 0, sizeof *acl);
     if ((zrc = zoo_get_acl(zh, m->path, acl, &st)) != ZOK)
         return zk_fail(m, zrc, "read the ACL of", m->path);
+    if (have)
+        return 0;
     zrc = zoo_create(zh, m->versions, NULL, -1, acl, ZOO_PERSISTENT, NULL, 0);
     if (zrc != ZOK && zrc != ZNODEEXISTS) {
         deallocate_ACL_vector(acl);
@@ -581,26 +606,33 @@ static int make_dirs(store_zk *m, zhandle_t *zh, struct ACL_vector *acl)
     return 0;
 }
 
+static uint64_t version_of(const shard_map *map)
+{
+    return map ? map->version : 0;
+}
+
 static int zk_publish(void *impl, const shard_map *map, uint64_t expected_version)
 {
     store_zk *m = impl;
-    char *text = NULL, node[600], num[24];
+    char *text = NULL, node[600];
     struct ACL_vector acl = {0};
     zoo_op_t ops[2];
     zoo_op_result_t res[2];
+    shard_map *cur = NULL;
     struct Stat st;
     zhandle_t *zh;
-    uint64_t cur = 0;
     int32_t zversion = -1;
     size_t len;
     int rc, zrc;
 
     if ((rc = shard_map_to_json(map, &text)))
         return rc;
-    if ((len = strlen(text)) > ZK_MAX_NODE) {
+    /* The map goes in twice (its version node and current), one request. */
+    if ((len = strlen(text)) > ZK_MAX_MAP) {
         free(text);
-        return shard_fail(SHARD_ETOOBIG, "%s: the map is %zu bytes, more than a ZooKeeper "
-                          "node holds (%d)", m->label, len, ZK_MAX_NODE);
+        return shard_fail(SHARD_ETOOBIG, "%s: the map is %zu bytes; this store takes maps "
+                          "of up to %d (a ZooKeeper request carries at most 1 MiB)",
+                          m->label, len, ZK_MAX_MAP);
     }
     if ((rc = session(m, &zh))) {
         free(text);
@@ -608,36 +640,40 @@ static int zk_publish(void *impl, const shard_map *map, uint64_t expected_versio
     }
     if ((rc = read_current(m, zh, &cur, &zversion)))
         goto out;
-    if (cur != expected_version) {
+    if (version_of(cur) != expected_version) {
         rc = shard_fail(SHARD_ECONFLICT, "%s: version is %llu, expected %llu (another "
-                        "change was published first)", m->label, (unsigned long long)cur,
+                        "change was published first)", m->label,
+                        (unsigned long long)version_of(cur),
                         (unsigned long long)expected_version);
         goto out;
     }
     if ((rc = make_dirs(m, zh, &acl)))
         goto out;
     version_node(m, map->version, node, sizeof node);
-    snprintf(num, sizeof num, "%llu", (unsigned long long)map->version);
     zoo_create_op_init(&ops[0], node, text, (int)len, &acl, ZOO_PERSISTENT, NULL, 0);
     if (cur)
-        zoo_set_op_init(&ops[1], m->current, num, (int)strlen(num), zversion, &st);
+        zoo_set_op_init(&ops[1], m->current, text, (int)len, zversion, &st);
     else
-        zoo_create_op_init(&ops[1], m->current, num, (int)strlen(num), &acl, ZOO_PERSISTENT,
-                           NULL, 0);
+        zoo_create_op_init(&ops[1], m->current, text, (int)len, &acl, ZOO_PERSISTENT, NULL,
+                           0);
     zrc = zoo_multi(zh, 2, ops, res);
     if (zrc == ZBADVERSION || zrc == ZNODEEXISTS) {
-        uint64_t now = 0;
+        shard_map *now = NULL;
         int32_t zv;
-        read_current(m, zh, &now, &zv);
+        if (read_current(m, zh, &now, &zv))
+            shard_clear_error();
         rc = shard_fail(SHARD_ECONFLICT, "%s: lost the compare-and-set on %s: another "
                         "publisher got there first (version is now %llu, expected %llu)",
-                        m->label, m->current, (unsigned long long)now,
+                        m->label, m->current, (unsigned long long)version_of(now),
                         (unsigned long long)expected_version);
+        shard_map_free(now);
     } else if (zrc != ZOK) {
-        rc = zk_fail(m, zrc, "publish", res[0].err != ZOK && res[0].err != ZRUNTIMEINCONSISTENCY
-                                            ? node : m->current);
+        rc = zk_fail(m, zrc, "publish",
+                     res[0].err != ZOK && res[0].err != ZRUNTIMEINCONSISTENCY ? node
+                                                                              : m->current);
     }
 out:
+    shard_map_free(cur);
     deallocate_ACL_vector(&acl);
     session_done(m);
     free(text);
@@ -646,7 +682,11 @@ out:
 
 /* ---- the watch: on the client's completion thread -------------------- */
 
-static void got_version(int zrc, const char *value, int len, const struct Stat *st,
+static void current_changed(zhandle_t *zh, int type, int state, const char *path,
+                            void *ctx);
+
+/* current read (and watched again): hand its map on if it is newer. */
+static void got_current(int zrc, const char *value, int len, const struct Stat *st,
                         const void *data)
 {
     store_zk *m = (store_zk *)data;
@@ -655,13 +695,24 @@ static void got_version(int zrc, const char *value, int len, const struct Stat *
     void *payload = NULL;
 
     (void)st;
-    if (zrc != ZOK || len <= 0 || shard_map_parse(&map, value, (size_t)len) != 0)
-        return; /* the next change, or reconnection, reads again */
+    if (zrc == ZOK && len > 0 && shard_map_parse(&map, value, (size_t)len) != 0)
+        map = NULL; /* a bad map is not taken; the next publish is */
     pthread_mutex_lock(&m->lock);
-    if (!m->closing && map->version > m->delivered) {
-        m->delivered = map->version;
-        fn = m->fn;
-        payload = m->payload;
+    if (m->closing || !m->zh || !m->fn) {
+        pthread_mutex_unlock(&m->lock);
+        shard_map_free(map);
+        return;
+    }
+    if (zrc == ZNONODE) { /* nothing published yet: watch for the first map */
+        if (zoo_awexists(m->zh, m->current, current_changed, m, NULL, NULL) == ZOK)
+            m->watch_set = true;
+    } else if (zrc == ZOK) {
+        m->watch_set = true;
+        if (map && map->version > m->delivered) {
+            m->delivered = map->version;
+            fn = m->fn;
+            payload = m->payload;
+        }
     }
     pthread_mutex_unlock(&m->lock);
     if (fn)
@@ -670,37 +721,8 @@ static void got_version(int zrc, const char *value, int len, const struct Stat *
         shard_map_free(map);
 }
 
-static void current_changed(zhandle_t *zh, int type, int state, const char *path,
-                            void *ctx);
-
-static void got_current(int zrc, const char *value, int len, const struct Stat *st,
-                        const void *data)
-{
-    store_zk *m = (store_zk *)data;
-    uint64_t version;
-    char node[600];
-
-    (void)st;
-    pthread_mutex_lock(&m->lock);
-    if (m->closing || !m->zh || !m->fn) {
-        pthread_mutex_unlock(&m->lock);
-        return;
-    }
-    if (zrc == ZNONODE) { /* nothing published yet: watch for the first map */
-        if (zoo_awexists(m->zh, m->current, current_changed, m, NULL, NULL) == ZOK)
-            m->watch_set = true;
-    } else if (zrc == ZOK) {
-        m->watch_set = true;
-        if (parse_version(m, value, len, &version) == 0 && version > m->delivered) {
-            version_node(m, version, node, sizeof node);
-            zoo_aget(m->zh, node, 0, got_version, m);
-        }
-    }
-    pthread_mutex_unlock(&m->lock);
-}
-
-/* Read current and watch it. Called with m->lock held; async calls only
- * queue work, they never call back on this thread. */
+/* Read current and watch it: one request. Called with m->lock held; an
+ * asynchronous call only queues work, it never calls back on this thread. */
 static void arm_locked(store_zk *m)
 {
     if (m->closing || !m->zh || !m->fn)
