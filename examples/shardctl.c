@@ -62,7 +62,7 @@ static const char usage_text[] =
     "                                        plan moves that even out the pairs; run\n"
     "                                        them with --yes\n"
     "  failover PAIR [--force]               promote PAIR's standby\n"
-    "  map show                              the current map, as JSON\n"
+    "  map show [--map-version N]            the current map (or published version N), as JSON\n"
     "  map publish FILE [--force]            validate FILE and publish it as the new map\n"
     "                                        (its version must be above the current one)\n"
     "  import --from URL --table T --as TYPE [--id-column C] [--json-column C]\n"
@@ -135,6 +135,7 @@ enum {
     OPT_REVERSE_WINDOW,
     OPT_MAX_ROWS_PER_SECOND,
     OPT_MAX_LOAD,
+    OPT_MAP_VERSION,
     NOPTS
 };
 
@@ -175,6 +176,7 @@ static const struct option_def {
     [OPT_REVERSE_WINDOW] = {"--reverse-window", 1},
     [OPT_MAX_ROWS_PER_SECOND] = {"--max-rows-per-second", 1},
     [OPT_MAX_LOAD] = {"--max-load", 1},
+    [OPT_MAP_VERSION] = {"--map-version", 1},
 };
 
 /* Options and positional arguments, parsed once for every command. */
@@ -1965,8 +1967,21 @@ static int cmd_map_show(const args *a)
 
     if (a->npos != 2)
         return usage_error("map show takes no arguments");
-    if ((rc = load_map(a, &map)))
+    if (a->val[OPT_MAP_VERSION]) {
+        shard_store *store = NULL;
+        unsigned long long v;
+        if (parse_num("--map-version", a->val[OPT_MAP_VERSION], 1, UINT64_MAX, &v))
+            return EXIT_USAGE;
+        if (!a->map)
+            return usage_error("no map store: give --map LOCATION or set LIBSHARD_MAP");
+        if ((rc = shard_store_open(&store, a->map)) == 0)
+            rc = shard_store_load_version(store, v, &map);
+        shard_store_free(store);
+        if (rc)
+            return lib_error(rc);
+    } else if ((rc = load_map(a, &map))) {
         return rc;
+    }
     rc = shard_map_to_json(map, &json);
     shard_map_free(map);
     if (rc)
@@ -2654,7 +2669,7 @@ static const command commands[] = {
     {"move", "revert", cmd_move_revert, O(OPT_THREADS)},
     {"move", "finish", cmd_move_finish, O(OPT_THREADS)},
     {"failover", NULL, cmd_failover, O(OPT_FORCE)},
-    {"map", "show", cmd_map_show, 0},
+    {"map", "show", cmd_map_show, O(OPT_MAP_VERSION)},
     {"map", "publish", cmd_map_publish, O(OPT_FORCE)},
     {"status", NULL, cmd_status, O(OPT_JSON)},
     {"pair", "add", cmd_pair_add, O(OPT_MASTER) | O(OPT_STANDBY)},
