@@ -89,6 +89,11 @@ int shard_store_load_version(shard_store *store, uint64_t version, shard_map **o
     return SHARD_OK;
 }
 
+void *store_impl(shard_store *store, const store_ops *ops)
+{
+    return store && store->ops == ops ? store->impl : NULL;
+}
+
 bool store_can_watch(const shard_store *store)
 {
     return store->ops->watch != NULL;

@@ -39,4 +39,10 @@ int store_watch(shard_store *store, store_watch_fn fn, void *payload);
 /* See store_ops.watch_live; false for a polled store. */
 bool store_watch_live(shard_store *store);
 
+/* The backend's state when store is of kind ops, else NULL. */
+void *store_impl(shard_store *store, const store_ops *ops);
+/* A test hook: the ZooKeeper session (id and password) of a zk:// store,
+ * while it is connected; -1 otherwise. */
+int store_zk_session(shard_store *store, int64_t *id, char passwd[16]);
+
 #endif

@@ -774,6 +774,24 @@ static bool zk_watch_live(void *impl)
     return live;
 }
 
+int store_zk_session(shard_store *store, int64_t *id, char passwd[16])
+{
+    store_zk *m = store_impl(store, &store_zk_ops);
+    int rc = -1;
+
+    if (!m)
+        return -1;
+    pthread_mutex_lock(&m->lock);
+    if (m->zh && m->connected) {
+        const clientid_t *c = zoo_client_id(m->zh);
+        *id = c->client_id;
+        memcpy(passwd, c->passwd, 16);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}
+
 const store_ops store_zk_ops = {
     .name = "zk",
     .scheme = "zk://",

@@ -12,6 +12,7 @@
  *    naming the node;
  *  - the ZooKeeper server stopped: contexts keep serving with their map, and
  *    take a version published once it is back;
+ *  - a context's session expired: it opens a new one and follows again;
  *  - a 3-server ensemble: one member killed, publishes still go through and
  *    contexts follow; a second killed (no quorum), contexts keep serving;
  *    back to a quorum, they follow again.
@@ -20,6 +21,9 @@
 #include "harness.h"
 #include "run_cmd.h"
 #include "zk_util.h"
+
+#include "ctx.h" /* the test hook store_zk_session, through a context's store */
+#include "store.h"
 
 #include <check.h>
 #include <jansson.h>
@@ -481,6 +485,45 @@ START_TEST(zk_server_stopped_contexts_serve)
 }
 END_TEST
 
+/* A context's session expired (another client took it over and closed it,
+ * as an ensemble does to a client it has not heard from in its session
+ * timeout): the context opens a new session and follows publishes again. */
+START_TEST(zk_session_expired_context_follows)
+{
+    char *loc = zk_location(zk, "/libshard/t6", NULL), *json = NULL;
+    shard_ctx *ctx = NULL;
+    clientid_t cid;
+    zhandle_t *zh;
+    uint64_t id;
+    size_t len;
+
+    publish(loc, 1, 0);
+    OK(shard_ctx_open(&ctx, loc, NULL));
+    OK(shard_object_create(ctx, 1, 0, LIT("{\"x\":1}"), &id));
+    ck_assert_int_eq(store_zk_session(ctx->store, &cid.client_id, cid.passwd), 0);
+    zh = zookeeper_init2(zk->hosts, NULL, 10000, &cid, NULL, 0, zk_quiet_log);
+    ck_assert_ptr_nonnull(zh);
+    for (int i = 0; i < 1000 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++)
+        nap_ms(10);
+    ck_assert_int_eq(zoo_state(zh), ZOO_CONNECTED_STATE);
+    zookeeper_close(zh); /* ends the session: the context's is expired */
+    OK(shard_object_get(ctx, id, &json, &len));
+    shard_free(json);
+    publish(loc, 2, 1);
+    ck_assert_int_eq(wait_version(&ctx, 1, 2), 1);
+    /* It did so on a session of its own. */
+    {
+        clientid_t now = {0};
+        ck_assert_int_eq(store_zk_session(ctx->store, &now.client_id, now.passwd), 0);
+        ck_assert(now.client_id != cid.client_id);
+    }
+    OK(shard_object_get(ctx, id, &json, &len));
+    shard_free(json);
+    shard_ctx_free(ctx);
+    free(loc);
+}
+END_TEST
+
 START_TEST(zk_ensemble_members_killed)
 {
     enum { N = 4 };
@@ -546,6 +589,7 @@ int main(void)
     tc = tcase_of(s, "zk", TESTS(zk_round_trip_cas_and_history, zk_bad_locations,
                                  zk_concurrent_publish_loses_cas, zk_contexts_follow_publishes,
                                  zk_acls, zk_server_stopped_contexts_serve,
+                                 zk_session_expired_context_follows,
                                  zk_ensemble_members_killed));
     tcase_set_timeout(tc, 120);
     failed = run_suite(s, CK_FORK_GETENV);
