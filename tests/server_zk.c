@@ -15,7 +15,8 @@
  *  - a context's session expired: it opens a new one and follows again;
  *  - a 3-server ensemble: one member killed, publishes still go through and
  *    contexts follow; a second killed (no quorum), contexts keep serving;
- *    back to a quorum, they follow again.
+ *    back to a quorum, they follow again;
+ *  - a failover under writers, the map in ZooKeeper: nothing fails or is lost.
  */
 #include "check_util.h"
 #include "harness.h"
@@ -571,6 +572,84 @@ START_TEST(zk_ensemble_members_killed)
 }
 END_TEST
 
+typedef struct writer {
+    shard_ctx *ctx;
+    unsigned shard;
+    atomic_int *stop;
+    int errors, n;
+    uint64_t ids[4000];
+    char err[300];
+} writer;
+
+static void *write_loop(void *arg)
+{
+    writer *w = arg;
+
+    for (int i = 0; !atomic_load(w->stop); i++) {
+        char json[64];
+        uint64_t id;
+        int rc;
+
+        snprintf(json, sizeof json, "{\"i\":%d}", i);
+        rc = shard_object_create(w->ctx, 1, w->shard, json, strlen(json), &id);
+        if (rc == 0 && w->n < (int)(sizeof w->ids / sizeof w->ids[0]))
+            w->ids[w->n++] = id;
+        if (rc) {
+            w->errors++;
+            snprintf(w->err, sizeof w->err, "%s", shard_errmsg());
+        }
+    }
+    return NULL;
+}
+
+/* A failover with the map in ZooKeeper, under writers on other contexts:
+ * the new map reaches them by the watch, and no write fails or is lost.
+ * Last: the pair's roles stay swapped. */
+START_TEST(zk_failover_under_writers)
+{
+    enum { W = 3 };
+    char *loc = zk_location(zk, "/libshard/failover", NULL);
+    shard_options ao = SHARD_OPTIONS_INIT;
+    shard_failover_report r;
+    shard_ctx *admin = NULL, *app[W];
+    atomic_int stop = 0;
+    writer *w = calloc(W, sizeof *w);
+    pthread_t t[W];
+    shard_item *items = NULL;
+
+    publish(loc, 1, 0);
+    harness_admin_options(&ao);
+    OK(shard_ctx_open(&admin, loc, &ao));
+    for (int i = 0; i < W; i++) {
+        OK(shard_ctx_open(&app[i], loc, NULL));
+        w[i].ctx = app[i];
+        w[i].shard = (unsigned)i;
+        w[i].stop = &stop;
+        ck_assert_int_eq(pthread_create(&t[i], NULL, write_loop, &w[i]), 0);
+    }
+    nap_ms(300);
+    OK(shard_pair_failover(admin, "MySQL001", 0, &r));
+    ck_assert_int_eq(wait_version(app, W, r.map_version), W);
+    nap_ms(300);
+    atomic_store(&stop, 1);
+    for (int i = 0; i < W; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_msg(w[i].errors == 0, "writer %d: %d errors: %s", i, w[i].errors, w[i].err);
+        ck_assert_int_gt(w[i].n, 0);
+        OK(shard_object_mget(app[i], w[i].ids, (size_t)w[i].n, &items));
+        for (int k = 0; k < w[i].n; k++)
+            ck_assert_msg(items[k].status == 0, "writer %d: object %d lost", i, k);
+        shard_items_free(items, (size_t)w[i].n);
+        shard_ctx_free(app[i]);
+    }
+    printf("server_zk: failover with the map in ZooKeeper: map version %llu, %d+%d+%d "
+           "writes, none failed\n", (unsigned long long)r.map_version, w[0].n, w[1].n, w[2].n);
+    shard_ctx_free(admin);
+    free(w);
+    free(loc);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_zk");
@@ -590,7 +669,7 @@ int main(void)
                                  zk_concurrent_publish_loses_cas, zk_contexts_follow_publishes,
                                  zk_acls, zk_server_stopped_contexts_serve,
                                  zk_session_expired_context_follows,
-                                 zk_ensemble_members_killed));
+                                 zk_ensemble_members_killed, zk_failover_under_writers));
     tcase_set_timeout(tc, 120);
     failed = run_suite(s, CK_FORK_GETENV);
     harness_stop(h);
