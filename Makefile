@@ -5,6 +5,7 @@
 #   make check SANITIZE=address,undefined     the same under ASan+UBSan
 #   make check VALGRIND=1     the same under valgrind (leaks are failures)
 #   make demo | bench | install PREFIX=... DESTDIR=... | uninstall | clean
+#   make demo ZK=1            the demo with the map in ZooKeeper
 #
 # WERROR=1 turns warnings into errors (CI sets it). CPPFLAGS, CFLAGS and
 # LDFLAGS from the environment or the command line are honoured.
@@ -155,7 +156,7 @@ check-tsan: deps
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	@SHARDCTL=$(B)/shardctl B=$(B) sh tests/demo.sh
+	@ZK=$(ZK) SHARDCTL=$(B)/shardctl B=$(B) sh tests/demo.sh
 
 bench: deps
 	@sh tests/bench-deps.sh
