@@ -685,6 +685,11 @@ out:
 static void current_changed(zhandle_t *zh, int type, int state, const char *path,
                             void *ctx);
 
+static void exists_done(int zrc, const struct Stat *st, const void *data)
+{
+    (void)zrc, (void)st, (void)data; /* the watch it set is what counts */
+}
+
 /* current read (and watched again): hand its map on if it is newer. */
 static void got_current(int zrc, const char *value, int len, const struct Stat *st,
                         const void *data)
@@ -704,7 +709,7 @@ static void got_current(int zrc, const char *value, int len, const struct Stat *
         return;
     }
     if (zrc == ZNONODE) { /* nothing published yet: watch for the first map */
-        if (zoo_awexists(m->zh, m->current, current_changed, m, NULL, NULL) == ZOK)
+        if (zoo_awexists(m->zh, m->current, current_changed, m, exists_done, NULL) == ZOK)
             m->watch_set = true;
     } else if (zrc == ZOK) {
         m->watch_set = true;
