@@ -16,7 +16,8 @@
  *  - a 3-server ensemble: one member killed, publishes still go through and
  *    contexts follow; a second killed (no quorum), contexts keep serving;
  *    back to a quorum, they follow again;
- *  - a failover under writers, the map in ZooKeeper: nothing fails or is lost.
+ *  - a move and a failover under writers, the map in ZooKeeper: nothing fails
+ *    or is lost.
  */
 #include "check_util.h"
 #include "harness.h"
@@ -602,6 +603,90 @@ static void *write_loop(void *arg)
     return NULL;
 }
 
+/* Writers on shards first.. of their own contexts on loc, until stop. */
+static void writers_start(writer *w, shard_ctx **app, pthread_t *t, int n, const char *loc,
+                          unsigned first, atomic_int *stop)
+{
+    for (int i = 0; i < n; i++) {
+        OK(shard_ctx_open(&app[i], loc, NULL));
+        w[i].ctx = app[i];
+        w[i].shard = first + (unsigned)i;
+        w[i].stop = stop;
+        ck_assert_int_eq(pthread_create(&t[i], NULL, write_loop, &w[i]), 0);
+    }
+}
+
+/* Stops the writers: none failed, every object they wrote is there. */
+static void writers_check(writer *w, shard_ctx **app, pthread_t *t, int n, atomic_int *stop)
+{
+    shard_item *items = NULL;
+
+    atomic_store(stop, 1);
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(w[i].errors == 0, "writer %d: %d errors: %s", i, w[i].errors, w[i].err);
+        ck_assert_int_gt(w[i].n, 0);
+        OK(shard_object_mget(app[i], w[i].ids, (size_t)w[i].n, &items));
+        for (int k = 0; k < w[i].n; k++)
+            ck_assert_msg(items[k].status == 0, "writer %d: object %d lost", i, k);
+        shard_items_free(items, (size_t)w[i].n);
+        shard_ctx_free(app[i]);
+    }
+}
+
+static const char *pair_of_shard(shard_ctx *ctx, unsigned shard)
+{
+    static char name[65];
+    shard_map *m = NULL;
+    const char *p = NULL;
+
+    OK(shard_ctx_map(ctx, &m));
+    OK(shard_map_pair_of(m, shard, &p));
+    snprintf(name, sizeof name, "%s", p);
+    shard_map_free(m);
+    return name;
+}
+
+/* A move with the map in ZooKeeper, under writers on other contexts: the
+ * writers of the moved shards wait out the fence for the map the move
+ * publishes, and no write fails or is lost. */
+START_TEST(zk_move_under_writers)
+{
+    enum { W = 3 };
+    char *loc = zk_location(zk, "/libshard/move", NULL);
+    shard_options ao = SHARD_OPTIONS_INIT;
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r;
+    shard_ctx *admin = NULL, *app[W];
+    atomic_int stop = 0;
+    writer *w = calloc(W, sizeof *w);
+    pthread_t t[W];
+    int rc;
+
+    publish(loc, 1, 0);
+    harness_admin_options(&ao);
+    OK(shard_ctx_open(&admin, loc, &ao));
+    writers_start(w, app, t, W, loc, 0, &stop); /* shards 0, 1 (moved) and 2 */
+    nap_ms(300);
+    rc = shard_move(admin, 0, 1, "MySQL002", &o, &r, NULL);
+    if (rc == 0)
+        ck_assert_int_eq(wait_version(app, W, r.map_version), W);
+    nap_ms(300);
+    writers_check(w, app, t, W, &stop);
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_uint_eq(r.mismatches, 0);
+    ck_assert_str_eq(pair_of_shard(admin, 0), "MySQL002");
+    ck_assert_str_eq(pair_of_shard(admin, 2), "MySQL001");
+    printf("server_zk: move of shards 0-1 with the map in ZooKeeper: map version %llu, "
+           "pause %.1f ms, %d+%d+%d writes, none failed\n", (unsigned long long)r.map_version,
+           r.pause_ms, w[0].n, w[1].n, w[2].n);
+    shard_ctx_free(admin);
+    free(w);
+    free(loc);
+}
+END_TEST
+
 /* A failover with the map in ZooKeeper, under writers on other contexts:
  * the new map reaches them by the watch, and no write fails or is lost.
  * Last: the pair's roles stay swapped. */
@@ -615,33 +700,19 @@ START_TEST(zk_failover_under_writers)
     atomic_int stop = 0;
     writer *w = calloc(W, sizeof *w);
     pthread_t t[W];
-    shard_item *items = NULL;
+    int rc;
 
     publish(loc, 1, 0);
     harness_admin_options(&ao);
     OK(shard_ctx_open(&admin, loc, &ao));
-    for (int i = 0; i < W; i++) {
-        OK(shard_ctx_open(&app[i], loc, NULL));
-        w[i].ctx = app[i];
-        w[i].shard = (unsigned)i;
-        w[i].stop = &stop;
-        ck_assert_int_eq(pthread_create(&t[i], NULL, write_loop, &w[i]), 0);
-    }
+    writers_start(w, app, t, W, loc, 5, &stop); /* shards the move left on MySQL001 */
     nap_ms(300);
-    OK(shard_pair_failover(admin, "MySQL001", 0, &r));
-    ck_assert_int_eq(wait_version(app, W, r.map_version), W);
+    rc = shard_pair_failover(admin, "MySQL001", 0, &r);
+    if (rc == 0)
+        ck_assert_int_eq(wait_version(app, W, r.map_version), W);
     nap_ms(300);
-    atomic_store(&stop, 1);
-    for (int i = 0; i < W; i++) {
-        pthread_join(t[i], NULL);
-        ck_assert_msg(w[i].errors == 0, "writer %d: %d errors: %s", i, w[i].errors, w[i].err);
-        ck_assert_int_gt(w[i].n, 0);
-        OK(shard_object_mget(app[i], w[i].ids, (size_t)w[i].n, &items));
-        for (int k = 0; k < w[i].n; k++)
-            ck_assert_msg(items[k].status == 0, "writer %d: object %d lost", i, k);
-        shard_items_free(items, (size_t)w[i].n);
-        shard_ctx_free(app[i]);
-    }
+    writers_check(w, app, t, W, &stop);
+    ck_assert_msg(rc == 0, "failover: %s", shard_errmsg());
     printf("server_zk: failover with the map in ZooKeeper: map version %llu, %d+%d+%d "
            "writes, none failed\n", (unsigned long long)r.map_version, w[0].n, w[1].n, w[2].n);
     shard_ctx_free(admin);
@@ -658,7 +729,7 @@ int main(void)
 
     if (!(zk = zk_start(1)))
         return 1;
-    h = harness_start_ex(1, 8, 4);
+    h = harness_start_serving(2, 1, 8, 4); /* MySQL002 empty: the move's target */
     if (!h || harness_schema_apply(h)) {
         fprintf(stderr, "setup: %s\n", h ? shard_errmsg() : "no servers");
         harness_stop(h);
@@ -669,7 +740,8 @@ int main(void)
                                  zk_concurrent_publish_loses_cas, zk_contexts_follow_publishes,
                                  zk_acls, zk_server_stopped_contexts_serve,
                                  zk_session_expired_context_follows,
-                                 zk_ensemble_members_killed, zk_failover_under_writers));
+                                 zk_ensemble_members_killed, zk_move_under_writers,
+                                 zk_failover_under_writers));
     tcase_set_timeout(tc, 120);
     failed = run_suite(s, CK_FORK_GETENV);
     harness_stop(h);
