@@ -80,27 +80,59 @@ static void zk_at_exit(void)
             zk_stop(zk_started[i]);
 }
 
-/* n = 1: a standalone server; 3: an ensemble. NULL on failure (the reason
- * on stderr; nothing is left running). */
-ZK_UTIL zk_servers *zk_start(int n)
+/* zk_start in two halves, so that a program starts its servers while it
+ * does something else: zk_start_begin launches tests/zk.sh (NULL if it
+ * cannot), zk_start_end waits for it, then as zk_start. */
+typedef struct zk_pending {
+    zk_servers *z;
+    FILE *p;
+} zk_pending;
+
+ZK_UTIL zk_pending zk_start_begin(int n)
+{
+    const char *tmp = getenv("TMPDIR"), *tests = getenv("LIBSHARD_TESTS_DIR");
+    zk_pending pend = {calloc(1, sizeof *pend.z), NULL};
+    char line[700];
+
+    if (!pend.z)
+        return pend;
+    snprintf(pend.z->dir, sizeof pend.z->dir, "%s/libshard-zk.XXXXXX",
+             tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(pend.z->dir)) {
+        perror("zk_util: mkdtemp");
+        free(pend.z);
+        pend.z = NULL;
+        return pend;
+    }
+    pend.z->n = n;
+    pend.z->owner = getpid();
+    snprintf(line, sizeof line, "bash '%s/zk.sh' start '%s' %d", tests ? tests : "tests",
+             pend.z->dir, n);
+    if (!(pend.p = popen(line, "r"))) {
+        zk_remove(pend.z);
+        free(pend.z);
+        pend.z = NULL;
+    }
+    return pend;
+}
+
+/* NULL on failure (the reason on stderr; nothing is left running). */
+ZK_UTIL zk_servers *zk_start_end(zk_pending pend)
 {
     static int registered;
-    const char *tmp = getenv("TMPDIR");
-    zk_servers *z = calloc(1, sizeof *z);
-    size_t slot;
+    zk_servers *z = pend.z;
+    int status;
 
     if (!z)
         return NULL;
-    snprintf(z->dir, sizeof z->dir, "%s/libshard-zk.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(z->dir)) {
-        perror("zk_util: mkdtemp");
-        free(z);
-        return NULL;
-    }
-    z->n = n;
-    z->owner = getpid();
-    if (zk_script(z, "start", n, z->hosts, sizeof z->hosts) != 0 || !z->hosts[0]) {
-        fprintf(stderr, "zk_util: ZooKeeper did not start (logs were in %s)\n", z->dir);
+    if (!fgets(z->hosts, (int)sizeof z->hosts, pend.p))
+        z->hosts[0] = '\0';
+    z->hosts[strcspn(z->hosts, "\n")] = '\0';
+    while (fgetc(pend.p) != EOF)
+        ;
+    status = pclose(pend.p);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !z->hosts[0]) {
+        fprintf(stderr, "zk_util: ZooKeeper did not start\n");
         zk_script(z, "stop", 0, NULL, 0);
         zk_remove(z);
         free(z);
@@ -108,12 +140,19 @@ ZK_UTIL zk_servers *zk_start(int n)
     }
     if (!registered++)
         atexit(zk_at_exit);
-    for (slot = 0; slot < sizeof zk_started / sizeof zk_started[0]; slot++)
+    for (size_t slot = 0; slot < sizeof zk_started / sizeof zk_started[0]; slot++)
         if (!zk_started[slot]) {
             zk_started[slot] = z;
             break;
         }
     return z;
+}
+
+/* n = 1: a standalone server; 3: an ensemble. NULL on failure (the reason
+ * on stderr; nothing is left running). */
+ZK_UTIL zk_servers *zk_start(int n)
+{
+    return zk_start_end(zk_start_begin(n));
 }
 
 /* Server id (1..n): stop cleanly, SIGKILL, or start again (same port and
