@@ -8,7 +8,8 @@
 #                         127.0.0.1:PORT[,127.0.0.1:PORT...] once every server
 #                         serves (ruok: imok, and srvr names its mode: an
 #                         ensemble's are in a quorum).
-#   zk.sh stop DIR [ID]   stops server ID (1..N), or all, by the pid it started
+#   zk.sh stop DIR [ID]   stops server ID (1..N), or all (no ID, or 0), by the
+#                         pid it started
 #   zk.sh kill DIR ID     SIGKILL to server ID
 #   zk.sh restart DIR ID  starts server ID again: same port, same data
 #   zk.sh hosts DIR       the connect string again
@@ -167,7 +168,7 @@ cmd=${1:-}; dir=${2:-}
 case "$cmd" in
     start) start "$dir" "${3:-1}" ;;
     stop)
-        if [ -n "${3:-}" ]; then stop_one "$dir/zk$3"
+        if [ -n "${3:-}" ] && [ "${3:-}" != 0 ]; then stop_one "$dir/zk$3"
         else for d in "$dir"/zk[0-9]*; do [ -d "$d" ] && stop_one "$d"; done; fi ;;
     kill) [ -n "${3:-}" ] || die "kill: which server?"; stop_one "$dir/zk$3" KILL ;;
     restart)

@@ -38,8 +38,13 @@ static int zk_script(const zk_servers *z, const char *cmd, int id, char *out, si
     FILE *p;
     int status;
 
-    snprintf(line, sizeof line, "bash '%s/zk.sh' %s '%s' %d", dir ? dir : "tests", cmd,
-             z->dir, id);
+    /* id 0: every server (zk.sh takes no id for that). */
+    if (id > 0)
+        snprintf(line, sizeof line, "bash '%s/zk.sh' %s '%s' %d", dir ? dir : "tests", cmd,
+                 z->dir, id);
+    else
+        snprintf(line, sizeof line, "bash '%s/zk.sh' %s '%s'", dir ? dir : "tests", cmd,
+                 z->dir);
     if (!(p = popen(line, "r")))
         return -1;
     if (out && size) {
