@@ -5,6 +5,7 @@
 #   make check SANITIZE=address,undefined     the same under ASan+UBSan
 #   make check VALGRIND=1     the same under valgrind (leaks are failures)
 #   make demo | bench | install PREFIX=... DESTDIR=... | install-strip | uninstall | clean
+#   make demo ZK=1            the demo with the map in ZooKeeper
 #
 # WERROR=1 turns warnings into errors (CI sets it). CPPFLAGS, CFLAGS and
 # LDFLAGS from the environment or the command line are honoured, and a
@@ -29,7 +30,9 @@ OBJCOPY ?= objcopy
 AR      ?= ar
 PKGS    := libmariadb jansson libcrypto
 DEPS_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-DEPS_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread
+# The ZooKeeper C client (threaded) ships no .pc file.
+ZK_LIBS     := -lzookeeper_mt
+DEPS_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(ZK_LIBS) -lpthread
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 
@@ -197,7 +200,7 @@ check-tsan: deps
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	@SHARDCTL=$(B)/shardctl B=$(B) sh tests/demo.sh
+	@ZK=$(ZK) SHARDCTL=$(B)/shardctl B=$(B) sh tests/demo.sh
 
 bench: deps
 	@sh tests/bench-deps.sh

@@ -193,19 +193,28 @@ SHARD_EXPORT int shard_map_to_json(const shard_map *map, char **json);
 SHARD_EXPORT int shard_map_summary(const shard_map *map, char **text);
 
 /* ------------------------------------------------------------------ */
-/* Map stores: where the map lives (a file, or a MySQL table)          */
+/* Map stores: where the map lives (a file, a MySQL table, ZooKeeper)  */
 /* ------------------------------------------------------------------ */
 
 typedef struct shard_store shard_store;
 
 /*
- * Open a map store. `location` is a file path, or "file:PATH". The store
- * is not read until shard_store_load().
+ * Open a map store. `location` is a file path, "file:PATH",
+ * "mysql://USER@HOST:PORT/DATABASE/TABLE?..." or
+ * "zk://HOST:PORT[,HOST:PORT...]/PATH[?...]" (shard_store_open(3)). The
+ * store is not read until shard_store_load().
  */
 SHARD_EXPORT int shard_store_open(shard_store **out, const char *location);
 SHARD_EXPORT void shard_store_free(shard_store *store);
 /* Read and validate the current map. *out is the caller's. */
 SHARD_EXPORT int shard_store_load(shard_store *store, shard_map **out);
+/*
+ * Read published version `version` from the store's history (the MySQL and
+ * ZooKeeper stores keep every version; the file store only its current
+ * one). *out is the caller's. SHARD_ENOTFOUND when there is no such version.
+ */
+SHARD_EXPORT int shard_store_load_version(shard_store *store, uint64_t version,
+                                          shard_map **out);
 /*
  * Publish `map` as the new current map, atomically (a reader sees the old
  * map or the new one, never a mix), if and only if the store's current

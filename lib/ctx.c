@@ -5,6 +5,7 @@
  * execution and its retry policy are in exec.c.
  */
 #include "ctx.h"
+#include "store.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -272,6 +273,18 @@ static unsigned refresh_period(shard_ctx *ctx)
     return base;
 }
 
+/* A store that pushes (ZooKeeper) hands each new version here, on its own
+ * thread: the swap happens off every caller's path. */
+static void watch_delivered(shard_map *fresh, void *payload)
+{
+    shard_ctx *ctx = payload;
+
+    stats_add(&ctx->stats.map_reloads);
+    if (swap_map(ctx, fresh))
+        ctx_log(ctx, SHARD_LOG_WARN, "pushed map not taken, keeping version %llu: %s",
+                (unsigned long long)ctx_map_version(ctx), shard_errmsg());
+}
+
 static void *refresh_main(void *arg)
 {
     shard_ctx *ctx = arg;
@@ -368,7 +381,15 @@ int shard_ctx_open(shard_ctx **out, const char *location, const shard_options *o
         return rc;
     }
     ctx_lease_confirm(ctx, t0, version);
-    if (opts->refresh_interval_ms) {
+    if (store_can_watch(ctx->store)) {
+        /* Pushed, not polled: no refresh thread (and so no lease beyond the
+         * first read's: a watch does not confirm the map current the way a
+         * read does, and every read checks the fence once it runs out). */
+        if ((rc = store_watch(ctx->store, watch_delivered, ctx))) {
+            shard_ctx_free(ctx);
+            return rc;
+        }
+    } else if (opts->refresh_interval_ms) {
         if (pthread_create(&ctx->refresher, NULL, refresh_main, ctx) != 0) {
             shard_ctx_free(ctx);
             return shard_fail(SHARD_EIO, "cannot start the map refresh thread");
@@ -392,6 +413,8 @@ void shard_ctx_free(shard_ctx *ctx)
         pthread_mutex_unlock(&ctx->stop_lock);
         pthread_join(ctx->refresher, NULL);
     }
+    /* First: it stops the store's watch, whose thread swaps maps in. */
+    shard_store_free(ctx->store);
     for (s = ctx->servers; s; s = next) {
         next = s->next;
         server_close_all(s);
@@ -400,7 +423,6 @@ void shard_ctx_free(shard_ctx *ctx)
         free(s);
     }
     shard_map_free(ctx->map);
-    shard_store_free(ctx->store);
     conn_config_free(&ctx->conf);
     legacy_cache_free(ctx->legacy);
     free(ctx->user);

@@ -3,7 +3,8 @@
  * same directory and renaming it over the map, so a reader sees the old map
  * or the new one, never a mix; a lock file serialises publishers so the
  * version compare-and-swap is honest. The MySQL store (store_mysql.c)
- * keeps one row per version in a table, for a fleet of processes.
+ * keeps one row per version in a table, for a fleet of processes; the
+ * ZooKeeper store (store_zk.c) one node per version, and pushes new ones.
  */
 #include "store.h"
 
@@ -18,41 +19,31 @@
 #include <unistd.h>
 
 struct shard_store {
-    char *path;         /* the file store */
-    store_mysql *mysql; /* or the MySQL store */
+    const store_ops *ops;
+    void *impl; /* the backend's: for the file store, the path */
 };
+
+static const store_ops store_file_ops;
+
+static const store_ops *const backends[] = {&store_mysql_ops, &store_zk_ops};
 
 int shard_store_open(shard_store **out, const char *location)
 {
+    const store_ops *ops = &store_file_ops;
     shard_store *s;
-    const char *path = location;
+    int rc;
 
     if (!out || !location)
         return shard_fail(SHARD_EINVAL, "shard_store_open: NULL argument");
-    if (strncmp(location, "mysql://", 8) == 0) {
-        store_mysql *m = NULL;
-        int rc = store_mysql_open(location, &m);
-        if (rc)
-            return rc;
-        if (!(s = shard_calloc(1, sizeof *s))) {
-            store_mysql_free(m);
-            return shard_fail(SHARD_ENOMEM, "out of memory opening the map store");
-        }
-        s->mysql = m;
-        *out = s;
-        return SHARD_OK;
-    }
-    if (strncmp(location, "file:", 5) == 0)
-        path = location + 5;
-    else if (strstr(location, "://"))
-        return shard_fail(SHARD_EINVAL, "map store \"%.200s\": unknown scheme "
-                          "(use a path, file:PATH or mysql://...)", location);
-    if (!*path)
-        return shard_fail(SHARD_EINVAL, "map store: empty path");
-    s = shard_calloc(1, sizeof *s);
-    if (!s || !(s->path = shard_strdup(path))) {
-        free(s);
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+        if (strncmp(location, backends[i]->scheme, strlen(backends[i]->scheme)) == 0)
+            ops = backends[i];
+    if (!(s = shard_calloc(1, sizeof *s)))
         return shard_fail(SHARD_ENOMEM, "out of memory opening the map store");
+    s->ops = ops;
+    if ((rc = ops->open(location, &s->impl))) {
+        free(s);
+        return rc;
     }
     *out = s;
     return SHARD_OK;
@@ -62,8 +53,7 @@ void shard_store_free(shard_store *store)
 {
     if (!store)
         return;
-    store_mysql_free(store->mysql);
-    free(store->path);
+    store->ops->free(store->impl);
     free(store);
 }
 
@@ -71,9 +61,85 @@ int shard_store_load(shard_store *store, shard_map **out)
 {
     if (!store || !out)
         return shard_fail(SHARD_EINVAL, "shard_store_load: NULL argument");
-    if (store->mysql)
-        return store_mysql_load(store->mysql, out);
-    return shard_map_load(out, store->path);
+    return store->ops->load(store->impl, out);
+}
+
+int shard_store_load_version(shard_store *store, uint64_t version, shard_map **out)
+{
+    shard_map *cur = NULL;
+    int rc;
+
+    if (!store || !out)
+        return shard_fail(SHARD_EINVAL, "shard_store_load_version: NULL argument");
+    if (version == 0)
+        return shard_fail(SHARD_EINVAL, "shard_store_load_version: versions start at 1");
+    if (store->ops->load_version)
+        return store->ops->load_version(store->impl, version, out);
+    /* A store without history has only its current version to give. */
+    if ((rc = store->ops->load(store->impl, &cur)))
+        return rc;
+    if (cur->version != version) {
+        rc = shard_fail(SHARD_ENOTFOUND, "the %s map store keeps only its current "
+                        "version (%llu), not version %llu", store->ops->name,
+                        (unsigned long long)cur->version, (unsigned long long)version);
+        shard_map_free(cur);
+        return rc;
+    }
+    *out = cur;
+    return SHARD_OK;
+}
+
+void *store_impl(shard_store *store, const store_ops *ops)
+{
+    return store && store->ops == ops ? store->impl : NULL;
+}
+
+bool store_can_watch(const shard_store *store)
+{
+    return store->ops->watch != NULL;
+}
+
+int store_watch(shard_store *store, store_watch_fn fn, void *payload)
+{
+    if (!store->ops->watch)
+        return shard_fail(SHARD_EINTERNAL, "the %s map store has no watches",
+                          store->ops->name);
+    return store->ops->watch(store->impl, fn, payload);
+}
+
+bool store_watch_live(shard_store *store)
+{
+    return store->ops->watch_live && store->ops->watch_live(store->impl);
+}
+
+/* ---- the file store ------------------------------------------------ */
+
+static int file_open(const char *location, void **out)
+{
+    const char *path = location;
+    char *copy;
+
+    if (strncmp(location, "file:", 5) == 0)
+        path = location + 5;
+    else if (strstr(location, "://"))
+        return shard_fail(SHARD_EINVAL, "map store \"%.200s\": unknown scheme "
+                          "(use a path, file:PATH, mysql://... or zk://...)", location);
+    if (!*path)
+        return shard_fail(SHARD_EINVAL, "map store: empty path");
+    if (!(copy = shard_strdup(path)))
+        return shard_fail(SHARD_ENOMEM, "out of memory opening the map store");
+    *out = copy;
+    return SHARD_OK;
+}
+
+static void file_free(void *impl)
+{
+    free(impl);
+}
+
+static int file_load(void *impl, shard_map **out)
+{
+    return shard_map_load(out, impl);
 }
 
 static int write_all(int fd, const char *buf, size_t len)
@@ -170,13 +236,55 @@ static int replace_file(const char *path, const char *text)
     return SHARD_OK;
 }
 
-int shard_store_publish(shard_store *store, const shard_map *map,
-                        uint64_t expected_version)
+static int file_publish(void *impl, const shard_map *map, uint64_t expected_version)
 {
+    const char *path = impl;
     char *lockpath = NULL, *text = NULL;
     uint64_t cur = 0;
     int lockfd = -1, rc;
 
+    if ((rc = shard_map_to_json(map, &text)))
+        return rc;
+    lockpath = shard_malloc(strlen(path) + 6);
+    if (!lockpath) {
+        rc = shard_fail(SHARD_ENOMEM, "out of memory publishing the map");
+        goto out;
+    }
+    sprintf(lockpath, "%s.lock", path);
+    lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lockfd < 0 || flock(lockfd, LOCK_EX) != 0) {
+        rc = shard_fail(SHARD_EIO, "map store %s: cannot lock %s: %s", path,
+                        lockpath, strerror(errno));
+        goto out;
+    }
+    if ((rc = current_version(path, &cur)))
+        goto out;
+    if (cur != expected_version) {
+        rc = shard_fail(SHARD_ECONFLICT, "map store %s: version is %llu, expected %llu "
+                        "(another change was published first)", path,
+                        (unsigned long long)cur, (unsigned long long)expected_version);
+        goto out;
+    }
+    rc = replace_file(path, text);
+out:
+    if (lockfd >= 0)
+        close(lockfd); /* releases the flock */
+    free(lockpath);
+    free(text);
+    return rc;
+}
+
+static const store_ops store_file_ops = {
+    .name = "file",
+    .open = file_open,
+    .free = file_free,
+    .load = file_load,
+    .publish = file_publish,
+};
+
+int shard_store_publish(shard_store *store, const shard_map *map,
+                        uint64_t expected_version)
+{
     if (!store || !map)
         return shard_fail(SHARD_EINVAL, "shard_store_publish: NULL argument");
     if (map->version <= expected_version)
@@ -184,35 +292,5 @@ int shard_store_publish(shard_store *store, const shard_map *map,
                           "version it replaces (%llu)",
                           (unsigned long long)map->version,
                           (unsigned long long)expected_version);
-    if (store->mysql)
-        return store_mysql_publish(store->mysql, map, expected_version);
-    if ((rc = shard_map_to_json(map, &text)))
-        return rc;
-    lockpath = shard_malloc(strlen(store->path) + 6);
-    if (!lockpath) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory publishing the map");
-        goto out;
-    }
-    sprintf(lockpath, "%s.lock", store->path);
-    lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lockfd < 0 || flock(lockfd, LOCK_EX) != 0) {
-        rc = shard_fail(SHARD_EIO, "map store %s: cannot lock %s: %s", store->path,
-                        lockpath, strerror(errno));
-        goto out;
-    }
-    if ((rc = current_version(store->path, &cur)))
-        goto out;
-    if (cur != expected_version) {
-        rc = shard_fail(SHARD_ECONFLICT, "map store %s: version is %llu, expected %llu "
-                        "(another change was published first)", store->path,
-                        (unsigned long long)cur, (unsigned long long)expected_version);
-        goto out;
-    }
-    rc = replace_file(store->path, text);
-out:
-    if (lockfd >= 0)
-        close(lockfd); /* releases the flock */
-    free(lockpath);
-    free(text);
-    return rc;
+    return store->ops->publish(store->impl, map, expected_version);
 }

@@ -1,15 +1,48 @@
-/* Map stores: the file store (store.c) and the MySQL table store. */
+/*
+ * Map stores behind one function table, the way curl's TLS backends sit
+ * behind struct Curl_ssl: the file store (store.c), the MySQL table store
+ * (store_mysql.c) and the ZooKeeper store (store_zk.c). store.c picks the
+ * backend by the location's scheme; callers see only shard_store.
+ */
 #ifndef LIBSHARD_STORE_H
 #define LIBSHARD_STORE_H
 
 #include "map.h"
 
-typedef struct store_mysql store_mysql;
+/* A new map from a store that pushes (ZooKeeper watches), delivered on the
+ * store's own thread; the callee owns map. */
+typedef void (*store_watch_fn)(shard_map *map, void *payload);
 
-/* mysql://USER@HOST:PORT/DATABASE/TABLE?password_env=VAR&socket=PATH&tls_ca=PATH */
-int store_mysql_open(const char *uri, store_mysql **out);
-void store_mysql_free(store_mysql *m);
-int store_mysql_load(store_mysql *m, shard_map **out);
-int store_mysql_publish(store_mysql *m, const shard_map *map, uint64_t expected_version);
+typedef struct store_ops {
+    const char *name;   /* "file", "mysql", "zk": for messages */
+    const char *scheme; /* location prefix ("mysql://"); NULL: the file store */
+    int (*open)(const char *location, void **out);
+    void (*free)(void *impl);
+    int (*load)(void *impl, shard_map **out);
+    /* One published version, from the store's history (NULL: none kept). */
+    int (*load_version)(void *impl, uint64_t version, shard_map **out);
+    int (*publish)(void *impl, const shard_map *map, uint64_t expected_version);
+    /* Start pushing every newer version to fn (NULL: the store is polled).
+     * Stopped only by free, which returns once fn can no longer run. */
+    int (*watch)(void *impl, store_watch_fn fn, void *payload);
+    /* The watch is live: a session is up and the watch is set. */
+    bool (*watch_live)(void *impl);
+} store_ops;
+
+extern const store_ops store_mysql_ops;
+extern const store_ops store_zk_ops;
+
+/* Does the store push new versions (store_watch), so that nothing polls? */
+bool store_can_watch(const shard_store *store);
+/* See store_ops.watch. */
+int store_watch(shard_store *store, store_watch_fn fn, void *payload);
+/* See store_ops.watch_live; false for a polled store. */
+bool store_watch_live(shard_store *store);
+
+/* The backend's state when store is of kind ops, else NULL. */
+void *store_impl(shard_store *store, const store_ops *ops);
+/* A test hook: the ZooKeeper session (id and password) of a zk:// store,
+ * while it is connected; -1 otherwise. */
+int store_zk_session(shard_store *store, int64_t *id, char passwd[16]);
 
 #endif

@@ -19,7 +19,7 @@
 
 #define STORE_TIMEOUT_S 5u
 
-struct store_mysql {
+typedef struct store_mysql {
     char user[81];
     char host[256];
     unsigned port;
@@ -30,7 +30,7 @@ struct store_mysql {
     char tls_ca[512];
     bool tls_verify;
     char label[700]; /* for messages: no password in it */
-};
+} store_mysql;
 
 static int bad(const char *uri, const char *why)
 {
@@ -138,7 +138,7 @@ static int parse_uri(store_mysql *m, const char *uri)
     return 0;
 }
 
-int store_mysql_open(const char *uri, store_mysql **out)
+static int mysql_open(const char *uri, void **out)
 {
     store_mysql *m = shard_calloc(1, sizeof *m);
     int rc;
@@ -153,9 +153,9 @@ int store_mysql_open(const char *uri, store_mysql **out)
     return 0;
 }
 
-void store_mysql_free(store_mysql *m)
+static void mysql_free(void *impl)
 {
-    free(m);
+    free(impl);
 }
 
 static int fail_my(store_mysql *m, MYSQL *my)
@@ -207,7 +207,8 @@ static int run(store_mysql *m, MYSQL *my, const char *sql, size_t len)
     return mysql_real_query(my, sql, (unsigned long)len) ? fail_my(m, my) : 0;
 }
 
-int store_mysql_load(store_mysql *m, shard_map **out)
+/* The newest version (version 0), or the one given. */
+static int load_row(store_mysql *m, uint64_t version, shard_map **out)
 {
     MYSQL *my = NULL;
     MYSQL_RES *res = NULL;
@@ -220,13 +221,21 @@ int store_mysql_load(store_mysql *m, shard_map **out)
     sql_init(&q);
     sql_add(&q, "SELECT map FROM ");
     sql_table(&q, m->db, m->table);
-    sql_add(&q, " ORDER BY version DESC LIMIT 1");
+    if (version) {
+        sql_add(&q, " WHERE version = ");
+        sql_u64(&q, version);
+    } else {
+        sql_add(&q, " ORDER BY version DESC LIMIT 1");
+    }
     if (!(rc = sql_check(&q)) && !(rc = run(m, my, q.s, q.len)) &&
         !(res = mysql_store_result(my)))
         rc = fail_my(m, my);
     if (rc == 0) {
         row = mysql_fetch_row(res);
-        if (!row)
+        if (!row && version)
+            rc = shard_fail(SHARD_ENOTFOUND, "%s: no version %llu was published",
+                            m->label, (unsigned long long)version);
+        else if (!row)
             rc = shard_fail(SHARD_ENOTFOUND, "%s: no map has been published", m->label);
         else if ((rc = shard_map_parse(out, row[0], mysql_fetch_lengths(res)[0])))
             shard_fail_prefix(rc, "%s: ", m->label);
@@ -236,6 +245,16 @@ int store_mysql_load(store_mysql *m, shard_map **out)
     sql_free(&q);
     mysql_close(my);
     return rc;
+}
+
+static int mysql_load(void *impl, shard_map **out)
+{
+    return load_row(impl, 0, out);
+}
+
+static int mysql_load_version(void *impl, uint64_t version, shard_map **out)
+{
+    return load_row(impl, version, out);
 }
 
 static int current_version(store_mysql *m, MYSQL *my, uint64_t *version)
@@ -292,8 +311,9 @@ static int lock_store(store_mysql *m, MYSQL *my, bool take)
     return 0;
 }
 
-int store_mysql_publish(store_mysql *m, const shard_map *map, uint64_t expected_version)
+static int mysql_publish(void *impl, const shard_map *map, uint64_t expected_version)
 {
+    store_mysql *m = impl;
     MYSQL *my = NULL;
     char *text = NULL;
     uint64_t cur = 0;
@@ -349,3 +369,13 @@ out:
     mysql_close(my);
     return rc;
 }
+
+const store_ops store_mysql_ops = {
+    .name = "mysql",
+    .scheme = "mysql://",
+    .open = mysql_open,
+    .free = mysql_free,
+    .load = mysql_load,
+    .load_version = mysql_load_version,
+    .publish = mysql_publish,
+};

@@ -90,7 +90,7 @@ int main(void)
 }
 C
 deps_cflags=$(pkg-config --cflags libmariadb jansson libcrypto 2>/dev/null || true)
-deps=$(pkg-config --libs libmariadb jansson libcrypto 2>/dev/null || echo "-lmariadb -ljansson -lcrypto")
+deps="$(pkg-config --libs libmariadb jansson libcrypto 2>/dev/null || echo "-lmariadb -ljansson -lcrypto") -lzookeeper_mt"
 sanflags=""
 case $(basename "$B") in
     build-*) sanflags="-fsanitize=$(basename "$B" | sed 's/^build-//; s/-/,/g')" ;;

@@ -2,6 +2,7 @@
 # tests/demo.sh: libshard end to end on throwaway servers, in seconds.
 #
 #   make demo          (installs what is missing, builds, then runs this)
+#   make demo ZK=1     the same with the map in ZooKeeper (tests/zk.sh)
 #   SHARDCTL=build/shardctl B=build sh tests/demo.sh
 #
 # Starts two local MariaDB master-master pairs (tests/servers.sh), creates
@@ -35,6 +36,7 @@ MAP=$DIR/map.json
 
 # Stop every server started in DIR and remove DIR.
 stop_servers() {
+    [ -d "$DIR/zk" ] && bash "$ROOT/tests/zk.sh" stop "$DIR/zk"
     "$SERVERS" stop "$DIR" && return 0
     # Interrupted during the bootstrap, whose server may still have been
     # writing: give it a second. Once servers.sh removed its marker, what is
@@ -69,6 +71,13 @@ ctl() { say "shardctl $*"; "$SHARDCTL" "$@"; }
 
 echo "demo: starting 2 MariaDB pairs (4 servers) in $DIR"
 "$SERVERS" start "$DIR" 2 --shards 16 --mod-shards 8 >/dev/null
+if [ -n "${ZK:-}" ] && [ "${ZK:-}" != 0 ]; then
+    echo "demo: starting a ZooKeeper server in $DIR/zk"
+    mkdir "$DIR/zk"
+    zk=$(bash "$ROOT/tests/zk.sh" start "$DIR/zk")
+    ctl --map "zk://$zk/libshard/demo" map publish "$MAP" --force
+    MAP="zk://$zk/libshard/demo"
+fi
 
 # Creating databases is the operators' work, not the application's.
 ctl --map "$MAP" --user shardadmin --password-env LIBSHARD_PASSWORD schema apply

@@ -3,8 +3,11 @@
 # Debian it installs what is missing; otherwise it says what to install.
 set -u
 # python3-venv: the Python binding's check installs the package into a fresh
-# venv; mandoc: tests/doc_check.sh lints every manual page with it.
-PKGS="build-essential pkg-config default-libmysqlclient-dev libjansson-dev libssl-dev check mariadb-server mariadb-client groff-base python3 python3-venv mandoc"
+# venv; mandoc: tests/doc_check.sh lints every manual page with it;
+# libzookeeper-mt-dev: the ZooKeeper map store's C client (threaded);
+# libzookeeper-java, default-jre-headless: the ZooKeeper servers that
+# tests/zk.sh starts (from the jars: no system service).
+PKGS="build-essential pkg-config default-libmysqlclient-dev libjansson-dev libssl-dev libzookeeper-mt-dev check mariadb-server mariadb-client groff-base python3 python3-venv mandoc libzookeeper-java default-jre-headless"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

@@ -99,6 +99,8 @@ static const struct option_def {
     [OPT_MAX_LOAD] = {"--max-load", "VAR=N[,VAR=N...]", "pause the copy while a status "
                       "variable of the source is above N"},
     [OPT_PRETTY] = {"--pretty", NULL, "indented JSON, for people"},
+    [OPT_MAP_VERSION] = {"--map-version", "N", "published version N from the store's history "
+                         "(a MySQL or ZooKeeper store keeps every version)"},
 };
 
 #define GLOBAL_OPTS \
@@ -239,8 +241,9 @@ static const command commands[] = {
      0, 0, rebalance_docs},
     {"failover", NULL, "PAIR [--force]", "promote PAIR's standby", 1, 1, NEED_CTX, 0,
      cmd_failover, O(OPT_FORCE), 0, 0, failover_docs},
-    {"map", "show", "[--pretty]", "the current map, as canonical JSON on one line", 0, 0,
-     NEED_MAP, 0, cmd_map_show, O(OPT_PRETTY), 0, 0, NULL},
+    {"map", "show", "[--pretty] [--map-version N]",
+     "the current map (or published version N), as canonical JSON on one line", 0, 0,
+     NEED_MAP, 0, cmd_map_show, O(OPT_PRETTY) | O(OPT_MAP_VERSION), 0, 0, NULL},
     {"map", "publish", "FILE [--force]", "validate FILE and publish it as the new map (its "
      "version above the current one)", 1, 1, NEED_NOTHING, 0, cmd_map_publish, O(OPT_FORCE),
      0, 0, publish_docs},

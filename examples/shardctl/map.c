@@ -10,7 +10,8 @@
 #include <string.h>
 
 /* Canonical JSON, one line (keys sorted, no spaces), as jq and diff want
- * it; --pretty: indented, for people. */
+ * it; --pretty: indented, for people; --map-version N: a published version
+ * from the store's history (shard_store_load_version(3)). */
 int cmd_map_show(const args *a, shard_ctx *ctx, shard_map *map)
 {
     size_t flags = JSON_SORT_KEYS | (a->val[OPT_PRETTY] ? JSON_INDENT(2) : JSON_COMPACT);
@@ -19,7 +20,23 @@ int cmd_map_show(const args *a, shard_ctx *ctx, shard_map *map)
     int rc;
 
     (void)ctx;
-    if ((rc = shard_map_to_json(map, &json)))
+    if (a->val[OPT_MAP_VERSION]) {
+        shard_store *store = NULL;
+        shard_map *old = NULL;
+        unsigned long long v;
+        if (parse_num("--map-version", a->val[OPT_MAP_VERSION], 1, UINT64_MAX, &v))
+            return EXIT_USAGE;
+        if ((rc = shard_store_open(&store, a->map)) == 0)
+            rc = shard_store_load_version(store, v, &old);
+        shard_store_free(store);
+        if (rc)
+            return lib_error(rc);
+        rc = shard_map_to_json(old, &json);
+        shard_map_free(old);
+    } else {
+        rc = shard_map_to_json(map, &json);
+    }
+    if (rc)
         return lib_error(rc);
     doc = json_loads(json, 0, NULL);
     shard_free(json);

@@ -71,6 +71,7 @@ enum {
     OPT_MAX_ROWS_PER_SECOND,
     OPT_MAX_LOAD,
     OPT_PRETTY,
+    OPT_MAP_VERSION,
     NOPTS
 };
 
