@@ -8,7 +8,7 @@
  * risk stays: writes the master committed but never sent are lost when it
  * is dead (SHARD_FAILOVER_FORCE); their IDs are never handed out again.
  */
-#include "ctx.h"
+#include "repl.h"
 
 #include <mysqld_error.h>
 #include <stdatomic.h>
@@ -18,10 +18,6 @@
 #include <strings.h>
 
 #define FAILOVER_WAIT_S 30
-/* One MASTER_GTID_WAIT call waits at most this long, and at most half the
- * connection's read timeout, so that the server answers before the client
- * gives up on the connection. */
-#define WAIT_STEP_S 2.0
 #define PUBLISH_TRIES 5
 /* A forced promotion raises every object table's AUTO_INCREMENT this far
  * past the highest local id the promoted server knows of
@@ -29,96 +25,6 @@
 #define ID_MARGIN UINT64_C(10000000)
 #define RAISE_WORKERS 4
 #define MAX_ROLES 32
-
-static bool gtid_ok(const char *s)
-{
-    for (; *s; s++)
-        if (!((*s >= '0' && *s <= '9') || *s == '-' || *s == ','))
-            return false;
-    return true;
-}
-
-/* The sequence number of domain d in a GTID position, 0 when absent. */
-static uint64_t seq_of(const char *pos, unsigned long d)
-{
-    for (const char *p = pos; *p;) {
-        char *end;
-        unsigned long dom = strtoul(p, &end, 10);
-        const char *dash2 = end && *end == '-' ? strchr(end + 1, '-') : NULL;
-        if (dash2 && dom == d)
-            return strtoull(dash2 + 1, NULL, 10);
-        p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
-    }
-    return 0;
-}
-
-/* Transactions in master_pos that the standby (at standby_pos) lacks. */
-static int64_t behind(const char *master_pos, const char *standby_pos)
-{
-    int64_t n = 0;
-    for (const char *p = master_pos; *p;) {
-        unsigned long d = strtoul(p, NULL, 10);
-        uint64_t m = seq_of(master_pos, d), s = seq_of(standby_pos, d);
-        if (m > s)
-            n += (int64_t)(m - s);
-        p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
-    }
-    return n;
-}
-
-/* A column of SHOW SLAVE STATUS (the pair's unnamed connection). */
-static int slave_field(shard_conn *c, const char *field, char *out, size_t size)
-{
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    MYSQL_FIELD *f;
-    int rc = conn_query_str(c, "SHOW SLAVE STATUS");
-
-    out[0] = '\0';
-    if (rc)
-        return rc;
-    if (!(res = mysql_store_result(c->my)))
-        return 0;
-    f = mysql_fetch_fields(res);
-    row = mysql_fetch_row(res);
-    for (unsigned i = 0; row && i < mysql_num_fields(res); i++)
-        if (strcmp(f[i].name, field) == 0)
-            snprintf(out, size, "%s", row[i] ? row[i] : "");
-    mysql_free_result(res);
-    return 0;
-}
-
-/*
- * Wait until the standby has applied pos, for at most FAILOVER_WAIT_S in
- * all, in steps that each end well within the connection's read timeout.
- */
-static int wait_applied(shard_conn *sb, const char *pos, bool *reached)
-{
-    double step = WAIT_STEP_S, end = now_seconds() + FAILOVER_WAIT_S;
-    char sql[1200], out[16];
-    int rc;
-
-    *reached = false;
-    if (!gtid_ok(pos))
-        return shard_fail(SHARD_ESERVER, "unexpected GTID position \"%.100s\"", pos);
-    if (sb->read_timeout_ms && step > sb->read_timeout_ms / 2000.0)
-        step = sb->read_timeout_ms / 2000.0;
-    if (step < 0.1)
-        step = 0.1;
-    for (;;) {
-        double left = end - now_seconds();
-        if (left <= 0)
-            return 0;
-        snprintf(sql, sizeof sql, "SELECT MASTER_GTID_WAIT('%s', %.3f)", pos,
-                 left < step ? left : step);
-        if ((rc = conn_value(sb, sql, out, sizeof out)))
-            return rc;
-        if (strcmp(out, "0") == 0) {
-            *reached = true;
-            return 0;
-        }
-    }
-}
 
 /* ---- local ids: the halves of a pair hand out disjoint values ---------- */
 
@@ -564,7 +470,9 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
     const shard_pairdef *p;
     id_settings sbids = {0, 0};
     uint64_t raised = 0;
-    char pos[1024], sbpos[1024], sec[32];
+    char *pos = NULL, *sbpos = NULL;
+    repl_status st = {NULL, 0};
+    const repl_link *own;
     double t0 = now_seconds(), tw;
     bool reached = false;
     long pi;
@@ -598,10 +506,12 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
                                p->standby.text, pair);
         goto out;
     }
-    if ((rc = slave_field(sb, "Seconds_Behind_Master", sec, sizeof sec)))
+    /* The pair's own (unnamed) replication connection. */
+    if ((rc = repl_status_read(sb, &st)))
         goto out;
-    if (sec[0])
-        r->lag_seconds = strtod(sec, NULL);
+    own = repl_status_find(&st, "");
+    if (own && own->seconds_behind >= 0)
+        r->lag_seconds = (double)own->seconds_behind;
     s = ctx_server_at(ctx, &p->master);
     rc = s ? conn_get(ctx, s, &ms) : SHARD_ENOMEM;
     if (rc == 0) {
@@ -615,13 +525,13 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
          * so the standby can catch up with everything there is. */
         if ((rc = conn_query_str(ms, "SET GLOBAL read_only = 1")))
             goto out;
-        if ((rc = conn_value(ms, "SELECT @@gtid_binlog_pos", pos, sizeof pos)) ||
-            (rc = conn_value(sb, "SELECT @@gtid_current_pos", sbpos, sizeof sbpos))) {
+        if ((rc = repl_value(ms, "SELECT @@gtid_binlog_pos", &pos)) ||
+            (rc = repl_value(sb, "SELECT @@gtid_current_pos", &sbpos))) {
             conn_query_str(ms, "SET GLOBAL read_only = 0"); /* give the master back */
             goto out;
         }
         r->old_master_fenced = 1;
-        r->lag_transactions = behind(pos, sbpos);
+        r->lag_transactions = repl_gtid_behind(pos, sbpos);
     } else if ((flags & SHARD_FAILOVER_FORCE) && (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT)) {
         ctx_log(ctx, SHARD_LOG_WARN, "failover of %s: master %s does not answer (%s); "
                 "promoting the standby: writes it never sent are lost", pair, p->master.text,
@@ -630,8 +540,11 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
             goto out;
         warn_ids_forced(ctx, p, &sbids);
         /* Apply everything the standby received. */
-        if ((rc = slave_field(sb, "Gtid_IO_Pos", pos, sizeof pos)))
+        pos = shard_strdup(own ? own->gtid_io_pos : "");
+        if (!pos) {
+            rc = shard_fail(SHARD_ENOMEM, "out of memory");
             goto out;
+        }
     } else if (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT) {
         rc = shard_fail_prefix(rc, "master %s of %s does not answer; promoting the standby "
                                "anyway (--force) loses the writes it never sent: ",
@@ -642,7 +555,7 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
         goto out;
     }
     tw = now_seconds();
-    if (pos[0] && (rc = wait_applied(sb, pos, &reached))) {
+    if (pos[0] && (rc = repl_wait_pos(sb, pos, FAILOVER_WAIT_S, &reached))) {
         if (ms)
             conn_query_str(ms, "SET GLOBAL read_only = 0"); /* give the master back */
         goto out;
@@ -651,7 +564,7 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
     if (pos[0] && !reached) {
         if (ms)
             conn_query_str(ms, "SET GLOBAL read_only = 0"); /* give the master back */
-        rc = shard_fail(SHARD_ETIMEOUT, "standby %s did not apply %s within %d s; the master "
+        rc = shard_fail(SHARD_ETIMEOUT, "standby %s did not apply %.300s within %d s; the master "
                         "was left in charge", p->standby.text, pos, FAILOVER_WAIT_S);
         goto out;
     }
@@ -689,6 +602,9 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
     ctx_log(ctx, SHARD_LOG_WARN, "failover of %s: %s promoted (map version %llu)", pair,
             p->standby.text, (unsigned long long)r->map_version);
 out:
+    free(pos);
+    free(sbpos);
+    repl_status_free(&st);
     conn_put(sb, false);
     conn_put(ms, false);
     shard_map_free(map);

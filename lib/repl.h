@@ -79,6 +79,7 @@ typedef struct repl_link {
     char *master_host;
     char *io_state;    /* Slave_IO_State: "Waiting for master to send event", ... */
     unsigned master_port;
+    unsigned long master_server_id; /* Master_Server_Id; 0: unknown */
     long seconds_behind; /* -1: NULL */
 } repl_link;
 
