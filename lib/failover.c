@@ -8,6 +8,7 @@
  * risk stays: writes the master committed but never sent are lost when it
  * is dead (SHARD_FAILOVER_FORCE); their IDs are never handed out again.
  */
+#include "publish.h"
 #include "repl.h"
 
 #include <mysqld_error.h>
@@ -18,7 +19,6 @@
 #include <strings.h>
 
 #define FAILOVER_WAIT_S 30
-#define PUBLISH_TRIES 5
 /* A forced promotion raises every object table's AUTO_INCREMENT this far
  * past the highest local id the promoted server knows of
  * (shard_pair_failover(3), "Local ids"). */
@@ -382,39 +382,31 @@ static int raise_counters(shard_ctx *ctx, const shard_map *map, size_t pair, sha
 
 /* ---- the flip ---------------------------------------------------------- */
 
+typedef struct swap_arg {
+    const char *pair, *old_master;
+} swap_arg;
+
+/* The new map: the pair's roles swapped, if its master is still the one
+ * fenced. */
+static int swap_edit(const shard_map *cur, shard_map **next, void *arg)
+{
+    const swap_arg *a = arg;
+    long pi = shard_map_find_pair(cur, a->pair);
+
+    if (pi < 0 || !cur->pairs[pi].has_standby)
+        return shard_fail(SHARD_ECONFLICT, "the stored map changed pair %s meanwhile", a->pair);
+    if (strcmp(cur->pairs[pi].master.text, a->old_master) != 0)
+        return shard_fail(SHARD_ECONFLICT, "pair %s's master changed meanwhile (now %s)",
+                          a->pair, cur->pairs[pi].master.text);
+    return map_swap_roles(cur, a->pair, cur->version + 1, next);
+}
+
 static int publish_swap(shard_ctx *ctx, const char *pair, const char *old_master,
                         uint64_t *version)
 {
-    int rc = 0;
+    swap_arg a = {pair, old_master};
 
-    for (int attempt = 0; attempt < PUBLISH_TRIES; attempt++) {
-        shard_map *cur = NULL, *next = NULL;
-        long pi;
-
-        if ((rc = shard_store_load(ctx->store, &cur)))
-            return rc;
-        pi = shard_map_find_pair(cur, pair);
-        if (pi < 0 || !cur->pairs[pi].has_standby) {
-            shard_map_free(cur);
-            return shard_fail(SHARD_ECONFLICT, "the stored map changed pair %s meanwhile",
-                              pair);
-        }
-        if (strcmp(cur->pairs[pi].master.text, old_master) != 0) {
-            shard_map_free(cur);
-            return shard_fail(SHARD_ECONFLICT, "pair %s's master changed meanwhile (now %s)",
-                              pair, cur->pairs[pi].master.text);
-        }
-        rc = map_swap_roles(cur, pair, cur->version + 1, &next);
-        if (rc == 0)
-            rc = shard_store_publish(ctx->store, next, cur->version);
-        if (rc == 0)
-            *version = next->version;
-        shard_map_free(next);
-        shard_map_free(cur);
-        if (rc != SHARD_ECONFLICT)
-            break;
-    }
-    return rc;
+    return publish_edit(ctx->store, swap_edit, &a, version);
 }
 
 static bool promoted_in_store(shard_ctx *ctx, const char *pair, const char *standby)

@@ -4,6 +4,7 @@
  * journaled on them (shard_fleet_status(3), shard_pair_add(3),
  * shard_schema_check(3)).
  */
+#include "control.h"
 #include "fleet.h"
 #include "repl.h"
 
@@ -11,8 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CONTROL_DB "libshard_control"
 
 int fleet_connect(shard_ctx *ctx, const shard_endpoint *ep, shard_conn **out)
 {
@@ -314,7 +313,7 @@ int fleet_moves_get(shard_conn *c, fleet_move *out, size_t max, size_t *n)
      * connection that writes the journal (libshard-move(7)). */
     snprintf(sql, sizeof sql, "SELECT id, source_pair, target_pair, first_shard, last_shard,"
              " phase, IS_USED_LOCK(CONCAT('libshard move ', id)) IS NOT NULL, updated_at,"
-             " message FROM " CONTROL_DB ".moves WHERE phase < %d ORDER BY id",
+             " message FROM " MOVES_TABLE " WHERE phase < %d ORDER BY id",
              SHARD_MOVE_DONE);
     rc = conn_query_str(c, sql);
     if (rc && (c->last_errno == ER_NO_SUCH_TABLE || c->last_errno == ER_BAD_DB_ERROR)) {

@@ -4,6 +4,7 @@
  * shard ranges from the fullest pair to the emptiest, and run them one
  * after another with the public shard_move().
  */
+#include "control.h"
 #include "ctx.h"
 #include "rebalance.h"
 
@@ -446,7 +447,7 @@ static void got_changed_again(measure *m, unsigned shard, uint64_t v)
 }
 
 #define SYSTEM_SCHEMAS \
-    "('mysql', 'information_schema', 'performance_schema', 'sys', 'libshard_control')"
+    "('mysql', 'information_schema', 'performance_schema', 'sys', '" CONTROL_DB "')"
 
 /*
  * Size on disk: a table's own tablespace file (innodb_file_per_table, the

@@ -434,39 +434,3 @@ void repl_link_describe(const repl_link *l, char *buf, size_t size)
              l->io_running[0] ? l->io_running : "?", l->sql_running[0] ? l->sql_running : "?",
              err[0] ? " (" : "", err, err[0] ? ")" : "");
 }
-
-/* ---- publishing ------------------------------------------------------------------------ */
-
-#define PUBLISH_TRIES 5
-
-int repl_publish(shard_ctx *ctx, repl_edit_fn edit, void *arg, uint64_t *version)
-{
-    int rc = 0;
-
-    for (int attempt = 0; attempt < PUBLISH_TRIES; attempt++) {
-        shard_map *cur = NULL, *next = NULL;
-
-        if ((rc = shard_store_load(ctx->store, &cur)))
-            return shard_fail_prefix(rc, "publishing the map: ");
-        rc = edit(cur, &next, arg);
-        if (rc == REPL_UNCHANGED) {
-            if (version)
-                *version = cur->version;
-            shard_map_free(cur);
-            return 0;
-        }
-        if (rc) { /* the edit's own refusal is final */
-            shard_map_free(next);
-            shard_map_free(cur);
-            return rc;
-        }
-        rc = shard_store_publish(ctx->store, next, cur->version);
-        if (rc == 0 && version)
-            *version = next->version;
-        shard_map_free(next);
-        shard_map_free(cur);
-        if (rc != SHARD_ECONFLICT)
-            break;
-    }
-    return rc;
-}

@@ -58,7 +58,7 @@ int move_fence_state(mv *m, bool *on)
 
     *on = false;
     sql_init(&q);
-    sql_add(&q, "SELECT COUNT(*) FROM " MOVE_FENCE_TABLE " WHERE fenced = 1 AND db IN (");
+    sql_add(&q, "SELECT COUNT(*) FROM " FENCE_TABLE " WHERE fenced = 1 AND db IN (");
     move_db_list(m, &q, true);
     sql_add(&q, ")");
     if ((rc = sql_check(&q)) == 0)
@@ -99,7 +99,7 @@ static int flip_edit(const shard_map *cur, shard_map **next, void *arg)
         some_source |= strcmp(pn, move_sp(m)->name) == 0;
     }
     if (all_target) /* a resumed move whose flip already happened */
-        return REPL_UNCHANGED;
+        return PUBLISH_UNCHANGED;
     if (!some_source || shard_map_find_pair(cur, move_dp(m)->name) < 0)
         return shard_fail(SHARD_ECONFLICT, "the stored map no longer has shards %u-%u on %s: "
                           "another change moved them", m->first, m->last, move_sp(m)->name);
@@ -108,7 +108,7 @@ static int flip_edit(const shard_map *cur, shard_map **next, void *arg)
 
 int move_publish(mv *m)
 {
-    int rc = repl_publish(m->ctx, flip_edit, m, &m->r->map_version);
+    int rc = publish_edit(m->ctx->store, flip_edit, m, &m->r->map_version);
     return rc ? shard_fail_prefix(rc, "publishing the map: ") : 0;
 }
 
@@ -177,7 +177,7 @@ int move_open_vsnaps(mv *m)
     if (m->resumed && (rc = move_flipped_in_store(m)) != 0)
         return rc < 0 ? rc : 0;
     if ((rc = move_vsnaps_open(m, false)) == 0 && m->id &&
-        (rc = move_runf(m->ctl, "UPDATE " MOVE_CONTROL_DB ".moves SET flip_at = NOW(6) WHERE"
+        (rc = move_runf(m->ctl, "UPDATE " MOVES_TABLE " SET flip_at = NOW(6) WHERE"
                         " id = %llu", (unsigned long long)m->id)))
         move_close_vsnaps(m);
     return rc;

@@ -146,11 +146,6 @@ bool move_name_ok(const char *s)
     return true;
 }
 
-bool move_over(int phase)
-{
-    return phase == MOVE_DONE || phase == MOVE_ABORTED || phase == MOVE_REVERTED;
-}
-
 static void link_name(char *out, size_t size, const char *prefix, const char *pair)
 {
     size_t n = (size_t)snprintf(out, size, "%s", prefix);
@@ -277,7 +272,7 @@ static int wait_turn(mv *m)
 
     for (;;) {
         sql_init(&q);
-        sql_addf(&q, "SELECT COALESCE(MIN(id), 0) FROM " MOVE_CONTROL_DB ".moves WHERE id < %llu"
+        sql_addf(&q, "SELECT COALESCE(MIN(id), 0) FROM " MOVES_TABLE " WHERE id < %llu"
                      " AND phase <= %d AND source_pair = ", (unsigned long long)m->id,
                  MOVE_FLIPPED);
         sql_hex(&q, move_sp(m)->name, strlen(move_sp(m)->name));

@@ -19,13 +19,13 @@
 #ifndef LIBSHARD_MOVE_MOVE_H
 #define LIBSHARD_MOVE_MOVE_H
 
+#include "../control.h"
 #include "../object.h"
+#include "../publish.h"
 #include "../repl.h"
 
 #include <pthread.h>
 
-#define MOVE_CONTROL_DB "libshard_control"
-#define MOVE_FENCE_TABLE MOVE_CONTROL_DB ".fence"
 #define MOVE_FENCE_WAIT_S 30 /* target applying up to the fence, at most */
 #define MOVE_PAIR_WAIT_S 30  /* both halves of the target applying up to the flip */
 #define MOVE_MAX_WORKERS 64
@@ -51,8 +51,6 @@ typedef enum move_phase {
     MOVE_REVERTED = SHARD_MOVE_REVERTED
 } move_phase;
 
-/* The phases in which a move is over (nothing of it runs any more). */
-#define MOVE_OVER_SQL "(7, 8, 11)"
 #define MOVE_LINK_WAIT_S 120 /* a shared connection reaching a joining move's start */
 
 typedef struct mtable {
@@ -149,7 +147,6 @@ bool move_name_ok(const char *s);
 /* Replace *slot with a copy of s. */
 int move_set_str(char **slot, const char *s);
 
-bool move_over(int phase);
 /* The connections' names: libshard_from_<pair> on a target,
  * libshard_revert_<pair> on a source (the pair names lowered). */
 void move_link_names(mv *m);

@@ -694,7 +694,7 @@ static int open_live(mv *m)
     m->verify_live = true;
     m->flip_at[0] = '\0';
     snprintf(sql, sizeof sql, "SELECT IFNULL(UNIX_TIMESTAMP(flip_at), '') FROM "
-             MOVE_CONTROL_DB ".moves WHERE id = %llu", (unsigned long long)m->id);
+             MOVES_TABLE " WHERE id = %llu", (unsigned long long)m->id);
     if ((rc = repl_value(m->ctl, sql, &at)))
         return rc;
     if (at[0]) {
@@ -732,7 +732,7 @@ static int keep_source_for_missing(mv *m)
              "cannot tell (libshard-move(7), \"Verification\"): the source is kept",
              (unsigned long long)m->id, (unsigned long long)m->verify_missing);
     ctx_log(m->ctx, SHARD_LOG_WARN, "%s", msg);
-    return move_runf(m->ctl, "UPDATE " MOVE_CONTROL_DB ".moves SET flags = flags | %d WHERE"
+    return move_runf(m->ctl, "UPDATE " MOVES_TABLE " SET flags = flags | %d WHERE"
                      " id = %llu", SHARD_MOVE_KEEP_SOURCE, (unsigned long long)m->id);
 }
 
