@@ -8,6 +8,7 @@
  * risk stays: writes the master committed but never sent are lost when it
  * is dead (SHARD_FAILOVER_FORCE); their IDs are never handed out again.
  */
+#include "move/face.h"
 #include "publish.h"
 #include "repl.h"
 

@@ -6,6 +6,7 @@
  */
 #include "control.h"
 #include "ctx.h"
+#include "move/face.h"
 #include "rebalance.h"
 
 #include <stdlib.h>

@@ -7,7 +7,7 @@
  * a row changed behind the mover's back; two pairs merge onto a third.
  */
 #include "harness.h"
-#include "ctx.h" /* private: move_unfinished_on, as failover calls it */
+#include "move/face.h" /* private: move_unfinished_on, as failover calls it */
 #include "move_util.h"
 #include "run_cmd.h"
 

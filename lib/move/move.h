@@ -20,6 +20,7 @@
 #define LIBSHARD_MOVE_MOVE_H
 
 #include "../control.h"
+#include "face.h"
 #include "../object.h"
 #include "../publish.h"
 #include "../repl.h"
