@@ -76,7 +76,7 @@ int move_target_pair_ready(mv *m)
     }
     if ((rc = move_conn(m, &dp->standby, &sb)))
         goto out;
-    if ((!m->flip || !m->flip[0]) && (rc = move_read_flip(m)))
+    if ((!m->flip || !m->flip[0]) && (rc = move_read_pos(m->t, &m->flip)))
         goto out;
     for (;;) {
         if ((rc = look(m, m->t, sb, &pl)))
@@ -115,8 +115,8 @@ void move_check_target_pair(mv *m)
     if (!dp->has_standby)
         return;
     shard_error_save(&saved, 0);
-    if (move_conn(m, &dp->standby, &sb) || ((!m->flip || !m->flip[0]) && move_read_flip(m)) ||
-        look(m, m->t, sb, &pl)) {
+    if (move_conn(m, &dp->standby, &sb) ||
+        ((!m->flip || !m->flip[0]) && move_read_pos(m->t, &m->flip)) || look(m, m->t, sb, &pl)) {
         m->r->target_pair_healthy = 0;
         ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: the health of target pair %s is "
                 "unknown: %s", (unsigned long long)m->id, dp->name, shard_errmsg());

@@ -61,22 +61,6 @@ static int insert_head(sqlbuf *q, const mtable *t, MYSQL_FIELD *f, unsigned n)
     return 0;
 }
 
-void move_copied(mv *m, uint64_t rows, uint64_t bytes)
-{
-    uint64_t done, total;
-
-    pthread_mutex_lock(&m->lock);
-    m->done += rows;
-    m->r->rows_copied += rows;
-    m->r->bytes_copied += bytes;
-    if (m->total < m->done) /* the estimate was low: never past the total */
-        m->total = m->done;
-    done = m->done;
-    total = m->total;
-    pthread_mutex_unlock(&m->lock);
-    move_progress(m, SHARD_MOVE_COPYING, done, total);
-}
-
 /* Send the batch of *rows rows, count them, and start the next batch. */
 static int flush_batch(mv *m, shard_conn *dst, sqlbuf *q, size_t head, unsigned *rows,
                        uint64_t *bytes)

@@ -112,54 +112,6 @@ int move_publish(mv *m)
     return rc ? shard_fail_prefix(rc, "publishing the map: ") : 0;
 }
 
-/* The target master's position just after the flip: everything moved is
- * in it, and cleanup waits until the target's standby has it too. */
-int move_read_flip(mv *m)
-{
-    char *pos = NULL;
-    int rc = repl_value(m->t, "SELECT @@gtid_binlog_pos", &pos);
-
-    if (rc == 0 && (rc = repl_gtid_check(pos)) == 0) {
-        free(m->flip);
-        m->flip = pos;
-        return 0;
-    }
-    free(pos);
-    return rc;
-}
-
-/* One snapshot per verifying worker, of the target as it is now; with
- * one_point, all opened while the target's commits wait, so that every
- * worker sees the same point even while clients write. */
-int move_vsnaps_open(mv *m, bool one_point)
-{
-    unsigned n = move_threads(m);
-    shard_errsave saved;
-    int rc = 0;
-
-    move_close_vsnaps(m);
-    for (unsigned w = 0; rc == 0 && w < n; w++) {
-        if ((rc = move_conn(m, &move_dp(m)->master, &m->vsnap[w])))
-            break;
-        m->nvsnap = w + 1;
-        rc = move_runf(m->vsnap[w], "SET SESSION time_zone = '+00:00'");
-    }
-    if (rc == 0 && one_point &&
-        (rc = move_runf(m->t, "BACKUP STAGE START")) == 0 &&
-        (rc = move_runf(m->t, "BACKUP STAGE BLOCK_COMMIT")))
-        move_runf(m->t, "BACKUP STAGE END");
-    for (unsigned w = 0; rc == 0 && w < n; w++)
-        rc = move_runf(m->vsnap[w], "START TRANSACTION WITH CONSISTENT SNAPSHOT");
-    if (one_point) {
-        shard_error_save(&saved, rc);
-        move_runf(m->t, "BACKUP STAGE END");
-        shard_error_restore(&saved);
-    }
-    if (rc)
-        move_close_vsnaps(m);
-    return rc;
-}
-
 /*
  * At the fence, before the flip: the target holds exactly the source's
  * final state and no client writes there yet. The snapshots verification
@@ -181,13 +133,6 @@ int move_open_vsnaps(mv *m)
                         " id = %llu", (unsigned long long)m->id)))
         move_close_vsnaps(m);
     return rc;
-}
-
-void move_close_vsnaps(mv *m)
-{
-    for (unsigned w = 0; w < m->nvsnap; w++)
-        move_close(&m->vsnap[w]);
-    m->nvsnap = 0;
 }
 
 /*
@@ -221,20 +166,6 @@ int move_postpone(mv *m)
     return 0;
 }
 /* ---- the revert: the same cut-over in the other direction -------------------------- */
-
-int move_read_reverse_start(mv *m)
-{
-    char *pos = NULL;
-    int rc = repl_value(m->t, "SELECT @@gtid_binlog_pos", &pos);
-
-    if (rc == 0 && (rc = repl_gtid_check(pos)) == 0) {
-        free(m->rev);
-        m->rev = pos;
-        return 0;
-    }
-    free(pos);
-    return rc;
-}
 
 /*
  * The move seen from the other side: the target is the source now, the
@@ -312,7 +243,6 @@ static int revert_lift(mv *rv, int rc)
  * source. On success the map points at the source again. */
 static int revert_cutover(mv *m, mv *rv)
 {
-    char *pos = NULL;
     bool reached = false;
     double t0;
     int rc, flipped;
@@ -337,13 +267,8 @@ static int revert_cutover(mv *m, mv *rv)
                           "than %u s, %u times", rv->o.fence_timeout_s, rv->r->fence_attempts);
     if (rc)
         return rc;
-    if ((rc = repl_value(rv->src, "SELECT @@gtid_binlog_pos", &pos)) ||
-        (rc = repl_gtid_check(pos))) {
-        free(pos);
+    if ((rc = move_read_pos(rv->src, &rv->fence)))
         return revert_lift(rv, rc);
-    }
-    free(rv->fence);
-    rv->fence = pos;
     if ((rc = move_enter(rv, MOVE_REVERTING, "the target is fenced")))
         return revert_lift(rv, rc);
     rc = move_wait_applied(rv, rv->fence, MOVE_FENCE_WAIT_S, &reached);
@@ -377,7 +302,8 @@ static int revert_cutover(mv *m, mv *rv)
     if (rc)
         return shard_fail_prefix(rc, "the map is back on %s but its fence could not be "
                                  "lifted (resume the move): ", move_dp(rv)->name);
-    if ((rc = move_read_flip(rv)) || (rc = move_enter(rv, MOVE_REVERTING, "flipped back")))
+    if ((rc = move_read_pos(rv->t, &rv->flip)) ||
+        (rc = move_enter(rv, MOVE_REVERTING, "flipped back")))
         return rc;
     shard_ctx_reload(rv->ctx);
     return 0;
@@ -406,7 +332,7 @@ static int revert_resumed(mv *m, mv *rv)
     if ((rc = move_list_tables(rv)) || (rc = move_fence_set(m, false)))
         return rc;
     if (!rv->flip || !rv->flip[0])
-        rc = move_read_flip(rv);
+        rc = move_read_pos(rv->t, &rv->flip);
     return rc;
 }
 

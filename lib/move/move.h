@@ -2,19 +2,31 @@
  * The shard move's private header (libshard-move(7)): one move's state,
  * shared by the files of lib/move/:
  *
- *   journal.c  the durable move record, entering a phase, finding moves
- *   plan.c     pairs, preflight checks, tables, the target's schema, fence rows
+ *   mv.c       the helpers every file uses: pairs, database names, the
+ *              mover's connections, statements, progress, reading a position
+ *   journal.c  the durable move record, entering a phase, finding moves,
+ *              move_unfinished_on (face.h)
+ *   plan.c     pairs, preflight checks, tables, the target's schema (made,
+ *              dropped), fence rows
  *   copy.c     the snapshot copy
  *   infile.c   feeding the copy to the target as LOAD DATA LOCAL INFILE
  *   bulk.c     ... or, where that is refused, as array-bound prepared INSERTs
  *   throttle.c the copy's rate limit and its pause on the source's load
  *   catchup.c  the filtered replication connections (shared per source
- *              master, forward and reverse) and catching up
- *   cutover.c  the fence, the flip (publish), lifting the fence
- *   verify.c   comparing every row
+ *              master, forward and reverse), catching up, the target's
+ *              replication-setup lock held over the cut-over
+ *   cutover.c  the fence, the flip (publish), the verification snapshots at
+ *              the fence, postponing the cut-over, and the revert
+ *   verify.c   comparing every row; the target's snapshots
  *   cleanup.c  waiting for both halves of the target, dropping the source
  *   driver.c   the phase switch; shard_move, _resume, _abort, _revert, _finish
  *   status.c   shard_move_status, phase names
+ *
+ * No file calls one that calls it back: driver.c calls the phases' files,
+ * which call one another downward only (cutover.c -> verify.c, cleanup.c
+ * -> plan.c -> copy.c -> bulk.c, infile.c -> throttle.c) and journal.c,
+ * status.c and catchup.c; every file calls mv.c, which calls none of
+ * them. face.h is what the rest of lib/ may call.
  */
 #ifndef LIBSHARD_MOVE_MOVE_H
 #define LIBSHARD_MOVE_MOVE_H
@@ -123,7 +135,7 @@ typedef struct mv {
  * the move there with that code. */
 extern int (*shard__move_hook)(uint64_t move_id, const char *point);
 
-/* ---- helpers (driver.c) ------------------------------------------------------ */
+/* ---- helpers (mv.c) ---------------------------------------------------------- */
 
 const shard_pairdef *move_sp(const mv *m);
 const shard_pairdef *move_dp(const mv *m);
@@ -147,6 +159,12 @@ int move_db_list(const mv *m, sqlbuf *q, bool quoted);
 bool move_name_ok(const char *s);
 /* Replace *slot with a copy of s. */
 int move_set_str(char **slot, const char *s);
+/* Count rows and bytes as copied, and tell the progress callback. */
+void move_copied(mv *m, uint64_t rows, uint64_t bytes);
+/* c's @@gtid_binlog_pos, whole and checked, into *slot (what it held is
+ * freed); *slot is left as it was on failure. The fence position, the
+ * flip position, the reverse stream's start. */
+int move_read_pos(shard_conn *c, char **slot);
 
 /* The connections' names: libshard_from_<pair> on a target,
  * libshard_revert_<pair> on a source (the pair names lowered). */
@@ -291,8 +309,6 @@ int move_infile_probe(mv *m, shard_conn *dst, const mtable *t);
  * size, each its own transaction. */
 int move_infile_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
                      const mtable *t, MYSQL_RES *res);
-/* Count rows and bytes as copied, and tell the progress callback. */
-void move_copied(mv *m, uint64_t rows, uint64_t bytes);
 
 /* ---- catchup.c ------------------------------------------------------------------------ */
 
@@ -336,6 +352,12 @@ int move_catch_up(mv *m);
 int move_wait_applied(mv *m, const char *pos, double seconds, bool *reached);
 /* Start the target pair's own link if it is stopped. */
 void move_pair_link_start(mv *m);
+/* The target master's replication-setup lock, held from before the fence
+ * until the flip (or the fence lifted): another mover's connection setup
+ * stops every connection on the target, which would stall this move's
+ * wait for the fence position, so it waits for the flip instead. on=false
+ * releases it if held. */
+int move_cut_lock(mv *m, bool on);
 
 /* ---- cutover.c -------------------------------------------------------------------------- */
 
@@ -346,9 +368,6 @@ int move_fence_state(mv *m, bool *on);
  * tell: keep the fence). */
 int move_flipped_in_store(mv *m);
 int move_publish(mv *m);
-int move_read_flip(mv *m);
-/* The target's position under the fence (m->rev): the reverse stream's start. */
-int move_read_reverse_start(mv *m);
 /* A revert (libshard-move(7), "Revert"): the cut-over in the other
  * direction, verification, the target's copies dropped; m in phase
  * reversible or reverting. */
@@ -356,22 +375,16 @@ int move_revert(mv *m);
 /* At the fence: the target snapshots verification compares against, and
  * the target's clock journaled (flip_at). */
 int move_open_vsnaps(mv *m);
-/* One snapshot per worker of the target as it is now; one_point: all of
- * one commit point (commits wait while they open). */
-int move_vsnaps_open(mv *m, bool one_point);
-/* The target master's replication-setup lock, held from before the fence
- * until the flip (or the fence lifted): another mover's connection setup
- * stops every connection on the target, which would stall this move's
- * wait for the fence position, so it waits for the flip instead. on=false
- * releases it if held. */
-int move_cut_lock(mv *m, bool on);
 /* Caught up: wait while the postpone_cutover_file exists, replicating. */
 int move_postpone(mv *m);
-void move_close_vsnaps(mv *m);
 
 /* ---- verify.c ------------------------------------------------------------------------------ */
 
 int move_verify(mv *m);
+/* One snapshot per worker of the target as it is now; one_point: all of
+ * one commit point (commits wait while they open). */
+int move_vsnaps_open(mv *m, bool one_point);
+void move_close_vsnaps(mv *m);
 
 /* ---- cleanup.c ------------------------------------------------------------------------------ */
 
