@@ -132,18 +132,6 @@ void move_check_target_pair(mv *m)
     shard_error_restore(&saved);
 }
 
-static int drop_source_fn(void *arg, size_t i, unsigned w)
-{
-    mv *m = arg;
-    char db[SHARD_DBNAME_MAX];
-    shard_conn *c;
-    int rc = move_wsrc(m, w, &c);
-
-    move_db(m, m->first + (unsigned)i, db);
-    /* Logged, so the source's standby drops them too. */
-    return rc ? rc : move_runf(c, "DROP DATABASE IF EXISTS `%s`", db);
-}
-
 int move_drop_source(mv *m)
 {
     int rc;
@@ -156,7 +144,7 @@ int move_drop_source(mv *m)
      * compared every row of the frozen source with the target. (Writes
      * that bypass libshard are outside what a fence can stop.)
      */
-    rc = fanout_run((size_t)(m->last - m->first) + 1, move_threads(m), drop_source_fn, m);
+    rc = move_drop_dbs(m, MOVE_SOURCE);
     move_close_workers(m);
     /* The rows go last: until the databases are gone they stay fenced. */
     if (rc == 0)

@@ -112,6 +112,26 @@ int move_publish(mv *m)
     return rc ? shard_fail_prefix(rc, "publishing the map: ") : 0;
 }
 
+int move_publish_landed(mv *m, int rc, int (*lift)(mv *m, int rc), const char *flipped,
+                        const char *fence)
+{
+    shard_errsave why;
+    int landed;
+
+    shard_error_save(&why, rc);
+    landed = move_flipped_in_store(m);
+    if (landed == 0) {
+        shard_error_restore(&why);
+        return lift(m, rc);
+    }
+    if (landed < 0) {
+        move_close_vsnaps(m);
+        return shard_fail(rc, "%.400s; and whether the map %s is unknown (%.400s): %s stays "
+                          "on; resume the move", why.msg, flipped, shard_errmsg(), fence);
+    }
+    return 0;
+}
+
 /*
  * At the fence, before the flip: the target holds exactly the source's
  * final state and no client writes there yet. The snapshots verification
@@ -245,7 +265,7 @@ static int revert_cutover(mv *m, mv *rv)
 {
     bool reached = false;
     double t0;
-    int rc, flipped;
+    int rc;
 
     if ((rc = move_list_tables(rv)) || (rc = move_fence_rows_source(rv)) ||
         (rc = move_catch_up(rv)))
@@ -279,21 +299,9 @@ static int revert_cutover(mv *m, mv *rv)
         rc = move_open_vsnaps(rv); /* the source as the target left it */
     if (rc == 0)
         rc = move_publish(rv);
-    if (rc) {
-        shard_errsave why;
-        shard_error_save(&why, rc);
-        flipped = move_flipped_in_store(rv);
-        if (flipped == 0) {
-            shard_error_restore(&why);
-            return revert_lift(rv, rc);
-        }
-        if (flipped < 0) {
-            move_close_vsnaps(rv);
-            return shard_fail(rc, "%.400s; and whether the map flipped back is unknown "
-                              "(%.400s): the target's fence stays on; resume the move",
-                              why.msg, shard_errmsg());
-        }
-    }
+    if (rc && (rc = move_publish_landed(rv, rc, revert_lift, "flipped back",
+                                        "the target's fence")))
+        return rc;
     /* Back on the source: its fence comes off, the reverse stream has
      * nothing more to bring (the target is fenced). */
     rc = move_fence_set(m, false);

@@ -265,25 +265,9 @@ static int fenced_flip(mv *m)
         rc = reverse_start(m);
     if (rc == 0)
         rc = move_publish(m);
-    if (rc) {
-        /* Not flipped: traffic back to the source. A store that cannot say
-         * keeps the fence: lifting it after a flip that did land would
-         * let old maps write to the source while new ones write to the
-         * target. Clients wait; a resume finds out. */
-        shard_errsave why;
-        int flipped;
-        shard_error_save(&why, rc);
-        flipped = move_flipped_in_store(m);
-        if (flipped == 0) {
-            shard_error_restore(&why);
-            return lift_fence(m, rc);
-        }
-        if (flipped < 0) {
-            move_close_vsnaps(m);
-            return shard_fail(rc, "%.400s; and whether the map flipped is unknown (%.400s): "
-                              "the fence stays on; resume the move", why.msg, shard_errmsg());
-        }
-    }
+    /* Not flipped: traffic back to the source (lift_fence). */
+    if (rc && (rc = move_publish_landed(m, rc, lift_fence, "flipped", "the fence")))
+        return rc;
     /* Flipped (also when the publish's answer was lost but the store shows it). */
     m->r->pause_ms = (now_seconds() - t0) * 1000.0;
     m->r->cutover_seconds = now_seconds() - t0;

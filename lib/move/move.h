@@ -66,6 +66,10 @@ typedef enum move_phase {
 
 #define MOVE_LINK_WAIT_S 120 /* a shared connection reaching a joining move's start */
 
+/* A move's two sides, as its worker connections name them (move_wsrc and
+ * move_wdst): in a revert's view (swapped) the target is the source. */
+typedef enum move_side { MOVE_SOURCE, MOVE_TARGET } move_side;
+
 typedef struct mtable {
     char db[SHARD_DBNAME_MAX];
     char name[65];
@@ -165,6 +169,9 @@ void move_copied(mv *m, uint64_t rows, uint64_t bytes);
  * freed); *slot is left as it was on failure. The fence position, the
  * flip position, the reverse stream's start. */
 int move_read_pos(shard_conn *c, char **slot);
+/* The moved databases dropped on one side's master (its worker
+ * connections), over the workers. */
+int move_drop_dbs(mv *m, move_side side);
 
 /* The connections' names: libshard_from_<pair> on a target,
  * libshard_revert_<pair> on a source (the pair names lowered). */
@@ -368,6 +375,17 @@ int move_fence_state(mv *m, bool *on);
  * tell: keep the fence). */
 int move_flipped_in_store(mv *m);
 int move_publish(mv *m);
+/*
+ * After a publish that failed with rc: did it land anyway (its answer
+ * lost)? 0 when it did: go on as flipped. When it did not, lift(m, rc):
+ * traffic goes back where it was. When the store cannot say, a failure
+ * that keeps the fence: lifting it after a flip that did land would let
+ * old maps write on one side while new ones write on the other. Clients
+ * wait; a resume finds out. flipped and fence name them in the message
+ * ("flipped back", "the target's fence").
+ */
+int move_publish_landed(mv *m, int rc, int (*lift)(mv *m, int rc), const char *flipped,
+                        const char *fence);
 /* A revert (libshard-move(7), "Revert"): the cut-over in the other
  * direction, verification, the target's copies dropped; m in phase
  * reversible or reverting. */

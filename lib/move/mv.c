@@ -195,3 +195,27 @@ int move_read_pos(shard_conn *c, char **slot)
     free(pos);
     return rc;
 }
+
+typedef struct drop_arg {
+    mv *m;
+    move_side side;
+} drop_arg;
+
+static int drop_db_fn(void *arg, size_t i, unsigned w)
+{
+    drop_arg *a = arg;
+    char db[SHARD_DBNAME_MAX];
+    shard_conn *c;
+    int rc = a->side == MOVE_SOURCE ? move_wsrc(a->m, w, &c) : move_wdst(a->m, w, &c);
+
+    move_db(a->m, a->m->first + (unsigned)i, db);
+    /* Logged, so the side's standby drops them too. */
+    return rc ? rc : move_runf(c, "DROP DATABASE IF EXISTS `%s`", db);
+}
+
+int move_drop_dbs(mv *m, move_side side)
+{
+    drop_arg a = {m, side};
+
+    return fanout_run((size_t)(m->last - m->first) + 1, move_threads(m), drop_db_fn, &a);
+}

@@ -504,22 +504,10 @@ int move_fence_delete(mv *m)
 /* Per-database and per-table DDL runs over the move's workers: creating
  * or dropping 1536 tables one statement after another would take most of
  * a move of small shards. */
-static int drop_target_fn(void *arg, size_t i, unsigned w)
-{
-    mv *m = arg;
-    char db[SHARD_DBNAME_MAX];
-    shard_conn *c;
-    int rc = move_wdst(m, w, &c);
-
-    move_db(m, m->first + (unsigned)i, db);
-    return rc ? rc : move_runf(c, "DROP DATABASE IF EXISTS `%s`", db);
-}
-
 int move_drop_target(mv *m)
 {
-    size_t n = (size_t)(m->last - m->first) + 1;
     m->target_made = false;
-    return fanout_run(n, move_threads(m), drop_target_fn, m);
+    return move_drop_dbs(m, MOVE_TARGET);
 }
 
 static int create_db_fn(void *arg, size_t i, unsigned w)
