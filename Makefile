@@ -182,10 +182,31 @@ deps:
 check: deps
 	@$(MAKE) --no-print-directory check-run
 
-check-run: all $(UNIT_TESTS) $(SERVER_TESTS)
+# make check T=server_move (or T="unit_map server_move abi_check"): only
+# those tests, by the name of their tests/*.c or tests/*.sh file.
+CHECK_SCRIPTS := abi_check doc_check
+ifdef T
+CHECK_PROGS := $(addprefix $(B)/tests/,$(filter-out $(CHECK_SCRIPTS),$(T)))
+CHECK_RUN   := $(CHECK_PROGS) $(patsubst %,tests/%.sh,$(filter $(CHECK_SCRIPTS),$(T)))
+else
+CHECK_PROGS := $(UNIT_TESTS) $(SERVER_TESTS)
+CHECK_RUN   := $(CHECK_PROGS) tests/abi_check.sh tests/doc_check.sh examples/python/check.sh
+endif
+
+check-run: all $(CHECK_PROGS)
 	@LIBSHARD_TESTS_DIR=tests SHARDCTL=$(B)/shardctl B=$(B) RUN="$(RUN)" \
-	    sh tests/run.sh $(UNIT_TESTS) $(SERVER_TESTS) tests/abi_check.sh tests/doc_check.sh \
-	    examples/python/check.sh
+	    sh tests/run.sh $(CHECK_RUN)
+
+# Parts of make check: the unit tests (no server), the server tests, the
+# exported-symbol check, the man pages against the header and shardctl.
+unit-check:
+	@$(MAKE) --no-print-directory check-run T="$(notdir $(UNIT_TESTS))"
+server-check: deps
+	@$(MAKE) --no-print-directory check-run T="$(notdir $(SERVER_TESTS))"
+abi-check:
+	@$(MAKE) --no-print-directory check-run T=abi_check
+doc-check:
+	@$(MAKE) --no-print-directory check-run T=doc_check
 
 # ThreadSanitizer over the tests where threads share a context (not part of
 # make check: run it as make check-tsan).

@@ -57,3 +57,13 @@ void shard_free(void *ptr)
 {
     free(ptr);
 }
+
+void shard_wipe_free(char *s)
+{
+    if (s) {
+        volatile char *p = s;
+        while (*p)
+            *p++ = 0;
+        free(s);
+    }
+}

@@ -91,16 +91,6 @@ static int read_password(const shard_ctx *ctx, const shard_map *map, char **out)
     return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
 }
 
-void shard_wipe_free(char *s)
-{
-    if (s) {
-        volatile char *p = s;
-        while (*p)
-            *p++ = 0;
-        free(s);
-    }
-}
-
 /* The password, copied under the lock a reload swaps (and wipes) it under:
  * a connection being opened keeps a copy of its own. */
 int ctx_password_copy(shard_ctx *ctx, char **out)
@@ -400,6 +390,22 @@ int shard_ctx_open(shard_ctx **out, const char *location, const shard_options *o
     return 0;
 }
 
+void *ctx_cache(shard_ctx *ctx, void *(*make)(void), void (*free_fn)(void *))
+{
+    void *c = atomic_load(&ctx->cache), *fresh, *expected = NULL;
+
+    if (c)
+        return c;
+    if (!(fresh = make()))
+        return NULL;
+    if (atomic_compare_exchange_strong(&ctx->cache, &expected, fresh)) {
+        ctx->cache_free = free_fn; /* read only when the context is freed */
+        return fresh;
+    }
+    free_fn(fresh); /* another thread's won */
+    return expected;
+}
+
 void shard_ctx_free(shard_ctx *ctx)
 {
     shard_server *s, *next;
@@ -424,7 +430,8 @@ void shard_ctx_free(shard_ctx *ctx)
     }
     shard_map_free(ctx->map);
     conn_config_free(&ctx->conf);
-    legacy_cache_free(ctx->legacy);
+    if (ctx->cache_free)
+        ctx->cache_free(atomic_load(&ctx->cache));
     free(ctx->user);
     free(ctx->password_env);
     pthread_mutex_destroy(&ctx->map_lock);

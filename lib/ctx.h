@@ -28,7 +28,10 @@ struct shard_ctx {
     bool reloading;           /* under reload_lock */
     double reload_started;    /* monotonic start of the latest error reload */
     uint64_t reloads_done;    /* error reloads finished */
-    _Atomic(struct legacy_cache *) legacy; /* legacy.c: resolutions; made on first use */
+    /* One other file's cache (legacy.c's resolutions), made on first use
+     * through ctx_cache(), freed with the context by the function given there. */
+    _Atomic(void *) cache;
+    void (*cache_free)(void *); /* set by the thread whose cache won */
     shard_stats stats;        /* stats.c: counters, shard_ctx_stats(3) */
     /* The lease (libshard-move(7), "The lease"): monotonic ns at which the
      * latest store read that found the held map current started; 0: none. */
@@ -42,8 +45,12 @@ void ctx_lease_confirm(shard_ctx *ctx, double started, uint64_t version);
  * map has none, it is not the context's current map, or never confirmed). */
 double ctx_lease_until(shard_ctx *ctx, const shard_map *map);
 
-/* legacy.c: free a context's resolution cache (NULL is fine). */
-void legacy_cache_free(struct legacy_cache *cache);
+/*
+ * The context's cache (made on first use): make() builds one (NULL: out of
+ * memory, and NULL is returned), and of threads racing, one's is kept and
+ * freed with the context by free_fn; the others' are freed at once.
+ */
+void *ctx_cache(shard_ctx *ctx, void *(*make)(void), void (*free_fn)(void *));
 
 /* A copy of the current password (NULL: none): shard_wipe_free() it. */
 int ctx_password_copy(shard_ctx *ctx, char **out);
@@ -59,11 +66,5 @@ shard_server *ctx_server_at(shard_ctx *ctx, const shard_endpoint *ep);
 /* A connection from srv's pool (conn_acquire, for callers holding a context). */
 int conn_get(shard_ctx *ctx, shard_server *srv, shard_conn **out);
 uint64_t ctx_random(void);
-
-/* move.c: 1 (and its id) when an unfinished move has `pair` as source or target. */
-int move_unfinished_on(shard_ctx *ctx, const shard_map *map, const char *pair,
-                       uint64_t *id);
-
-#include "exec.h"
 
 #endif

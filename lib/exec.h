@@ -7,10 +7,8 @@
 #ifndef LIBSHARD_EXEC_H
 #define LIBSHARD_EXEC_H
 
+#include "control.h"
 #include "ctx.h"
-
-/* The database that holds the fence rows (see libshard-move(7)). */
-#define FENCE_TABLE "libshard_control.fence"
 
 #define EXEC_MOD 1   /* shard is a mod shard: never moved, no fence */
 #define EXEC_WRITE 2 /* run fn in a transaction that first checks the fence under a

@@ -8,7 +8,9 @@
  * risk stays: writes the master committed but never sent are lost when it
  * is dead (SHARD_FAILOVER_FORCE); their IDs are never handed out again.
  */
-#include "ctx.h"
+#include "move/face.h"
+#include "publish.h"
+#include "repl.h"
 
 #include <mysqld_error.h>
 #include <stdatomic.h>
@@ -18,107 +20,12 @@
 #include <strings.h>
 
 #define FAILOVER_WAIT_S 30
-/* One MASTER_GTID_WAIT call waits at most this long, and at most half the
- * connection's read timeout, so that the server answers before the client
- * gives up on the connection. */
-#define WAIT_STEP_S 2.0
-#define PUBLISH_TRIES 5
 /* A forced promotion raises every object table's AUTO_INCREMENT this far
  * past the highest local id the promoted server knows of
  * (shard_pair_failover(3), "Local ids"). */
 #define ID_MARGIN UINT64_C(10000000)
 #define RAISE_WORKERS 4
 #define MAX_ROLES 32
-
-static bool gtid_ok(const char *s)
-{
-    for (; *s; s++)
-        if (!((*s >= '0' && *s <= '9') || *s == '-' || *s == ','))
-            return false;
-    return true;
-}
-
-/* The sequence number of domain d in a GTID position, 0 when absent. */
-static uint64_t seq_of(const char *pos, unsigned long d)
-{
-    for (const char *p = pos; *p;) {
-        char *end;
-        unsigned long dom = strtoul(p, &end, 10);
-        const char *dash2 = end && *end == '-' ? strchr(end + 1, '-') : NULL;
-        if (dash2 && dom == d)
-            return strtoull(dash2 + 1, NULL, 10);
-        p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
-    }
-    return 0;
-}
-
-/* Transactions in master_pos that the standby (at standby_pos) lacks. */
-static int64_t behind(const char *master_pos, const char *standby_pos)
-{
-    int64_t n = 0;
-    for (const char *p = master_pos; *p;) {
-        unsigned long d = strtoul(p, NULL, 10);
-        uint64_t m = seq_of(master_pos, d), s = seq_of(standby_pos, d);
-        if (m > s)
-            n += (int64_t)(m - s);
-        p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
-    }
-    return n;
-}
-
-/* A column of SHOW SLAVE STATUS (the pair's unnamed connection). */
-static int slave_field(shard_conn *c, const char *field, char *out, size_t size)
-{
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    MYSQL_FIELD *f;
-    int rc = conn_query_str(c, "SHOW SLAVE STATUS");
-
-    out[0] = '\0';
-    if (rc)
-        return rc;
-    if (!(res = mysql_store_result(c->my)))
-        return 0;
-    f = mysql_fetch_fields(res);
-    row = mysql_fetch_row(res);
-    for (unsigned i = 0; row && i < mysql_num_fields(res); i++)
-        if (strcmp(f[i].name, field) == 0)
-            snprintf(out, size, "%s", row[i] ? row[i] : "");
-    mysql_free_result(res);
-    return 0;
-}
-
-/*
- * Wait until the standby has applied pos, for at most FAILOVER_WAIT_S in
- * all, in steps that each end well within the connection's read timeout.
- */
-static int wait_applied(shard_conn *sb, const char *pos, bool *reached)
-{
-    double step = WAIT_STEP_S, end = now_seconds() + FAILOVER_WAIT_S;
-    char sql[1200], out[16];
-    int rc;
-
-    *reached = false;
-    if (!gtid_ok(pos))
-        return shard_fail(SHARD_ESERVER, "unexpected GTID position \"%.100s\"", pos);
-    if (sb->read_timeout_ms && step > sb->read_timeout_ms / 2000.0)
-        step = sb->read_timeout_ms / 2000.0;
-    if (step < 0.1)
-        step = 0.1;
-    for (;;) {
-        double left = end - now_seconds();
-        if (left <= 0)
-            return 0;
-        snprintf(sql, sizeof sql, "SELECT MASTER_GTID_WAIT('%s', %.3f)", pos,
-                 left < step ? left : step);
-        if ((rc = conn_value(sb, sql, out, sizeof out)))
-            return rc;
-        if (strcmp(out, "0") == 0) {
-            *reached = true;
-            return 0;
-        }
-    }
-}
 
 /* ---- local ids: the halves of a pair hand out disjoint values ---------- */
 
@@ -476,39 +383,31 @@ static int raise_counters(shard_ctx *ctx, const shard_map *map, size_t pair, sha
 
 /* ---- the flip ---------------------------------------------------------- */
 
+typedef struct swap_arg {
+    const char *pair, *old_master;
+} swap_arg;
+
+/* The new map: the pair's roles swapped, if its master is still the one
+ * fenced. */
+static int swap_edit(const shard_map *cur, shard_map **next, void *arg)
+{
+    const swap_arg *a = arg;
+    long pi = shard_map_find_pair(cur, a->pair);
+
+    if (pi < 0 || !cur->pairs[pi].has_standby)
+        return shard_fail(SHARD_ECONFLICT, "the stored map changed pair %s meanwhile", a->pair);
+    if (strcmp(cur->pairs[pi].master.text, a->old_master) != 0)
+        return shard_fail(SHARD_ECONFLICT, "pair %s's master changed meanwhile (now %s)",
+                          a->pair, cur->pairs[pi].master.text);
+    return map_swap_roles(cur, a->pair, cur->version + 1, next);
+}
+
 static int publish_swap(shard_ctx *ctx, const char *pair, const char *old_master,
                         uint64_t *version)
 {
-    int rc = 0;
+    swap_arg a = {pair, old_master};
 
-    for (int attempt = 0; attempt < PUBLISH_TRIES; attempt++) {
-        shard_map *cur = NULL, *next = NULL;
-        long pi;
-
-        if ((rc = shard_store_load(ctx->store, &cur)))
-            return rc;
-        pi = shard_map_find_pair(cur, pair);
-        if (pi < 0 || !cur->pairs[pi].has_standby) {
-            shard_map_free(cur);
-            return shard_fail(SHARD_ECONFLICT, "the stored map changed pair %s meanwhile",
-                              pair);
-        }
-        if (strcmp(cur->pairs[pi].master.text, old_master) != 0) {
-            shard_map_free(cur);
-            return shard_fail(SHARD_ECONFLICT, "pair %s's master changed meanwhile (now %s)",
-                              pair, cur->pairs[pi].master.text);
-        }
-        rc = map_swap_roles(cur, pair, cur->version + 1, &next);
-        if (rc == 0)
-            rc = shard_store_publish(ctx->store, next, cur->version);
-        if (rc == 0)
-            *version = next->version;
-        shard_map_free(next);
-        shard_map_free(cur);
-        if (rc != SHARD_ECONFLICT)
-            break;
-    }
-    return rc;
+    return publish_edit(ctx->store, swap_edit, &a, version);
 }
 
 static bool promoted_in_store(shard_ctx *ctx, const char *pair, const char *standby)
@@ -564,7 +463,9 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
     const shard_pairdef *p;
     id_settings sbids = {0, 0};
     uint64_t raised = 0;
-    char pos[1024], sbpos[1024], sec[32];
+    char *pos = NULL, *sbpos = NULL;
+    repl_status st = {NULL, 0};
+    const repl_link *own;
     double t0 = now_seconds(), tw;
     bool reached = false;
     long pi;
@@ -598,10 +499,12 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
                                p->standby.text, pair);
         goto out;
     }
-    if ((rc = slave_field(sb, "Seconds_Behind_Master", sec, sizeof sec)))
+    /* The pair's own (unnamed) replication connection. */
+    if ((rc = repl_status_read(sb, &st)))
         goto out;
-    if (sec[0])
-        r->lag_seconds = strtod(sec, NULL);
+    own = repl_status_find(&st, "");
+    if (own && own->seconds_behind >= 0)
+        r->lag_seconds = (double)own->seconds_behind;
     s = ctx_server_at(ctx, &p->master);
     rc = s ? conn_get(ctx, s, &ms) : SHARD_ENOMEM;
     if (rc == 0) {
@@ -615,13 +518,13 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
          * so the standby can catch up with everything there is. */
         if ((rc = conn_query_str(ms, "SET GLOBAL read_only = 1")))
             goto out;
-        if ((rc = conn_value(ms, "SELECT @@gtid_binlog_pos", pos, sizeof pos)) ||
-            (rc = conn_value(sb, "SELECT @@gtid_current_pos", sbpos, sizeof sbpos))) {
+        if ((rc = repl_value(ms, "SELECT @@gtid_binlog_pos", &pos)) ||
+            (rc = repl_value(sb, "SELECT @@gtid_current_pos", &sbpos))) {
             conn_query_str(ms, "SET GLOBAL read_only = 0"); /* give the master back */
             goto out;
         }
         r->old_master_fenced = 1;
-        r->lag_transactions = behind(pos, sbpos);
+        r->lag_transactions = repl_gtid_behind(pos, sbpos);
     } else if ((flags & SHARD_FAILOVER_FORCE) && (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT)) {
         ctx_log(ctx, SHARD_LOG_WARN, "failover of %s: master %s does not answer (%s); "
                 "promoting the standby: writes it never sent are lost", pair, p->master.text,
@@ -630,8 +533,11 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
             goto out;
         warn_ids_forced(ctx, p, &sbids);
         /* Apply everything the standby received. */
-        if ((rc = slave_field(sb, "Gtid_IO_Pos", pos, sizeof pos)))
+        pos = shard_strdup(own ? own->gtid_io_pos : "");
+        if (!pos) {
+            rc = shard_fail(SHARD_ENOMEM, "out of memory");
             goto out;
+        }
     } else if (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT) {
         rc = shard_fail_prefix(rc, "failover of %s refused, nothing promoted: its master %s "
                                "does not answer (--force would promote the standby anyway, "
@@ -643,7 +549,7 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
         goto out;
     }
     tw = now_seconds();
-    if (pos[0] && (rc = wait_applied(sb, pos, &reached))) {
+    if (pos[0] && (rc = repl_wait_pos(sb, pos, FAILOVER_WAIT_S, &reached))) {
         if (ms)
             conn_query_str(ms, "SET GLOBAL read_only = 0"); /* give the master back */
         goto out;
@@ -652,7 +558,7 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
     if (pos[0] && !reached) {
         if (ms)
             conn_query_str(ms, "SET GLOBAL read_only = 0"); /* give the master back */
-        rc = shard_fail(SHARD_ETIMEOUT, "standby %s did not apply %s within %d s; the master "
+        rc = shard_fail(SHARD_ETIMEOUT, "standby %s did not apply %.300s within %d s; the master "
                         "was left in charge", p->standby.text, pos, FAILOVER_WAIT_S);
         goto out;
     }
@@ -690,6 +596,9 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
     ctx_log(ctx, SHARD_LOG_WARN, "failover of %s: %s promoted (map version %llu)", pair,
             p->standby.text, (unsigned long long)r->map_version);
 out:
+    free(pos);
+    free(sbpos);
+    repl_status_free(&st);
     conn_put(sb, false);
     conn_put(ms, false);
     shard_map_free(map);

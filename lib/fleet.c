@@ -4,14 +4,14 @@
  * journaled on them (shard_fleet_status(3), shard_pair_add(3),
  * shard_schema_check(3)).
  */
+#include "control.h"
 #include "fleet.h"
+#include "repl.h"
 
 #include <mysqld_error.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CONTROL_DB "libshard_control"
 
 int fleet_connect(shard_ctx *ctx, const shard_endpoint *ep, shard_conn **out)
 {
@@ -28,15 +28,6 @@ static void copy_field(char *dst, size_t size, const char *v)
     snprintf(dst, size, "%s", v ? v : "");
 }
 
-static int column(MYSQL_RES *res, const char *name)
-{
-    MYSQL_FIELD *f = mysql_fetch_fields(res);
-    for (unsigned i = 0; i < mysql_num_fields(res); i++)
-        if (strcmp(f[i].name, name) == 0)
-            return (int)i;
-    return -1;
-}
-
 static const char *col(MYSQL_ROW row, int i)
 {
     return i >= 0 && row[i] ? row[i] : "";
@@ -44,35 +35,24 @@ static const char *col(MYSQL_ROW row, int i)
 
 static int read_links(shard_conn *c, fleet_server *s)
 {
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    int rc, name, host, port, id, io, sq, lag, ioe, sqe;
+    repl_status st;
+    int rc = repl_status_read(c, &st);
 
-    if ((rc = conn_query_str(c, "SHOW ALL SLAVES STATUS")))
+    if (rc)
         return rc;
-    if (!(res = mysql_store_result(c->my)))
-        return shard_fail(SHARD_ESERVER, "%s: %s", c->srv->label, mysql_error(c->my));
-    name = column(res, "Connection_name");
-    host = column(res, "Master_Host");
-    port = column(res, "Master_Port");
-    id = column(res, "Master_Server_Id");
-    io = column(res, "Slave_IO_Running");
-    sq = column(res, "Slave_SQL_Running");
-    lag = column(res, "Seconds_Behind_Master");
-    ioe = column(res, "Last_IO_Error");
-    sqe = column(res, "Last_SQL_Error");
-    while ((row = mysql_fetch_row(res)) && s->nlinks < FLEET_LINKS) {
+    for (size_t i = 0; i < st.n && s->nlinks < FLEET_LINKS; i++) {
+        const repl_link *r = &st.links[i];
         fleet_link *l = &s->links[s->nlinks++];
-        copy_field(l->name, sizeof l->name, col(row, name));
-        snprintf(l->source, sizeof l->source, "%s:%s", col(row, host), col(row, port));
-        l->source_id = strtoul(col(row, id), NULL, 10);
-        copy_field(l->io, sizeof l->io, col(row, io));
-        copy_field(l->sql, sizeof l->sql, col(row, sq));
-        l->lag = lag >= 0 && row[lag] ? strtoll(row[lag], NULL, 10) : -1;
-        copy_field(l->io_error, sizeof l->io_error, col(row, ioe));
-        copy_field(l->sql_error, sizeof l->sql_error, col(row, sqe));
+        copy_field(l->name, sizeof l->name, r->name);
+        snprintf(l->source, sizeof l->source, "%s:%u", r->master_host, r->master_port);
+        l->source_id = r->master_server_id;
+        copy_field(l->io, sizeof l->io, r->io_running);
+        copy_field(l->sql, sizeof l->sql, r->sql_running);
+        l->lag = r->seconds_behind;
+        copy_field(l->io_error, sizeof l->io_error, r->last_io_error);
+        copy_field(l->sql_error, sizeof l->sql_error, r->last_sql_error);
     }
-    mysql_free_result(res);
+    repl_status_free(&st);
     return 0;
 }
 
@@ -336,7 +316,7 @@ int fleet_moves_get(shard_conn *c, fleet_move *out, size_t max, size_t *n)
      * connection that writes the journal (libshard-move(7)). */
     snprintf(sql, sizeof sql, "SELECT id, source_pair, target_pair, first_shard, last_shard,"
              " phase, IS_USED_LOCK(CONCAT('libshard move ', id)) IS NOT NULL, updated_at,"
-             " message FROM " CONTROL_DB ".moves WHERE phase < %d ORDER BY id",
+             " message FROM " MOVES_TABLE " WHERE phase < %d ORDER BY id",
              SHARD_MOVE_DONE);
     rc = conn_query_str(c, sql);
     if (rc && (c->last_errno == ER_NO_SUCH_TABLE || c->last_errno == ER_BAD_DB_ERROR)) {

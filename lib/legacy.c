@@ -10,6 +10,7 @@
  * changes (libshard-import(7) names the one exception), so a hot legacy id
  * costs no round trip after its first use.
  */
+#include "exec.h"
 #include "legacy.h"
 
 #include <inttypes.h>
@@ -546,29 +547,32 @@ struct legacy_cache {
     lc_entry sets[LC_SETS][LC_WAYS]; /* way 0 is the most recently used */
 };
 
-static struct legacy_cache *cache_of(shard_ctx *ctx)
+static void *cache_make(void)
 {
-    struct legacy_cache *c = atomic_load(&ctx->legacy), *fresh, *expected = NULL;
+    struct legacy_cache *c = shard_calloc(1, sizeof *c);
 
-    if (c)
-        return c;
-    if (!(fresh = shard_calloc(1, sizeof *fresh)))
+    if (!c)
         return NULL; /* no cache: every resolution asks the server */
     for (int i = 0; i < LC_LOCKS; i++)
-        pthread_mutex_init(&fresh->locks[i], NULL);
-    if (atomic_compare_exchange_strong(&ctx->legacy, &expected, fresh))
-        return fresh;
-    legacy_cache_free(fresh); /* another thread's won */
-    return expected;
+        pthread_mutex_init(&c->locks[i], NULL);
+    return c;
 }
 
-void legacy_cache_free(struct legacy_cache *c)
+static void cache_free(void *p)
 {
+    struct legacy_cache *c = p;
+
     if (!c)
         return;
     for (int i = 0; i < LC_LOCKS; i++)
         pthread_mutex_destroy(&c->locks[i]);
     free(c);
+}
+
+/* The context's resolution cache, registered with it on first use. */
+static struct legacy_cache *cache_of(shard_ctx *ctx)
+{
+    return ctx_cache(ctx, cache_make, cache_free);
 }
 
 static size_t cache_set(unsigned type, uint64_t legacy)

@@ -4,7 +4,9 @@
  * shard ranges from the fullest pair to the emptiest, and run them one
  * after another with the public shard_move().
  */
+#include "control.h"
 #include "ctx.h"
+#include "move/face.h"
 #include "rebalance.h"
 
 #include <stdlib.h>
@@ -446,7 +448,7 @@ static void got_changed_again(measure *m, unsigned shard, uint64_t v)
 }
 
 #define SYSTEM_SCHEMAS \
-    "('mysql', 'information_schema', 'performance_schema', 'sys', 'libshard_control')"
+    "('mysql', 'information_schema', 'performance_schema', 'sys', '" CONTROL_DB "')"
 
 /*
  * Size on disk: a table's own tablespace file (innodb_file_per_table, the

@@ -333,11 +333,11 @@ static void link_free(repl_link *l)
 
 int repl_status_read(shard_conn *c, repl_status *st)
 {
-    enum { NAME, IO, SQL, IOERR, SQLERR, DODB, IOPOS, HOST, PORT, BEHIND, IOSTATE, NCOLS };
+    enum { NAME, IO, SQL, IOERR, SQLERR, DODB, IOPOS, HOST, PORT, BEHIND, IOSTATE, SRVID, NCOLS };
     static const char *const cols[NCOLS] = {
         "Connection_name", "Slave_IO_Running", "Slave_SQL_Running", "Last_IO_Error",
         "Last_SQL_Error", "Replicate_Do_DB", "Gtid_IO_Pos", "Master_Host", "Master_Port",
-        "Seconds_Behind_Master", "Slave_IO_State"};
+        "Seconds_Behind_Master", "Slave_IO_State", "Master_Server_Id"};
     int at[NCOLS];
     MYSQL_RES *res;
     MYSQL_FIELD *f;
@@ -383,6 +383,8 @@ int repl_status_read(shard_conn *c, repl_status *st)
         l->master_host = field_dup(row, len, at[HOST]);
         l->io_state = field_dup(row, len, at[IOSTATE]);
         l->master_port = at[PORT] >= 0 && row[at[PORT]] ? (unsigned)atoi(row[at[PORT]]) : 0;
+        l->master_server_id = at[SRVID] >= 0 && row[at[SRVID]] ? strtoul(row[at[SRVID]], NULL, 10)
+                                                              : 0;
         l->seconds_behind = at[BEHIND] >= 0 && row[at[BEHIND]] ? atol(row[at[BEHIND]]) : -1;
         if (!l->name || !l->io_running || !l->sql_running || !l->last_io_error ||
             !l->last_sql_error || !l->do_db || !l->gtid_io_pos || !l->master_host ||
@@ -431,40 +433,4 @@ void repl_link_describe(const repl_link *l, char *buf, size_t size)
     snprintf(buf, size, "IO thread %s, SQL thread %s%s%.300s%s",
              l->io_running[0] ? l->io_running : "?", l->sql_running[0] ? l->sql_running : "?",
              err[0] ? " (" : "", err, err[0] ? ")" : "");
-}
-
-/* ---- publishing ------------------------------------------------------------------------ */
-
-#define PUBLISH_TRIES 5
-
-int repl_publish(shard_ctx *ctx, repl_edit_fn edit, void *arg, uint64_t *version)
-{
-    int rc = 0;
-
-    for (int attempt = 0; attempt < PUBLISH_TRIES; attempt++) {
-        shard_map *cur = NULL, *next = NULL;
-
-        if ((rc = shard_store_load(ctx->store, &cur)))
-            return shard_fail_prefix(rc, "publishing the map: ");
-        rc = edit(cur, &next, arg);
-        if (rc == REPL_UNCHANGED) {
-            if (version)
-                *version = cur->version;
-            shard_map_free(cur);
-            return 0;
-        }
-        if (rc) { /* the edit's own refusal is final */
-            shard_map_free(next);
-            shard_map_free(cur);
-            return rc;
-        }
-        rc = shard_store_publish(ctx->store, next, cur->version);
-        if (rc == 0 && version)
-            *version = next->version;
-        shard_map_free(next);
-        shard_map_free(cur);
-        if (rc != SHARD_ECONFLICT)
-            break;
-    }
-    return rc;
 }

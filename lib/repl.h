@@ -2,8 +2,7 @@
  * Replication helpers that moves and failover share: GTID positions (pure
  * functions, unit-tested without a server), reading a whole value,
  * waiting for a position in steps shorter than the read timeout, reading
- * every replication connection's status, and publishing a new map with
- * compare-and-swap. See libshard-move(7) and shard_pair_failover(3).
+ * every replication connection's status. See libshard-move(7) and shard_pair_failover(3).
  */
 #ifndef LIBSHARD_REPL_H
 #define LIBSHARD_REPL_H
@@ -79,6 +78,7 @@ typedef struct repl_link {
     char *master_host;
     char *io_state;    /* Slave_IO_State: "Waiting for master to send event", ... */
     unsigned master_port;
+    unsigned long master_server_id; /* Master_Server_Id; 0: unknown */
     long seconds_behind; /* -1: NULL */
 } repl_link;
 
@@ -99,19 +99,5 @@ bool repl_link_running(const repl_link *l);
 bool repl_link_stopped(const repl_link *l);
 /* "IO thread Connecting, SQL thread No (error 1062: ...)" for messages. */
 void repl_link_describe(const repl_link *l, char *buf, size_t size);
-
-/* ---- publishing a map --------------------------------------------------------- */
-
-#define REPL_UNCHANGED 1 /* an edit's answer: the stored map needs no change */
-
-/*
- * edit builds *next from the stored map cur (next->version must be
- * cur->version + 1), or returns REPL_UNCHANGED, or fails. It may run more
- * than once: a lost compare-and-swap loads the store again and retries.
- */
-typedef int (*repl_edit_fn)(const shard_map *cur, shard_map **next, void *arg);
-/* *version (may be NULL): the version published, or the stored one when
- * edit said REPL_UNCHANGED. */
-int repl_publish(shard_ctx *ctx, repl_edit_fn edit, void *arg, uint64_t *version);
 
 #endif

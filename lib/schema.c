@@ -4,6 +4,7 @@
  * pairs in parallel; and the fence table (libshard-move(7)) on every
  * server of every pair, unlogged, since each server keeps its own.
  */
+#include "control.h"
 #include "exec.h"
 #include "schema.h"
 
@@ -122,7 +123,7 @@ static int run(schema_job *j, shard_conn **c, const sqlbuf *q)
  */
 static const char *const FENCE_DDL[] = {
     "SET SESSION sql_log_bin = 0",
-    "CREATE DATABASE IF NOT EXISTS libshard_control",
+    "CREATE DATABASE IF NOT EXISTS " CONTROL_DB,
     "CREATE TABLE IF NOT EXISTS " FENCE_TABLE " ("
     " db VARCHAR(64) NOT NULL PRIMARY KEY,"
     " fenced TINYINT NOT NULL DEFAULT 0,"

@@ -7,13 +7,12 @@
  * start when another change won.
  */
 #include "fleet.h"
+#include "publish.h"
 #include "schema.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define PUBLISH_TRIES 5
 
 /* Text from json_dumps() goes back to jansson's allocator, whatever it is. */
 static void dumps_free(char *p)
@@ -41,30 +40,11 @@ static int doc_map(json_t *doc, uint64_t version, shard_map **out)
     return rc;
 }
 
-/* Builds the next map from the current one, or fails (nothing published). */
-typedef int (*edit_fn)(shard_ctx *ctx, const shard_map *cur, void *arg, shard_map **next);
-
-/* Load, edit, publish if the store still holds what was edited; again
- * from the load when another change won meanwhile. */
-static int publish_edit(shard_ctx *ctx, edit_fn edit, void *arg, uint64_t *version)
+/* Publish the edit (publish.h), then reload the context. */
+static int topology_publish(shard_ctx *ctx, publish_edit_fn edit, void *arg, uint64_t *version)
 {
-    int rc = 0;
+    int rc = publish_edit(ctx->store, edit, arg, version);
 
-    for (int attempt = 0; attempt < PUBLISH_TRIES; attempt++) {
-        shard_map *cur = NULL, *next = NULL;
-
-        if ((rc = shard_store_load(ctx->store, &cur)))
-            return shard_fail_prefix(rc, "reading the stored map: ");
-        rc = edit(ctx, cur, arg, &next);
-        if (rc == 0)
-            rc = shard_store_publish(ctx->store, next, cur->version);
-        if (rc == 0 && version)
-            *version = next->version;
-        shard_map_free(next);
-        shard_map_free(cur);
-        if (rc != SHARD_ECONFLICT)
-            break;
-    }
     if (rc == 0) {
         shard_errsave keep;
         shard_error_save(&keep, 0);
@@ -200,13 +180,12 @@ static int check_addresses(const shard_map *m, size_t pi)
     return 0;
 }
 
-static int edit_add(shard_ctx *ctx, const shard_map *cur, void *arg, shard_map **next)
+static int edit_add(const shard_map *cur, shard_map **next, void *arg)
 {
     add_arg *a = arg;
     json_t *doc, *pairs, *pair;
     int rc;
 
-    (void)ctx;
     if (shard_map_find_pair(cur, a->name) >= 0)
         return shard_fail(SHARD_EEXISTS, "pair %.64s is already in the map", a->name);
     /* NULL only for text that is not UTF-8 (or out of memory). */
@@ -371,26 +350,25 @@ int shard_pair_add(shard_ctx *ctx, const char *name, const char *master, const c
      * on whatever it holds by then. */
     if ((rc = shard_store_load(ctx->store, &cur)))
         return shard_fail_prefix(rc, "reading the stored map: ");
-    if ((rc = edit_add(ctx, cur, &a, &next)) == 0)
+    if ((rc = edit_add(cur, &next, &a)) == 0)
         rc = check_new_pair(ctx, cur, &next->pairs[shard_map_find_pair(next, name)]);
     shard_map_free(next);
     shard_map_free(cur);
     if (rc)
         return shard_fail_prefix(rc, "pair add %.64s: ", name);
-    rc = publish_edit(ctx, edit_add, &a, version);
+    rc = topology_publish(ctx, edit_add, &a, version);
     return rc ? shard_fail_prefix(rc, "pair add %.64s: ", name) : 0;
 }
 
 /* ---- pair remove ---------------------------------------------------------- */
 
-static int edit_remove(shard_ctx *ctx, const shard_map *cur, void *arg, shard_map **next)
+static int edit_remove(const shard_map *cur, shard_map **next, void *arg)
 {
     const char *name = arg;
     long pi = shard_map_find_pair(cur, name);
     json_t *doc;
     int rc;
 
-    (void)ctx;
     if (pi < 0)
         return shard_fail(SHARD_EINVAL, "no pair named \"%.64s\" in the map", name);
     for (size_t i = 0; i < cur->nranges; i++)
@@ -482,18 +460,19 @@ int shard_pair_remove(shard_ctx *ctx, const char *name, uint64_t *version)
         return shard_fail(SHARD_EINVAL, "shard_pair_remove: NULL argument");
     if ((rc = shard_store_load(ctx->store, &cur)))
         return shard_fail_prefix(rc, "reading the stored map: ");
-    if ((rc = edit_remove(ctx, cur, (void *)name, &next)) == 0)
+    if ((rc = edit_remove(cur, &next, (void *)name)) == 0)
         rc = check_no_moves(ctx, cur, name);
     shard_map_free(next);
     shard_map_free(cur);
     if (rc == 0)
-        rc = publish_edit(ctx, edit_remove, (void *)name, version);
+        rc = topology_publish(ctx, edit_remove, (void *)name, version);
     return rc ? shard_fail_prefix(rc, "pair remove %.64s: ", name) : 0;
 }
 
 /* ---- shards open ---------------------------------------------------------- */
 
 typedef struct open_arg {
+    shard_ctx *ctx;
     unsigned n;
     const char *pair;
     shard_progress_fn progress;
@@ -682,12 +661,12 @@ out:
     return rc;
 }
 
-static int edit_open(shard_ctx *ctx, const shard_map *cur, void *arg, shard_map **next)
+static int edit_open(const shard_map *cur, shard_map **next, void *arg)
 {
     open_arg *a = arg;
     int rc = open_map(cur, a, next);
 
-    if (rc == 0 && (rc = create_range(ctx, *next, cur->open_shards, a))) {
+    if (rc == 0 && (rc = create_range(a->ctx, *next, cur->open_shards, a))) {
         shard_map_free(*next);
         *next = NULL;
     }
@@ -697,11 +676,11 @@ static int edit_open(shard_ctx *ctx, const shard_map *cur, void *arg, shard_map 
 int shard_shards_open(shard_ctx *ctx, unsigned n, const char *pair,
                       shard_progress_fn progress, void *payload, uint64_t *version)
 {
-    open_arg a = {n, pair, progress, payload};
+    open_arg a = {ctx, n, pair, progress, payload};
     int rc;
 
     if (!ctx)
         return shard_fail(SHARD_EINVAL, "shard_shards_open: NULL context");
-    rc = publish_edit(ctx, edit_open, &a, version);
+    rc = topology_publish(ctx, edit_open, &a, version);
     return rc ? shard_fail_prefix(rc, "shards open %u: ", n) : 0;
 }

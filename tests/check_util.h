@@ -116,6 +116,53 @@ CHECK_UTIL char *fmt(const char *f, ...)
     return s;
 }
 
+/* ---- server tests: SQL as root, where the map puts a shard ---------------- */
+
+/* sql's batch output on server (harness_sql), which must succeed; free() it. */
+CHECK_UTIL char *sql_ok(harness *h, const char *server, const char *sql)
+{
+    char *out = NULL;
+    int st = harness_sql(h, server, sql, &out);
+    ck_assert_msg(st == 0, "SQL on %s failed (status %d): %.400s", server, st, sql);
+    return out;
+}
+
+/* The same, the statement printf-style. */
+CHECK_UTIL char *sql_okf(harness *h, const char *server, const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    char *q = vfmt(f, ap);
+    va_end(ap);
+    char *out = sql_ok(h, server, q);
+    free(q);
+    return out;
+}
+
+/* s without its trailing newlines, in place; returns s. */
+CHECK_UTIL char *chomp(char *s)
+{
+    size_t n = strlen(s);
+    while (n && s[n - 1] == '\n')
+        s[--n] = '\0';
+    return s;
+}
+
+/* The pair serving shard in ctx's map, reloaded first (a buffer of this
+ * thread's, reused by the next call). */
+CHECK_UTIL const char *pair_of(shard_ctx *ctx, unsigned shard)
+{
+    static __thread char name[65];
+    shard_map *m = NULL;
+    const char *p = "?";
+    ck_assert_int_eq(shard_ctx_reload(ctx), 0);
+    ck_assert_int_eq(shard_ctx_map(ctx, &m), 0);
+    shard_map_pair_of(m, shard, &p);
+    snprintf(name, sizeof name, "%s", p);
+    shard_map_free(m);
+    return name;
+}
+
 /* ---- map stores ----------------------------------------------------------- */
 
 /* A file store's folder: it leaves its map and the lock file publishers
@@ -273,6 +320,34 @@ CHECK_UTIL void *create_waiting(void *arg)
     atomic_store(&w->started, 1);
     w->rc = shard_object_create(w->ctx, 1, w->shard, LIT("{\"waited\":1}"), &w->id);
     w->took = now_s() - t0;
+    return NULL;
+}
+
+/* A shard_move in a thread of its own (pthread_create(..., run_move_thread, &mv)):
+ * its arguments, its report, code and message. ctx NULL: the thread opens
+ * an operator's context of harness h for the move, and frees it after. */
+typedef struct move_thread {
+    harness *h;
+    shard_ctx *ctx;
+    unsigned first, last;
+    const char *target;
+    shard_move_options o;
+    shard_move_report r;
+    int rc;
+    char err[600];
+} move_thread;
+
+CHECK_UTIL void *run_move_thread(void *arg)
+{
+    move_thread *mv = arg;
+    shard_ctx *admin = mv->ctx;
+
+    mv->rc = admin ? 0 : harness_open_admin(mv->h, &admin, NULL);
+    if (mv->rc == 0)
+        mv->rc = shard_move(admin, mv->first, mv->last, mv->target, &mv->o, &mv->r, NULL);
+    snprintf(mv->err, sizeof mv->err, "%s", mv->rc ? shard_errmsg() : "");
+    if (!mv->ctx)
+        shard_ctx_free(admin);
     return NULL;
 }
 

@@ -34,14 +34,6 @@
 
 /* ---- raw SQL on a test server ---------------------------------------------- */
 
-/* sql's batch output on server (harness_sql), which must succeed; free() it. */
-MOVE_UTIL char *sql_ok(harness *h, const char *server, const char *sql)
-{
-    char *out = NULL;
-    ck_assert_int_eq(harness_sql(h, server, sql, &out), 0);
-    return out;
-}
-
 /* 1 if server holds shard's database, 0 if not. */
 MOVE_UTIL int db_exists(harness *h, const char *server, unsigned shard)
 {
@@ -67,21 +59,6 @@ MOVE_UTIL int db_exists_settled(harness *h, const char *server, unsigned shard, 
 }
 
 /* ---- where the map puts a shard --------------------------------------------- */
-
-/* The pair serving shard in ctx's map, reloaded first (a buffer of this
- * thread's, reused by the next call). */
-MOVE_UTIL const char *pair_of(shard_ctx *ctx, unsigned shard)
-{
-    static __thread char name[65];
-    shard_map *m = NULL;
-    const char *p = "?";
-    shard_ctx_reload(ctx);
-    ck_assert_int_eq(shard_ctx_map(ctx, &m), 0);
-    shard_map_pair_of(m, shard, &p);
-    snprintf(name, sizeof name, "%s", p);
-    shard_map_free(m);
-    return name;
-}
 
 /* "MySQL00N" -> N */
 MOVE_UTIL int pair_no(const char *pair)

@@ -51,22 +51,9 @@ static shard_map *M; /* its map */
 
 #define DOWN(rc) ((rc) == SHARD_ECONNECT || (rc) == SHARD_ETIMEOUT)
 
-/* Run SQL as root on a server; its batch output (caller frees). */
-static char *sql_on(const char *server, const char *f, ...)
-{
-    va_list ap;
-    va_start(ap, f);
-    char *q = vfmt(f, ap);
-    va_end(ap);
-    char *out = NULL;
-    int st = harness_sql(H, server, q, &out);
-    ck_assert_msg(st == 0, "SQL on %s failed (status %d): %.400s", server, st, q);
-    free(q);
-    size_t n = strlen(out);
-    while (n && out[n - 1] == '\n')
-        out[--n] = '\0';
-    return out;
-}
+/* Run SQL as root on a server; its batch output without its trailing
+ * newlines (caller frees). */
+#define sql_on(server, ...) chomp(sql_okf(H, server, __VA_ARGS__))
 
 static long long sql_num(const char *server, const char *f, ...)
 {

@@ -133,17 +133,8 @@ static shard_ctx *admin_ctx(void)
     return admin_ctx_ex(0);
 }
 
-/* SQL as root on a server; the output without its last newline (free it). */
-static char *sql_out(const char *server, const char *sql)
-{
-    char *out = NULL;
-    int rc = harness_sql(h, server, sql, &out);
-    size_t n = strlen(out);
-    ck_assert_msg(rc == 0, "%s on %s: status %d", sql, server, rc);
-    if (n && out[n - 1] == '\n')
-        out[n - 1] = '\0';
-    return out;
-}
+/* SQL as root on a server; the output without its trailing newlines (free it). */
+#define sql_out(server, sql) chomp(sql_ok(h, server, sql))
 
 static void sql_do(const char *server, const char *sql)
 {
@@ -169,12 +160,17 @@ static uint64_t stored_version(void)
     return v;
 }
 
-/* The standby has applied everything its master wrote (up to 30 s). */
+/* The standby has applied everything its master wrote (up to 30 s), however
+ * long the master's position. */
 static void caught_up(const char *standby, const char *master)
 {
-    char *pos = sql_out(master, "SELECT @@gtid_binlog_pos"), sql[1200], *r;
-    snprintf(sql, sizeof sql, "SELECT MASTER_GTID_WAIT('%s', 30)", pos);
+    char *pos = sql_out(master, "SELECT @@gtid_binlog_pos"), *sql, *r;
+    size_t n = strlen(pos) + 64;
+    sql = malloc(n);
+    ck_assert_ptr_nonnull(sql);
+    snprintf(sql, n, "SELECT MASTER_GTID_WAIT('%s', 30)", pos);
     r = sql_out(standby, sql);
+    free(sql);
     ck_assert_msg(strcmp(r, "0") == 0, "%s did not catch up with %s (%s)", standby, master,
                   pos);
     free(r);
@@ -449,6 +445,100 @@ START_TEST(failover_refuses_unchecked_moves)
 }
 END_TEST
 
+typedef struct long_call {
+    shard_ctx *ctx;
+    int rc;
+    char err[600];
+    atomic_int done;
+} long_call;
+
+static void *long_failover_thread(void *arg)
+{
+    long_call *f = arg;
+    shard_failover_report r;
+    f->rc = shard_pair_failover(f->ctx, "MySQL002", 0, &r);
+    snprintf(f->err, sizeof f->err, "%s", shard_errmsg());
+    atomic_store(&f->done, 1);
+    return NULL;
+}
+
+#define LONG_DOMAINS 200
+#define LONG_TAIL_AT 1200 /* entries that start this far into the position */
+
+/*
+ * A master whose GTID position is longer than 1023 bytes (a transaction in
+ * each of 200 domains): a planned failover waits for the whole position.
+ * The standby lacks only the domains printed last in the position (past
+ * byte 1200) and its SQL thread is stopped, so the failover cannot finish
+ * until it runs again; a wait for a truncated position would not wait.
+ */
+START_TEST(failover_waits_for_a_long_position)
+{
+    long_call f;
+    pthread_t t;
+    char *pos, *got, *save = NULL, stmt[160];
+    bool tail[LONG_DOMAINS] = {false};
+    size_t ntail = 0, len, at = 0;
+    char *sql;
+    int i;
+
+    memset(&f, 0, sizeof f);
+    atomic_init(&f.done, 0);
+    master_is("MySQL002", harness_port(h, "s3"));
+    len = (size_t)LONG_DOMAINS * sizeof stmt + 200;
+    sql = malloc(len);
+    ck_assert_ptr_nonnull(sql);
+    snprintf(sql, len, "CREATE DATABASE fo_long; CREATE TABLE fo_long.t (d INT, round INT,"
+             " PRIMARY KEY (d, round));");
+    for (i = 0; i < LONG_DOMAINS; i++) {
+        snprintf(stmt, sizeof stmt, " SET SESSION gtid_domain_id = %d;"
+                 " INSERT INTO fo_long.t VALUES (%d, 1);", 100000 + i, i);
+        strcat(sql, stmt);
+    }
+    sql_do("s3", sql);
+    caught_up("s4", "s3");
+    pos = sql_out("s3", "SELECT @@gtid_binlog_pos");
+    ck_assert_msg(strlen(pos) > 1023 + 200, "position of %zu bytes", strlen(pos));
+    /* The domains of the entries printed past LONG_TAIL_AT. */
+    for (char *e = strtok_r(pos, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+        long d = strtol(e, NULL, 10) - 100000;
+        if (at >= LONG_TAIL_AT && d >= 0 && d < LONG_DOMAINS) {
+            tail[d] = true;
+            ntail++;
+        }
+        at += strlen(e) + 1;
+    }
+    free(pos);
+    ck_assert_uint_gt(ntail, 0);
+    sql_do("s4", "STOP SLAVE SQL_THREAD");
+    snprintf(sql, len, "SELECT 1;");
+    for (i = 0; i < LONG_DOMAINS; i++)
+        if (tail[i]) {
+            snprintf(stmt, sizeof stmt, " SET SESSION gtid_domain_id = %d;"
+                     " INSERT INTO fo_long.t VALUES (%d, 2);", 100000 + i, i);
+            strcat(sql, stmt);
+        }
+    sql_do("s3", sql);
+    free(sql);
+
+    f.ctx = admin_ctx();
+    pthread_create(&t, NULL, long_failover_thread, &f);
+    for (i = 0; i < 600 && !atomic_load(&f.done) && read_only_of("s3") == 0; i++)
+        usleep(50000); /* until the fence is up and the wait has begun */
+    usleep(500000);
+    ck_assert_msg(!atomic_load(&f.done), "failover returned (%d: %s) while the standby "
+                  "lacked the end of the position", f.rc, f.err);
+    sql_do("s4", "START SLAVE SQL_THREAD");
+    pthread_join(t, NULL);
+    shard_ctx_free(f.ctx);
+    ck_assert_msg(f.rc == 0, "failover: %s", f.err);
+    master_is("MySQL002", harness_port(h, "s4"));
+    got = sql_out("s4", "SELECT COUNT(*) FROM fo_long.t WHERE round = 2");
+    ck_assert_uint_eq(strtoul(got, NULL, 10), ntail);
+    free(got);
+}
+END_TEST
+
 /* What writers were told, across the forced failovers of MySQL003. */
 typedef struct ack {
     uint64_t id;
@@ -654,7 +744,8 @@ int main(void)
                               failover_refusals, failover_refuses_overlapping_ids,
                               failover_refuses_unfenceable_account,
                               failover_waits_past_the_read_timeout,
-                              failover_refuses_unchecked_moves, forced_failover_never_reuses_ids,
+                              failover_refuses_unchecked_moves,
+                              failover_waits_for_a_long_position, forced_failover_never_reuses_ids,
                               forced_failover_raises_counters));
     suite_add_tcase(s, tc);
     failed = run_suite(s, CK_NOFORK); /* the tests build on each other */

@@ -7,7 +7,7 @@
  * a row changed behind the mover's back; two pairs merge onto a third.
  */
 #include "harness.h"
-#include "ctx.h" /* private: move_unfinished_on, as failover calls it */
+#include "move/face.h" /* private: move_unfinished_on, as failover calls it */
 #include "move_util.h"
 #include "run_cmd.h"
 
@@ -751,23 +751,6 @@ static void note_phase(int phase, uint64_t done, uint64_t total, void *payload)
     atomic_store(&last_phase, phase);
 }
 
-typedef struct mover {
-    unsigned first, last;
-    const char *target;
-    shard_move_options o;
-    shard_move_report r;
-    int rc;
-    char err[512];
-} mover;
-
-static void *run_mover(void *arg)
-{
-    mover *mv = arg;
-    mv->rc = shard_move(admin, mv->first, mv->last, mv->target, &mv->o, &mv->r, NULL);
-    snprintf(mv->err, sizeof mv->err, "%s", shard_errmsg());
-    return NULL;
-}
-
 static uint64_t count_on(const char *server, unsigned s)
 {
     char sql[200], *out;
@@ -784,7 +767,7 @@ static uint64_t count_on(const char *server, unsigned s)
  * move cuts over with every write on the target. */
 START_TEST(postponed_cutover_waits_for_the_file)
 {
-    static mover mv;
+    static move_thread mv;
     char path[600], target[65], source[65], sql[200], *out;
     unsigned s = 11;
     pthread_t t;
@@ -797,13 +780,14 @@ START_TEST(postponed_cutover_waits_for_the_file)
     ck_assert_ptr_nonnull(f = fopen(path, "w"));
     fclose(f);
     memset(&mv, 0, sizeof mv);
+    mv.ctx = admin;
     mv.first = mv.last = s;
     mv.target = target;
     mv.o = (shard_move_options)SHARD_MOVE_OPTIONS_INIT;
     mv.o.postpone_cutover_file = path;
     mv.o.progress = note_phase;
     atomic_store(&last_phase, -1);
-    ck_assert_int_eq(pthread_create(&t, NULL, run_mover, &mv), 0);
+    ck_assert_int_eq(pthread_create(&t, NULL, run_move_thread, &mv), 0);
     for (int i = 0; i < 1200 && atomic_load(&last_phase) != SHARD_MOVE_CATCHUP; i++)
         usleep(50000);
     ck_assert_int_eq(atomic_load(&last_phase), SHARD_MOVE_CATCHUP);

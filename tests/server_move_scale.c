@@ -47,13 +47,6 @@ static const char *const mapping_tables[] = {"user_likes_pins", "board_has_pins"
 static harness *h;
 static shard_ctx *ctx; /* the application's, shared by the writers */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static uint64_t id_of(unsigned shard, unsigned type, uint64_t local)
 {
     uint64_t id = 0;
@@ -239,7 +232,7 @@ static void keep_map(writer *w, int table, uint64_t from, uint64_t to, int64_t s
 /* Times one call; a failure is counted with its message. */
 static int timed(writer *w, const char *op, int rc, double t0)
 {
-    double d = now() - t0;
+    double d = now_s() - t0;
     w->calls++;
     if (d > w->worst) {
         w->worst = d;
@@ -266,16 +259,16 @@ static void write_round(writer *w, long i, unsigned *x)
     int rc;
 
     snprintf(json, sizeof json, "{\"w\":%d,\"i\":%ld,\"s\":%u}", w->no, i, s);
-    t0 = now();
+    t0 = now_s();
     if (timed(w, "create", shard_object_create(ctx, PINS, s, json, strlen(json), &pin), t0))
         return;
     k = keep_obj(w, pin, json) - w->objs;
     snprintf(json, sizeof json, "{\"p\":%ld}", i);
-    t0 = now();
+    t0 = now_s();
     if (timed(w, "patch", shard_object_patch(ctx, pin, json, strlen(json), &res, NULL), t0))
         return;
     snprintf(w->objs[k].json, sizeof w->objs[k].json, "%s", res);
-    t0 = now();
+    t0 = now_s();
     rc = timed(w, "get", shard_object_get(ctx, pin, &got, NULL), t0);
     if (rc == 0 && strcmp(got, res) != 0) {
         w->errors++;
@@ -284,7 +277,7 @@ static void write_round(writer *w, long i, unsigned *x)
     }
     shard_free(got);
     shard_free(res);
-    t0 = now();
+    t0 = now_s();
     if (timed(w, "mapping_add", shard_mapping_add(ctx, "user_likes_pins", pin, pin, i + 1), t0))
         return;
     keep_map(w, 0, pin, pin, i + 1);
@@ -293,12 +286,12 @@ static void write_round(writer *w, long i, unsigned *x)
     {
         unsigned bs = MOVED_FIRST + (s - MOVED_FIRST + 17) % NMOVED;
         snprintf(json, sizeof json, "{\"w\":%d,\"board\":%ld}", w->no, i);
-        t0 = now();
+        t0 = now_s();
         if (timed(w, "create", shard_object_create(ctx, BOARDS, bs, json, strlen(json), &board),
                   t0))
             return;
         keep_obj(w, board, json);
-        t0 = now();
+        t0 = now_s();
         if (timed(w, "mapping_add", shard_mapping_add(ctx, "board_has_pins", board, pin, i + 1),
                   t0))
             return;
@@ -408,19 +401,6 @@ static int databases_between(const char *server, unsigned first, unsigned last)
     return n;
 }
 
-static const char *pair_of(unsigned shard)
-{
-    static char name[65];
-    shard_map *m = NULL;
-    const char *p = "?";
-    ck_assert_int_eq(shard_ctx_reload(ctx), 0);
-    ck_assert_int_eq(shard_ctx_map(ctx, &m), 0);
-    shard_map_pair_of(m, shard, &p);
-    snprintf(name, sizeof name, "%s", p);
-    shard_map_free(m);
-    return name;
-}
-
 /* ---- the test ------------------------------------------------------------------ */
 
 static double t_phase[SHARD_MOVE_ABORTED + 1];
@@ -431,7 +411,7 @@ static void phase_seen(int phase, uint64_t done, uint64_t total, void *payload)
     (void)total;
     (void)payload;
     if (phase >= 0 && phase <= SHARD_MOVE_ABORTED && t_phase[phase] == 0)
-        t_phase[phase] = now();
+        t_phase[phase] = now_s();
 }
 
 START_TEST(move_64_shards_of_6_tables_under_writers)
@@ -450,7 +430,7 @@ START_TEST(move_64_shards_of_6_tables_under_writers)
 
     preload();
     ck_assert_int_eq(harness_sync_standby(h, 1, 120), 0);
-    ck_assert_str_eq(pair_of(MOVED_FIRST), SOURCE);
+    ck_assert_str_eq(pair_of(ctx, MOVED_FIRST), SOURCE);
     ck_assert_int_eq(databases_between("s3", MOVED_FIRST, MOVED_LAST), 0);
 
     /* The mover has a context of its own, as an operator's process would,
@@ -463,9 +443,9 @@ START_TEST(move_64_shards_of_6_tables_under_writers)
     usleep(300000);
     o.copy_threads = COPY_THREADS;
     o.progress = phase_seen;
-    t0 = now();
+    t0 = now_s();
     rc = shard_move(mover, MOVED_FIRST, MOVED_LAST, TARGET, &o, &r, NULL);
-    t1 = now();
+    t1 = now_s();
     if (rc)
         fprintf(stderr, "move: %s: %s\n", shard_strerror(rc), shard_errmsg());
     usleep(300000);
@@ -510,7 +490,7 @@ START_TEST(move_64_shards_of_6_tables_under_writers)
 
     /* The map: the moved shards on the target, the others where they were. */
     for (unsigned s = 0; s < SHARDS; s++) {
-        ck_assert_str_eq(pair_of(s), s <= MOVED_LAST ? TARGET : SOURCE);
+        ck_assert_str_eq(pair_of(ctx, s), s <= MOVED_LAST ? TARGET : SOURCE);
         if (s <= MOVED_LAST)
             moved[s - MOVED_FIRST] = s;
         else
@@ -552,7 +532,7 @@ int main(void)
     Suite *s = suite_create("server_move_scale");
     TCase *tc = tcase_create("scale");
     shard_options so = SHARD_OPTIONS_INIT;
-    double t0 = now();
+    double t0 = now_s();
     int failed;
 
     /* Pair 1 serves all 128 shards; pair 2 is empty, for the move. */
@@ -566,13 +546,13 @@ int main(void)
         harness_stop(h);
         return 1;
     }
-    printf("servers and schema (%d shards x 6 tables) ready in %.1f s\n", SHARDS, now() - t0);
+    printf("servers and schema (%d shards x 6 tables) ready in %.1f s\n", SHARDS, now_s() - t0);
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, move_64_shards_of_6_tables_under_writers);
     suite_add_tcase(s, tc);
     failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(ctx);
     harness_stop(h);
-    printf("total %.1f s\n", now() - t0);
+    printf("total %.1f s\n", now_s() - t0);
     return failed ? 1 : 0;
 }

@@ -37,13 +37,6 @@ static harness *h;
 static shard_ctx *app;
 static atomic_int last_phase = -1;
 
-static char *sql1(const char *server, const char *sql)
-{
-    char *out = NULL;
-    ck_assert_msg(harness_sql(h, server, sql, &out) == 0, "sql on %s failed: %s", server, sql);
-    return out;
-}
-
 static void note_phase(int phase, uint64_t done, uint64_t total, void *payload)
 {
     (void)done;
@@ -52,35 +45,13 @@ static void note_phase(int phase, uint64_t done, uint64_t total, void *payload)
     atomic_store(&last_phase, phase);
 }
 
-typedef struct mover {
-    unsigned first, last;
-    const char *target;
-    shard_move_options o;
-    shard_move_report r;
-    int rc;
-    char err[600];
-} mover;
-
-static void *run_mover(void *arg)
-{
-    mover *mv = arg;
-    shard_ctx *admin = NULL;
-
-    mv->rc = harness_open_admin(h, &admin, NULL);
-    if (mv->rc == 0)
-        mv->rc = shard_move(admin, mv->first, mv->last, mv->target, &mv->o, &mv->r, NULL);
-    snprintf(mv->err, sizeof mv->err, "%s", mv->rc ? shard_errmsg() : "");
-    shard_ctx_free(admin);
-    return NULL;
-}
-
 static uint64_t count_on(const char *server, unsigned shard)
 {
     char sql[100], *out;
     uint64_t n;
 
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05u.pins", shard);
-    out = sql1(server, sql);
+    out = sql_ok(h, server, sql);
     n = strtoull(out, NULL, 10);
     free(out);
     return n;
@@ -92,14 +63,14 @@ static void set_delay(const char *server, int seconds)
 
     snprintf(sql, sizeof sql, "STOP SLAVE; CHANGE MASTER TO master_delay = %d; START SLAVE",
              seconds);
-    free(sql1(server, sql));
+    free(sql_ok(h, server, sql));
 }
 
 /* The pair's own link of a server: both threads running, and no error
  * (the row of SHOW SLAVE STATUS, tab-separated, without the names). */
 static void link_ok(const char *server)
 {
-    char *out = sql1(server, "SHOW SLAVE STATUS");
+    char *out = sql_ok(h, server, "SHOW SLAVE STATUS");
 
     ck_assert_msg(strstr(out, "\tYes\tYes\t") && !strstr(out, "rror"), "%s's pair link: %s",
                   server, out);
@@ -108,7 +79,7 @@ static void link_ok(const char *server)
 
 START_TEST(second_move_setup_keeps_the_pair_link)
 {
-    static mover m1, m2;
+    static move_thread m1, m2;
     char path[600], *pos;
     pthread_t t;
     FILE *f;
@@ -127,11 +98,11 @@ START_TEST(second_move_setup_keeps_the_pair_link)
     snprintf(path, sizeof path, "%s/postpone-cutover", harness_dir(h));
     ck_assert_ptr_nonnull(f = fopen(path, "w"));
     fclose(f);
-    m1 = (mover){.first = 4, .last = 4, .target = "MySQL003",
+    m1 = (move_thread){.h = h, .first = 4, .last = 4, .target = "MySQL003",
                  .o = (shard_move_options)SHARD_MOVE_OPTIONS_INIT};
     m1.o.postpone_cutover_file = path;
     m1.o.progress = note_phase;
-    ck_assert_int_eq(pthread_create(&t, NULL, run_mover, &m1), 0);
+    ck_assert_int_eq(pthread_create(&t, NULL, run_move_thread, &m1), 0);
     for (int i = 0; i < 1200 && atomic_load(&last_phase) != SHARD_MOVE_CATCHUP; i++)
         usleep(50000);
     ck_assert_int_eq(atomic_load(&last_phase), SHARD_MOVE_CATCHUP);
@@ -147,16 +118,16 @@ START_TEST(second_move_setup_keeps_the_pair_link)
     for (int i = 0; i < 600 && count_on("s5", 4) != count_on("s3", 4); i++)
         usleep(50000);
     ck_assert_uint_eq(count_on("s5", 4), count_on("s3", 4));
-    pos = sql1("s6", "SELECT @@gtid_binlog_pos");
+    pos = sql_ok(h, "s6", "SELECT @@gtid_binlog_pos");
     pos[strcspn(pos, "\n")] = '\0';
     printf("target standby s6 at \"%s\" (MySQL002's master is domain 3)%s\n", pos,
            strstr(pos, "3-3-") ? ": it already has that domain, the race is not set up" : "");
     free(pos);
 
     /* The second move, MySQL001 -> MySQL003, sets up its connection. */
-    m2 = (mover){.first = 0, .last = 0, .target = "MySQL003",
+    m2 = (move_thread){.h = h, .first = 0, .last = 0, .target = "MySQL003",
                  .o = (shard_move_options)SHARD_MOVE_OPTIONS_INIT};
-    run_mover(&m2);
+    run_move_thread(&m2);
     printf("second move: rc %d %s, target pair healthy %d\n", m2.rc, m2.err,
            m2.r.target_pair_healthy);
 

@@ -240,19 +240,10 @@ static void random_secret(const char *env, const char *prefix, size_t bytes)
     setenv(env, v, 1);
 }
 
-/* Runs sql as root on server, asserting success; the output is the caller's. */
-static char *sql_on(const char *server, const char *sql)
-{
-    char *out = NULL;
-    int st = harness_sql(h, server, sql, &out);
-    ck_assert_msg(st == 0, "sql on %s failed (%d): %.300s", server, st, sql);
-    return out;
-}
-
 static void sql_all(const char *sql)
 {
     for (size_t i = 0; i < NELEM(SERVERS); i++)
-        free(sql_on(SERVERS[i], sql));
+        free(sql_ok(h, SERVERS[i], sql));
 }
 
 /* (Re)create `user` on every server with exactly `grants` (not replicated:
@@ -380,7 +371,7 @@ static uint64_t map_version(const char *path)
     return v;
 }
 
-static const char *pair_of(const char *path, unsigned shard)
+static const char *pair_in_file(const char *path, unsigned shard)
 {
     static char name[65];
     shard_map *m = NULL;
@@ -416,7 +407,7 @@ static int db_exists(const char *server, const char *db)
     int yes;
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE "
              "SCHEMA_NAME = '%s'", db);
-    out = sql_on(server, sql);
+    out = sql_ok(h, server, sql);
     yes = strcmp(out, "0\n") != 0;
     free(out);
     return yes;
@@ -429,7 +420,7 @@ static void pair_links_run(void)
         char *out = NULL;
         for (int t = 0; t < 100; t++) {
             free(out);
-            out = sql_on(SERVERS[i], "SELECT COUNT(*) FROM information_schema.GLOBAL_STATUS"
+            out = sql_ok(h, SERVERS[i], "SELECT COUNT(*) FROM information_schema.GLOBAL_STATUS"
                                      " WHERE VARIABLE_NAME = 'SLAVES_RUNNING'"
                                      " AND VARIABLE_VALUE = '1'");
             if (strcmp(out, "1\n") == 0)
@@ -878,7 +869,7 @@ START_TEST(app_role)
     ck_assert_int_eq(db_exists("s3", "db00000"), 0);
     /* (libshard_control itself exists everywhere: schema apply makes the
      * fence table there.) No move journal was started. */
-    out = sql_on("s3", "SELECT COUNT(*) FROM information_schema.TABLES WHERE "
+    out = sql_ok(h, "s3", "SELECT COUNT(*) FROM information_schema.TABLES WHERE "
                        "TABLE_SCHEMA = 'libshard_control' AND TABLE_NAME = 'moves'");
     ck_assert_str_eq(out, "0\n");
     free(out);
@@ -887,7 +878,7 @@ START_TEST(app_role)
     ck_assert_msg(rc == SHARD_EPRIV, "rc %d: %s", rc, errmsg());
     printf("app account, failover: %s\n", errmsg());
     ck_assert_uint_eq(map_version(harness_map_path(h)), version);
-    out = sql_on("s1", "SELECT @@read_only");
+    out = sql_ok(h, "s1", "SELECT @@read_only");
     ck_assert_str_eq(out, "0\n");
     free(out);
     ck_assert_int_eq(shard_object_get(c, app_ids[0], &json, &len), 0); /* untouched */
@@ -978,7 +969,7 @@ static int writer_stop(writer *w, pthread_t t, char *why, size_t size)
 static int move_as(const char *user, const char *pwenv, unsigned timeout_s,
                    shard_move_report *r)
 {
-    const char *from = pair_of(harness_map_path(h), 0);
+    const char *from = pair_in_file(harness_map_path(h), 0);
     const char *to = strcmp(from, "MySQL001") == 0 ? "MySQL002" : "MySQL001";
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_ctx *c = open_as(harness_map_path(h), user, pwenv);
@@ -1022,13 +1013,13 @@ static void undo_move(void)
 /* Rows in the move journal on a server (0 when it has none yet). */
 static long journal_rows(const char *server)
 {
-    char *out = sql_on(server, "SELECT COUNT(*) FROM information_schema.TABLES WHERE "
+    char *out = sql_ok(h, server, "SELECT COUNT(*) FROM information_schema.TABLES WHERE "
                                "TABLE_SCHEMA = 'libshard_control' AND TABLE_NAME = 'moves'");
     long n = 0;
 
     if (strcmp(out, "0\n") != 0) {
         free(out);
-        out = sql_on(server, "SELECT COUNT(*) FROM libshard_control.moves");
+        out = sql_ok(h, server, "SELECT COUNT(*) FROM libshard_control.moves");
         n = atol(out);
     }
     free(out);
@@ -1037,7 +1028,7 @@ static long journal_rows(const char *server)
 
 static long fence_rows(const char *server)
 {
-    char *out = sql_on(server, "SELECT COUNT(*) FROM libshard_control.fence");
+    char *out = sql_ok(h, server, "SELECT COUNT(*) FROM libshard_control.fence");
     long n = atol(out);
     free(out);
     return n;
@@ -1080,7 +1071,7 @@ START_TEST(app_account_cannot_operate)
     size_t len;
     int rc, st;
 
-    snprintf(from, sizeof from, "%s", pair_of(path, 0));
+    snprintf(from, sizeof from, "%s", pair_in_file(path, 0));
     snprintf(to, sizeof to, "%s", strcmp(from, "MySQL001") == 0 ? "MySQL002" : "MySQL001");
     snprintf(master, sizeof master, "%s", master_server(from));
     snprintf(target, sizeof target, "%s", master_server(to));
@@ -1100,14 +1091,14 @@ START_TEST(app_account_cannot_operate)
                   "shardctl move as shard: exit %d: %s", st, out);
     free(out);
     ck_assert_uint_eq(map_version(path), version);
-    ck_assert_str_eq(pair_of(path, 0), from);
+    ck_assert_str_eq(pair_in_file(path, 0), from);
     ck_assert_int_eq(db_exists(target, "db00000"), 0);
     ck_assert_int_eq(db_exists(master, "db00000"), 1);
     ck_assert_int_eq(journal_rows(master), journal[0]);
     ck_assert_int_eq(journal_rows(target), journal[1]);
     ck_assert_int_eq(fence_rows(master), fences[0]);
     ck_assert_int_eq(fence_rows(target), fences[1]);
-    out = sql_on(target, "SHOW ALL SLAVES STATUS");
+    out = sql_ok(h, target, "SHOW ALL SLAVES STATUS");
     ck_assert_msg(!strstr(out, "libshard_move_"), "a move connection on %s", target);
     free(out);
     pair_links_run();
@@ -1121,7 +1112,7 @@ START_TEST(app_account_cannot_operate)
     shardctl_expect(1, args);
     ck_assert_uint_eq(map_version(path), version);
     snprintf(master, sizeof master, "%s", master_server("MySQL001"));
-    out = sql_on(master, "SELECT @@read_only");
+    out = sql_ok(h, master, "SELECT @@read_only");
     ck_assert_str_eq(out, "0\n");
     free(out);
     ck_assert_msg(shard_object_create(app, 1, 1, "{\"still\":1}", 11, &id) == 0, "%s",
@@ -1144,7 +1135,7 @@ START_TEST(app_account_cannot_operate)
     ck_assert_msg(shard_schema_apply(admin, NULL, NULL) == 0, "%s", errmsg());
     ck_assert_int_eq(db_exists(master, "db00004"), 1);
     shard_ctx_free(admin);
-    free(sql_on(master, "DROP DATABASE db00004")); /* the map never opened it */
+    free(sql_ok(h, master, "DROP DATABASE db00004")); /* the map never opened it */
 
     admin = open_as(path, "shardadmin", "LIBSHARD_PASSWORD");
     w = writer_start_as(&t, NULL, NULL); /* the application's writes, through the move */
@@ -1155,7 +1146,7 @@ START_TEST(app_account_cannot_operate)
     ck_assert_msg(st == 0, "the application's writes during the move: %s", why);
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r.mismatches, 0);
-    ck_assert_str_eq(pair_of(path, 0), to);
+    ck_assert_str_eq(pair_in_file(path, 0), to);
     ck_assert_uint_eq(map_version(path), version + 1);
     ck_assert_int_eq(db_exists(target, "db00000"), 1);
     pair_links_run();
@@ -1187,7 +1178,7 @@ START_TEST(mover_role)
     char from[16], source[8];
     int rc;
 
-    snprintf(from, sizeof from, "%s", pair_of(harness_map_path(h), 0));
+    snprintf(from, sizeof from, "%s", pair_in_file(harness_map_path(h), 0));
     snprintf(source, sizeof source, "%s", master_server(from));
     account("moveradmin", "MOVER_PASSWORD", NULL, MOVER_GRANTS, NELEM(MOVER_GRANTS), 0);
     rc = move_as("moveradmin", "MOVER_PASSWORD", 60, &r);
@@ -1197,7 +1188,7 @@ START_TEST(mover_role)
            (unsigned long long)r.rows_verified,
            r.copy_seconds + r.catchup_seconds + r.cutover_seconds + r.verify_seconds,
            r.pause_ms);
-    ck_assert_str_eq(pair_of(harness_map_path(h), 0),
+    ck_assert_str_eq(pair_in_file(harness_map_path(h), 0),
                      strcmp(from, "MySQL001") == 0 ? "MySQL002" : "MySQL001");
     ck_assert_int_eq(db_exists(source, "db00000"), 0);
     pair_links_run();
@@ -1219,7 +1210,7 @@ START_TEST(mover_role)
     shard_free(st);
     shard_ctx_free(app);
     {
-        char *out = sql_on("s3", "SELECT CONCAT(message, ' ', snapshot_gtid) FROM "
+        char *out = sql_ok(h, "s3", "SELECT CONCAT(message, ' ', snapshot_gtid) FROM "
                                  "libshard_control.moves");
         no_secret("the move journal", out);
         free(out);
@@ -1302,14 +1293,14 @@ START_TEST(failover_failing_after_the_fence)
     account("failpartial", "FAILOVER_PASSWORD", NULL, monitor, NELEM(monitor), 0);
     snprintf(sql, sizeof sql, "SET sql_log_bin = 0; GRANT READ_ONLY ADMIN ON *.* TO "
              "'failpartial'@'127.0.0.1'");
-    free(sql_on(master, sql));
+    free(sql_ok(h, master, sql));
     c = open_as(harness_map_path(h), "failpartial", "FAILOVER_PASSWORD");
     rc = shard_pair_failover(c, "MySQL001", 0, &r);
     ck_assert_int_eq(rc, SHARD_EPRIV);
     printf("failover, standby denies READ_ONLY ADMIN: %s\n", errmsg());
     shard_ctx_free(c);
     ck_assert_uint_eq(map_version(harness_map_path(h)), version);
-    out = sql_on(master, "SELECT @@read_only");
+    out = sql_ok(h, master, "SELECT @@read_only");
     ck_assert_msg(strcmp(out, "0\n") == 0, "the failed failover left master %s read-only, "
                   "still master in the map", master);
     free(out);
@@ -1383,7 +1374,7 @@ static int failover_as(const char *user, const char *pwenv)
     errmsg();
     shard_ctx_free(c);
     if (rc)
-        free(sql_on(master_server("MySQL001"), "SET GLOBAL read_only = 0"));
+        free(sql_ok(h, master_server("MySQL001"), "SET GLOBAL read_only = 0"));
     return rc;
 }
 

@@ -609,18 +609,6 @@ START_TEST(test_pool_wait)
 }
 END_TEST
 
-static char *sql_on(const char *server, const char *f, ...)
-{
-    va_list ap;
-    char *q = NULL, *out = NULL;
-    va_start(ap, f);
-    ck_assert_int_ge(vasprintf(&q, f, ap), 0);
-    va_end(ap);
-    ck_assert_msg(harness_sql(H, server, q, &out) == 0, "SQL failed on %s: %s", server, q);
-    free(q);
-    return out;
-}
-
 /* A create on a fenced shard waits for the map that routes the shard
  * elsewhere (as after a move's cut-over), reading the store until it comes. */
 START_TEST(test_fence_wait)
@@ -653,7 +641,7 @@ START_TEST(test_fence_wait)
     map_publish(H, moved);
     pthread_join(th, NULL);
     ck_assert_msg(w.rc == 0, "the waiting create: %s", shard_strerror(w.rc));
-    char *n = sql_on("s3", "SELECT COUNT(*) FROM `%s`.pins WHERE local_id = %llu", db,
+    char *n = sql_okf(H, "s3", "SELECT COUNT(*) FROM `%s`.pins WHERE local_id = %llu", db,
                      (unsigned long long)shard_id_local(w.id));
     ck_assert_str_eq(n, "1\n"); /* it ran on MySQL002 */
     free(n);

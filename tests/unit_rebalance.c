@@ -16,7 +16,7 @@
 #define NS 24
 
 static bool considered[NP], drained[NP];
-static long pair_of[NS];
+static long pair_at[NS];
 static double load[NS];
 
 static void setup_all_on_first(void)
@@ -26,7 +26,7 @@ static void setup_all_on_first(void)
         drained[p] = false;
     }
     for (unsigned s = 0; s < NS; s++) {
-        pair_of[s] = 0;
+        pair_at[s] = 0;
         load[s] = 100;
     }
 }
@@ -34,7 +34,7 @@ static void setup_all_on_first(void)
 /* Plan, check each step is a contiguous range wholly on its source, apply it. */
 static size_t plan_apply(double threshold, unsigned max_moves)
 {
-    rebal_input in = {NP, considered, drained, NS, pair_of, load, threshold, max_moves};
+    rebal_input in = {NP, considered, drained, NS, pair_at, load, threshold, max_moves};
     rebal_step *st = NULL;
     size_t n = 0;
 
@@ -44,8 +44,8 @@ static size_t plan_apply(double threshold, unsigned max_moves)
         ck_assert_uint_ne(st[i].from, st[i].to);
         ck_assert(considered[st[i].to] && !drained[st[i].to]);
         for (unsigned s = st[i].first; s <= st[i].last; s++) {
-            ck_assert_int_eq(pair_of[s], (long)st[i].from);
-            pair_of[s] = (long)st[i].to;
+            ck_assert_int_eq(pair_at[s], (long)st[i].from);
+            pair_at[s] = (long)st[i].to;
         }
     }
     free(st);
@@ -57,7 +57,7 @@ static void assert_balanced(double threshold)
     double pl[NP], total = 0, mean;
     size_t nactive = 0;
 
-    rebal_pair_loads(NP, NS, pair_of, load, pl);
+    rebal_pair_loads(NP, NS, pair_at, load, pl);
     for (size_t p = 0; p < NP; p++)
         if (considered[p]) {
             total += pl[p];
@@ -99,7 +99,7 @@ START_TEST(balanced_is_left_alone)
 {
     setup_all_on_first();
     for (unsigned s = 0; s < NS; s++)
-        pair_of[s] = (long)(s / (NS / NP));
+        pair_at[s] = (long)(s / (NS / NP));
     load[0] = 150; /* pair 0 is 50/2400 above the others: within 10% */
     ck_assert_uint_eq(plan_apply(0.1, 0), 0);
 }
@@ -109,7 +109,7 @@ START_TEST(a_giant_shard_is_not_moved_back_and_forth)
 {
     setup_all_on_first();
     for (unsigned s = 0; s < NS; s++) {
-        pair_of[s] = (long)(s % NP);
+        pair_at[s] = (long)(s % NP);
         load[s] = 1;
     }
     load[0] = 10000; /* no move can even this out */
@@ -121,7 +121,7 @@ START_TEST(drain_empties_the_pair)
 {
     setup_all_on_first();
     for (unsigned s = 0; s < NS; s++)
-        pair_of[s] = (long)(s / (NS / NP));
+        pair_at[s] = (long)(s / (NS / NP));
     drained[1] = true;
     ck_assert_uint_ge(plan_apply(0.1, 0), 2); /* onto both others */
     assert_balanced(0.1);
@@ -133,13 +133,13 @@ START_TEST(drain_of_nothing_is_one_move_per_run)
 {
     setup_all_on_first();
     for (unsigned s = 0; s < NS; s++) {
-        pair_of[s] = (long)(s / (NS / NP));
+        pair_at[s] = (long)(s / (NS / NP));
         load[s] = 0;
     }
     drained[0] = true;
     ck_assert_uint_eq(plan_apply(0.1, 0), 1);
     for (unsigned s = 0; s < NS / NP; s++)
-        ck_assert_int_ne(pair_of[s], 0);
+        ck_assert_int_ne(pair_at[s], 0);
 }
 END_TEST
 
@@ -147,12 +147,12 @@ START_TEST(merge_two_of_three)
 {
     setup_all_on_first();
     for (unsigned s = 0; s < NS; s++)
-        pair_of[s] = (long)(s / (NS / NP));
+        pair_at[s] = (long)(s / (NS / NP));
     considered[0] = false; /* --pairs MySQL002,MySQL003 --drain MySQL003 */
     drained[2] = true;
     ck_assert_uint_ge(plan_apply(0.1, 0), 1);
     for (unsigned s = 0; s < NS; s++)
-        ck_assert_int_eq(pair_of[s], s < NS / NP ? 0 : 1);
+        ck_assert_int_eq(pair_at[s], s < NS / NP ? 0 : 1);
 }
 END_TEST
 
@@ -168,7 +168,7 @@ END_TEST
 
 START_TEST(nowhere_to_drain_to)
 {
-    rebal_input in = {NP, considered, drained, NS, pair_of, load, 0.1, 0};
+    rebal_input in = {NP, considered, drained, NS, pair_at, load, 0.1, 0};
     rebal_step *st = NULL;
     size_t n = 0;
 

@@ -4,6 +4,7 @@
  * positions far longer than 512 characters), and publishing a map with
  * compare-and-swap on a file store.
  */
+#include "publish.h"
 #include "repl.h" /* private: tests link libshard.a */
 #include "check_util.h"
 #include "map.h"
@@ -125,7 +126,7 @@ static void long_pos(char *buf, size_t size, unsigned first, unsigned n, unsigne
 
 START_TEST(gtid_long_positions)
 {
-    static char snap[16384], cur[16384], want[16384];
+    static char snap[16384], cur[16384], want[2 * 16384 + 2];
     unsigned long keep[] = {5000};
     char *out = NULL;
 
@@ -182,7 +183,7 @@ static int edit(const shard_map *cur, shard_map **next, void *arg)
         e->rival = NULL;
     }
     if (shard_map_pair_index(cur, 0) == shard_map_find_pair(cur, "MySQL002"))
-        return REPL_UNCHANGED;
+        return PUBLISH_UNCHANGED;
     return map_reassign(cur, 0, 0, "MySQL002", cur->version + 1, next);
 }
 
@@ -207,7 +208,7 @@ START_TEST(publish_compare_and_swap)
     ck_assert_int_eq(shard_store_open(&st, path), 0);
     /* A rival publishes between our load and our swap: we load again and win. */
     e.rival = st;
-    ck_assert_msg(repl_publish(ctx, edit, &e, &v) == 0, "%s", shard_errmsg());
+    ck_assert_msg(publish_edit(ctx->store, edit, &e, &v) == 0, "%s", shard_errmsg());
     ck_assert_int_eq(e.calls, 2);
     ck_assert_uint_eq(v, 9);
     ck_assert_int_eq(shard_store_load(st, &m), 0);
@@ -217,13 +218,13 @@ START_TEST(publish_compare_and_swap)
     shard_map_free(m);
     /* Already as wanted: nothing published, the stored version reported. */
     e.calls = 0;
-    ck_assert_int_eq(repl_publish(ctx, edit, &e, &v), 0);
+    ck_assert_int_eq(publish_edit(ctx->store, edit, &e, &v), 0);
     ck_assert_int_eq(e.calls, 1);
     ck_assert_uint_eq(v, 9);
     /* The edit's own refusal is final, even a conflict: no retry. */
     e.calls = 0;
     e.answer = SHARD_ECONFLICT;
-    ck_assert_int_eq(repl_publish(ctx, edit, &e, &v), SHARD_ECONFLICT);
+    ck_assert_int_eq(publish_edit(ctx->store, edit, &e, &v), SHARD_ECONFLICT);
     ck_assert_int_eq(e.calls, 1);
     shard_store_free(st);
     shard_ctx_free(ctx);

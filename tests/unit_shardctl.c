@@ -398,13 +398,13 @@ START_TEST(help_per_command)
         {"move finish", "--threads", NULL},
         {"import", "--from-password-env", "--near"},
         {"obj get", "--legacy", "--connect-timeout"},
-        {"map show", "--pretty", NULL},
+        {"map show", "--pretty", "--map-version"},
         {"move", "--reverse-window", "--max-rows-per-second"},
     };
     run_result r = RUN("help"), r2;
 
     ck_assert_int_eq(r.status, 0);
-    ck_assert_ptr_nonnull(strstr(r.out, "\n  map show [--pretty]  "));
+    ck_assert_ptr_nonnull(strstr(r.out, "\n  map show [--pretty] [--map-version N]  "));
     ck_assert_ptr_nonnull(strstr(r.out, "\n  completion bash  "));
     run_free(&r);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {

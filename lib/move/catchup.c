@@ -207,7 +207,7 @@ static int registry(mv *m, const move_link *l, dbset *s)
     int rc;
 
     sql_init(&q);
-    sql_add(&q, "SELECT first_shard, last_shard FROM " MOVE_CONTROL_DB ".moves WHERE"
+    sql_add(&q, "SELECT first_shard, last_shard FROM " MOVES_TABLE " WHERE"
                 " source_pair = ");
     sql_hex(&q, move_sp(m)->name, strlen(move_sp(m)->name));
     sql_add(&q, " AND target_pair = ");

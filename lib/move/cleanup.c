@@ -76,7 +76,7 @@ int move_target_pair_ready(mv *m)
     }
     if ((rc = move_conn(m, &dp->standby, &sb)))
         goto out;
-    if ((!m->flip || !m->flip[0]) && (rc = move_read_flip(m)))
+    if ((!m->flip || !m->flip[0]) && (rc = move_read_pos(m->t, &m->flip)))
         goto out;
     for (;;) {
         if ((rc = look(m, m->t, sb, &pl)))
@@ -115,8 +115,8 @@ void move_check_target_pair(mv *m)
     if (!dp->has_standby)
         return;
     shard_error_save(&saved, 0);
-    if (move_conn(m, &dp->standby, &sb) || ((!m->flip || !m->flip[0]) && move_read_flip(m)) ||
-        look(m, m->t, sb, &pl)) {
+    if (move_conn(m, &dp->standby, &sb) ||
+        ((!m->flip || !m->flip[0]) && move_read_pos(m->t, &m->flip)) || look(m, m->t, sb, &pl)) {
         m->r->target_pair_healthy = 0;
         ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: the health of target pair %s is "
                 "unknown: %s", (unsigned long long)m->id, dp->name, shard_errmsg());
@@ -132,18 +132,6 @@ void move_check_target_pair(mv *m)
     shard_error_restore(&saved);
 }
 
-static int drop_source_fn(void *arg, size_t i, unsigned w)
-{
-    mv *m = arg;
-    char db[SHARD_DBNAME_MAX];
-    shard_conn *c;
-    int rc = move_wsrc(m, w, &c);
-
-    move_db(m, m->first + (unsigned)i, db);
-    /* Logged, so the source's standby drops them too. */
-    return rc ? rc : move_runf(c, "DROP DATABASE IF EXISTS `%s`", db);
-}
-
 int move_drop_source(mv *m)
 {
     int rc;
@@ -156,7 +144,7 @@ int move_drop_source(mv *m)
      * compared every row of the frozen source with the target. (Writes
      * that bypass libshard are outside what a fence can stop.)
      */
-    rc = fanout_run((size_t)(m->last - m->first) + 1, move_threads(m), drop_source_fn, m);
+    rc = move_drop_dbs(m, MOVE_SOURCE);
     move_close_workers(m);
     /* The rows go last: until the databases are gone they stay fenced. */
     if (rc == 0)

@@ -58,7 +58,7 @@ int move_fence_state(mv *m, bool *on)
 
     *on = false;
     sql_init(&q);
-    sql_add(&q, "SELECT COUNT(*) FROM " MOVE_FENCE_TABLE " WHERE fenced = 1 AND db IN (");
+    sql_add(&q, "SELECT COUNT(*) FROM " FENCE_TABLE " WHERE fenced = 1 AND db IN (");
     move_db_list(m, &q, true);
     sql_add(&q, ")");
     if ((rc = sql_check(&q)) == 0)
@@ -99,7 +99,7 @@ static int flip_edit(const shard_map *cur, shard_map **next, void *arg)
         some_source |= strcmp(pn, move_sp(m)->name) == 0;
     }
     if (all_target) /* a resumed move whose flip already happened */
-        return REPL_UNCHANGED;
+        return PUBLISH_UNCHANGED;
     if (!some_source || shard_map_find_pair(cur, move_dp(m)->name) < 0)
         return shard_fail(SHARD_ECONFLICT, "the stored map no longer has shards %u-%u on %s: "
                           "another change moved them", m->first, m->last, move_sp(m)->name);
@@ -108,56 +108,28 @@ static int flip_edit(const shard_map *cur, shard_map **next, void *arg)
 
 int move_publish(mv *m)
 {
-    int rc = repl_publish(m->ctx, flip_edit, m, &m->r->map_version);
+    int rc = publish_edit(m->ctx->store, flip_edit, m, &m->r->map_version);
     return rc ? shard_fail_prefix(rc, "publishing the map: ") : 0;
 }
 
-/* The target master's position just after the flip: everything moved is
- * in it, and cleanup waits until the target's standby has it too. */
-int move_read_flip(mv *m)
+int move_publish_landed(mv *m, int rc, int (*lift)(mv *m, int rc), const char *flipped,
+                        const char *fence)
 {
-    char *pos = NULL;
-    int rc = repl_value(m->t, "SELECT @@gtid_binlog_pos", &pos);
+    shard_errsave why;
+    int landed;
 
-    if (rc == 0 && (rc = repl_gtid_check(pos)) == 0) {
-        free(m->flip);
-        m->flip = pos;
-        return 0;
+    shard_error_save(&why, rc);
+    landed = move_flipped_in_store(m);
+    if (landed == 0) {
+        shard_error_restore(&why);
+        return lift(m, rc);
     }
-    free(pos);
-    return rc;
-}
-
-/* One snapshot per verifying worker, of the target as it is now; with
- * one_point, all opened while the target's commits wait, so that every
- * worker sees the same point even while clients write. */
-int move_vsnaps_open(mv *m, bool one_point)
-{
-    unsigned n = move_threads(m);
-    shard_errsave saved;
-    int rc = 0;
-
-    move_close_vsnaps(m);
-    for (unsigned w = 0; rc == 0 && w < n; w++) {
-        if ((rc = move_conn(m, &move_dp(m)->master, &m->vsnap[w])))
-            break;
-        m->nvsnap = w + 1;
-        rc = move_runf(m->vsnap[w], "SET SESSION time_zone = '+00:00'");
-    }
-    if (rc == 0 && one_point &&
-        (rc = move_runf(m->t, "BACKUP STAGE START")) == 0 &&
-        (rc = move_runf(m->t, "BACKUP STAGE BLOCK_COMMIT")))
-        move_runf(m->t, "BACKUP STAGE END");
-    for (unsigned w = 0; rc == 0 && w < n; w++)
-        rc = move_runf(m->vsnap[w], "START TRANSACTION WITH CONSISTENT SNAPSHOT");
-    if (one_point) {
-        shard_error_save(&saved, rc);
-        move_runf(m->t, "BACKUP STAGE END");
-        shard_error_restore(&saved);
-    }
-    if (rc)
+    if (landed < 0) {
         move_close_vsnaps(m);
-    return rc;
+        return shard_fail(rc, "%.400s; and whether the map %s is unknown (%.400s): %s stays "
+                          "on; resume the move", why.msg, flipped, shard_errmsg(), fence);
+    }
+    return 0;
 }
 
 /*
@@ -177,17 +149,10 @@ int move_open_vsnaps(mv *m)
     if (m->resumed && (rc = move_flipped_in_store(m)) != 0)
         return rc < 0 ? rc : 0;
     if ((rc = move_vsnaps_open(m, false)) == 0 && m->id &&
-        (rc = move_runf(m->ctl, "UPDATE " MOVE_CONTROL_DB ".moves SET flip_at = NOW(6) WHERE"
+        (rc = move_runf(m->ctl, "UPDATE " MOVES_TABLE " SET flip_at = NOW(6) WHERE"
                         " id = %llu", (unsigned long long)m->id)))
         move_close_vsnaps(m);
     return rc;
-}
-
-void move_close_vsnaps(mv *m)
-{
-    for (unsigned w = 0; w < m->nvsnap; w++)
-        move_close(&m->vsnap[w]);
-    m->nvsnap = 0;
 }
 
 /*
@@ -221,20 +186,6 @@ int move_postpone(mv *m)
     return 0;
 }
 /* ---- the revert: the same cut-over in the other direction -------------------------- */
-
-int move_read_reverse_start(mv *m)
-{
-    char *pos = NULL;
-    int rc = repl_value(m->t, "SELECT @@gtid_binlog_pos", &pos);
-
-    if (rc == 0 && (rc = repl_gtid_check(pos)) == 0) {
-        free(m->rev);
-        m->rev = pos;
-        return 0;
-    }
-    free(pos);
-    return rc;
-}
 
 /*
  * The move seen from the other side: the target is the source now, the
@@ -312,10 +263,9 @@ static int revert_lift(mv *rv, int rc)
  * source. On success the map points at the source again. */
 static int revert_cutover(mv *m, mv *rv)
 {
-    char *pos = NULL;
     bool reached = false;
     double t0;
-    int rc, flipped;
+    int rc;
 
     if ((rc = move_list_tables(rv)) || (rc = move_fence_rows_source(rv)) ||
         (rc = move_lease_wait(rv)) || (rc = move_catch_up(rv)))
@@ -337,13 +287,8 @@ static int revert_cutover(mv *m, mv *rv)
                           "than %u s, %u times", rv->o.fence_timeout_s, rv->r->fence_attempts);
     if (rc)
         return rc;
-    if ((rc = repl_value(rv->src, "SELECT @@gtid_binlog_pos", &pos)) ||
-        (rc = repl_gtid_check(pos))) {
-        free(pos);
+    if ((rc = move_read_pos(rv->src, &rv->fence)))
         return revert_lift(rv, rc);
-    }
-    free(rv->fence);
-    rv->fence = pos;
     if ((rc = move_enter(rv, MOVE_REVERTING, "the target is fenced")))
         return revert_lift(rv, rc);
     rc = move_wait_applied(rv, rv->fence, MOVE_FENCE_WAIT_S, &reached);
@@ -354,21 +299,9 @@ static int revert_cutover(mv *m, mv *rv)
         rc = move_open_vsnaps(rv); /* the source as the target left it */
     if (rc == 0)
         rc = move_publish(rv);
-    if (rc) {
-        shard_errsave why;
-        shard_error_save(&why, rc);
-        flipped = move_flipped_in_store(rv);
-        if (flipped == 0) {
-            shard_error_restore(&why);
-            return revert_lift(rv, rc);
-        }
-        if (flipped < 0) {
-            move_close_vsnaps(rv);
-            return shard_fail(rc, "%.400s; and whether the map flipped back is unknown "
-                              "(%.400s): the target's fence stays on; resume the move",
-                              why.msg, shard_errmsg());
-        }
-    }
+    if (rc && (rc = move_publish_landed(rv, rc, revert_lift, "flipped back",
+                                        "the target's fence")))
+        return rc;
     /* Back on the source: its fence comes off, the reverse stream has
      * nothing more to bring (the target is fenced). */
     rc = move_fence_set(m, false);
@@ -377,7 +310,8 @@ static int revert_cutover(mv *m, mv *rv)
     if (rc)
         return shard_fail_prefix(rc, "the map is back on %s but its fence could not be "
                                  "lifted (resume the move): ", move_dp(rv)->name);
-    if ((rc = move_read_flip(rv)) || (rc = move_enter(rv, MOVE_REVERTING, "flipped back")))
+    if ((rc = move_read_pos(rv->t, &rv->flip)) ||
+        (rc = move_enter(rv, MOVE_REVERTING, "flipped back")))
         return rc;
     shard_ctx_reload(rv->ctx);
     return 0;
@@ -406,7 +340,7 @@ static int revert_resumed(mv *m, mv *rv)
     if ((rc = move_list_tables(rv)) || (rc = move_fence_set(m, false)))
         return rc;
     if (!rv->flip || !rv->flip[0])
-        rc = move_read_flip(rv);
+        rc = move_read_pos(rv->t, &rv->flip);
     return rc;
 }
 

@@ -14,170 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- helpers every file of the move uses --------------------------------------- */
-
-const shard_pairdef *move_sp(const mv *m)
-{
-    return &m->map->pairs[m->spi];
-}
-
-const shard_pairdef *move_dp(const mv *m)
-{
-    return &m->map->pairs[m->dpi];
-}
-
-void move_db(const mv *m, unsigned shard, char *db)
-{
-    shard_dbfmt_name(&m->map->dbfmt, shard, db);
-}
-
-int move_conn(mv *m, const shard_endpoint *ep, shard_conn **out)
-{
-    shard_server *s = ctx_server_at(m->ctx, ep);
-    int rc;
-
-    *out = NULL;
-    rc = s ? conn_get(m->ctx, s, out) : shard_fail(SHARD_ENOMEM, "out of memory");
-    /* Some sit idle through an hours-long copy: the server must not drop
-     * them (the journal's lock lives on one). Never pooled, so no leak. */
-    if (rc == 0 && (rc = conn_query_str(*out, "SET SESSION wait_timeout = 604800"))) {
-        conn_put(*out, false);
-        *out = NULL;
-    }
-    return rc;
-}
-
-void move_close(shard_conn **c)
-{
-    if (*c)
-        conn_put(*c, false);
-    *c = NULL;
-}
-
-int move_wsrc(mv *m, unsigned w, shard_conn **out)
-{
-    int rc = 0;
-
-    if (!m->wsrc[w])
-        rc = move_conn(m, &move_sp(m)->master, &m->wsrc[w]);
-    *out = m->wsrc[w];
-    return rc;
-}
-
-int move_wdst(mv *m, unsigned w, shard_conn **out)
-{
-    int rc = 0;
-
-    if (!m->wdst[w])
-        rc = move_conn(m, &move_dp(m)->master, &m->wdst[w]);
-    *out = m->wdst[w];
-    return rc;
-}
-
-void move_close_workers(mv *m)
-{
-    for (unsigned w = 0; w < MOVE_MAX_WORKERS; w++) {
-        move_close(&m->wsrc[w]);
-        move_close(&m->wdst[w]);
-    }
-}
-
-unsigned move_threads(const mv *m)
-{
-    unsigned n = m->o.copy_threads ? m->o.copy_threads : 1, pool = m->ctx->opts.pool_size;
-
-    if (n > MOVE_MAX_WORKERS)
-        n = MOVE_MAX_WORKERS;
-    /* Each worker holds a connection to a server next to the mover's own
-     * (journal, source, target, snapshot control): stay inside pool_size. */
-    if (pool <= 4)
-        n = 1;
-    else if (n > pool - 4)
-        n = pool - 4;
-    return n;
-}
-
-int move_runf(shard_conn *c, const char *fmt, ...)
-{
-    char sql[4096];
-    va_list ap;
-    int n;
-
-    va_start(ap, fmt);
-    n = vsnprintf(sql, sizeof sql, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof sql)
-        return shard_fail(SHARD_EINTERNAL, "statement too long");
-    return conn_query_str(c, sql);
-}
-
-void move_progress(mv *m, int phase, uint64_t done, uint64_t total)
-{
-    if (!m->o.progress)
-        return;
-    pthread_mutex_lock(&m->lock);
-    m->o.progress(phase, done, total, m->o.payload);
-    pthread_mutex_unlock(&m->lock);
-}
-
-void move_step(mv *m, double *t0, const char *step)
-{
-    double t = now_seconds();
-    ctx_log(m->ctx, SHARD_LOG_DEBUG, "move %llu: %s in %.3f s", (unsigned long long)m->id,
-            step, t - *t0);
-    *t0 = t;
-}
-
-int move_db_list(const mv *m, sqlbuf *q, bool quoted)
-{
-    for (unsigned s = m->first; s <= m->last; s++) {
-        char db[SHARD_DBNAME_MAX];
-        move_db(m, s, db);
-        sql_addf(q, quoted ? "%s'%s'" : "%s%s", s == m->first ? "" : ",", db);
-    }
-    return sql_check(q);
-}
-
-bool move_name_ok(const char *s)
-{
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_'))
-            return false;
-    return true;
-}
-
-bool move_over(int phase)
-{
-    return phase == MOVE_DONE || phase == MOVE_ABORTED || phase == MOVE_REVERTED;
-}
-
-static void link_name(char *out, size_t size, const char *prefix, const char *pair)
-{
-    size_t n = (size_t)snprintf(out, size, "%s", prefix);
-
-    for (; *pair && n + 1 < size; pair++) {
-        char c = *pair >= 'A' && *pair <= 'Z' ? (char)(*pair - 'A' + 'a') : *pair;
-        out[n++] = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ? c : '_';
-    }
-    out[n] = '\0';
-}
-
-void move_link_names(mv *m)
-{
-    link_name(m->name, sizeof m->name, "libshard_from_", move_sp(m)->name);
-    link_name(m->rname, sizeof m->rname, "libshard_revert_", move_dp(m)->name);
-}
-
-int move_set_str(char **slot, const char *s)
-{
-    char *c = shard_strdup(s ? s : "");
-    if (!c)
-        return shard_fail(SHARD_ENOMEM, "out of memory");
-    free(*slot);
-    *slot = c;
-    return 0;
-}
-
 /* ---- a test hook ------------------------------------------------------------------ */
 
 int (*shard__move_hook)(uint64_t move_id, const char *point);
@@ -281,7 +117,7 @@ static int wait_turn(mv *m)
 
     for (;;) {
         sql_init(&q);
-        sql_addf(&q, "SELECT COALESCE(MIN(id), 0) FROM " MOVE_CONTROL_DB ".moves WHERE id < %llu"
+        sql_addf(&q, "SELECT COALESCE(MIN(id), 0) FROM " MOVES_TABLE " WHERE id < %llu"
                      " AND phase <= %d AND source_pair = ", (unsigned long long)m->id,
                  MOVE_FLIPPED);
         sql_hex(&q, move_sp(m)->name, strlen(move_sp(m)->name));
@@ -324,7 +160,6 @@ static int state_copying(mv *m)
 /* catchup: until the target is close to the source, then the fence. */
 static int state_catchup(mv *m)
 {
-    char *pos = NULL;
     bool on = false;
     int rc;
 
@@ -364,14 +199,8 @@ static int state_catchup(mv *m)
     }
     if (rc)
         return rc;
-    if ((rc = repl_value(m->src, "SELECT @@gtid_binlog_pos", &pos)) == 0 &&
-        (rc = repl_gtid_check(pos)) == 0) {
-        free(m->fence);
-        m->fence = pos;
-        pos = NULL;
+    if ((rc = move_read_pos(m->src, &m->fence)) == 0)
         rc = move_enter(m, MOVE_FENCED, NULL);
-    }
-    free(pos);
     if (rc) {
         rc = lift_fence(m, rc);
         move_cut_lock(m, false);
@@ -399,7 +228,7 @@ static int reverse_start(mv *m)
     if (flipped < 0)
         return flipped;
     if (flipped == 0) {
-        int rc = move_read_reverse_start(m);
+        int rc = move_read_pos(m->t, &m->rev);
         return rc ? rc : move_journal_save(m, "reverse stream start read under the fence");
     }
     if (m->rev && m->rev[0])
@@ -447,31 +276,15 @@ static int fenced_flip(mv *m)
         rc = reverse_start(m);
     if (rc == 0)
         rc = move_publish(m);
-    if (rc) {
-        /* Not flipped: traffic back to the source. A store that cannot say
-         * keeps the fence: lifting it after a flip that did land would
-         * let old maps write to the source while new ones write to the
-         * target. Clients wait; a resume finds out. */
-        shard_errsave why;
-        int flipped;
-        shard_error_save(&why, rc);
-        flipped = move_flipped_in_store(m);
-        if (flipped == 0) {
-            shard_error_restore(&why);
-            return lift_fence(m, rc);
-        }
-        if (flipped < 0) {
-            move_close_vsnaps(m);
-            return shard_fail(rc, "%.400s; and whether the map flipped is unknown (%.400s): "
-                              "the fence stays on; resume the move", why.msg, shard_errmsg());
-        }
-    }
+    /* Not flipped: traffic back to the source (lift_fence). */
+    if (rc && (rc = move_publish_landed(m, rc, lift_fence, "flipped", "the fence")))
+        return rc;
     /* Flipped (also when the publish's answer was lost but the store shows it). */
     m->r->pause_ms = (now_seconds() - t0) * 1000.0;
     m->r->cutover_seconds = now_seconds() - t0;
     /* The target serves from here: its fence (since planning) comes off. */
     if ((rc = move_fence_target_lift(m)) || (rc = move_hook(m, "flipped")) ||
-        (rc = move_read_flip(m)) ||
+        (rc = move_read_pos(m->t, &m->flip)) ||
         (rc = move_enter(m, MOVE_FLIPPED, NULL)))
         return rc;
     shard_ctx_reload(m->ctx);

@@ -30,9 +30,9 @@ int move_journal_open(mv *m)
 
     if ((rc = move_conn(m, &move_dp(m)->master, &m->ctl)))
         return shard_fail_prefix(rc, "target %s: ", label);
-    if ((rc = move_runf(m->ctl, "CREATE DATABASE IF NOT EXISTS " MOVE_CONTROL_DB)) ||
+    if ((rc = move_runf(m->ctl, "CREATE DATABASE IF NOT EXISTS " CONTROL_DB)) ||
         (rc = move_runf(m->ctl,
-                   "CREATE TABLE IF NOT EXISTS " MOVE_CONTROL_DB ".moves ("
+                   "CREATE TABLE IF NOT EXISTS " MOVES_TABLE " ("
                    " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,"
                    " source_pair VARCHAR(64) NOT NULL, target_pair VARCHAR(64) NOT NULL,"
                    " first_shard INT UNSIGNED NOT NULL, last_shard INT UNSIGNED NOT NULL,"
@@ -68,10 +68,10 @@ int move_journal_open(mv *m)
         char sql[300];
         uint64_t has = 0;
         snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE"
-                 " TABLE_SCHEMA = '" MOVE_CONTROL_DB "' AND TABLE_NAME = 'moves' AND"
+                 " TABLE_SCHEMA = '" CONTROL_DB "' AND TABLE_NAME = 'moves' AND"
                  " COLUMN_NAME = '%s'", journal_columns[i][0]);
         if ((rc = repl_value_u64(m->ctl, sql, &has)) ||
-            (!has && (rc = move_runf(m->ctl, "ALTER TABLE " MOVE_CONTROL_DB ".moves ADD"
+            (!has && (rc = move_runf(m->ctl, "ALTER TABLE " MOVES_TABLE " ADD"
                                      " COLUMN IF NOT EXISTS %s %s", journal_columns[i][0],
                                      journal_columns[i][1]))))
             return shard_fail_prefix(rc, "move journal on %s: ", label);
@@ -81,10 +81,10 @@ int move_journal_open(mv *m)
          * many GTID domains has longer ones. */
         uint64_t narrow = 0;
         if ((rc = repl_value_u64(m->ctl, "SELECT COUNT(*) FROM information_schema.COLUMNS"
-                                 " WHERE TABLE_SCHEMA = '" MOVE_CONTROL_DB "' AND TABLE_NAME ="
+                                 " WHERE TABLE_SCHEMA = '" CONTROL_DB "' AND TABLE_NAME ="
                                  " 'moves' AND COLUMN_NAME IN ('snapshot_gtid', 'fence_gtid')"
                                  " AND DATA_TYPE = 'varchar'", &narrow)) ||
-            (narrow && (rc = move_runf(m->ctl, "ALTER TABLE " MOVE_CONTROL_DB ".moves MODIFY"
+            (narrow && (rc = move_runf(m->ctl, "ALTER TABLE " MOVES_TABLE " MODIFY"
                                        " snapshot_gtid TEXT NOT NULL DEFAULT '', MODIFY"
                                        " fence_gtid TEXT NOT NULL DEFAULT ''"))))
             return shard_fail_prefix(rc, "move journal on %s: ", label);
@@ -92,7 +92,7 @@ int move_journal_open(mv *m)
     /* Move IDs are unique across targets: each journal counts from its
      * server_id * 10^9 (ALTER only raises the counter, never lowers it). */
     if ((rc = repl_value_u64(m->ctl, "SELECT @@server_id", &id)) ||
-        (rc = move_runf(m->ctl, "ALTER TABLE " MOVE_CONTROL_DB ".moves AUTO_INCREMENT = %llu",
+        (rc = move_runf(m->ctl, "ALTER TABLE " MOVES_TABLE " AUTO_INCREMENT = %llu",
                         (unsigned long long)(id * 1000000000ULL + 1))))
         return shard_fail_prefix(rc, "move journal on %s: ", label);
     return 0;
@@ -134,7 +134,7 @@ static int journal_write(mv *m, const char *message)
     int rc;
 
     sql_init(&q);
-    sql_addf(&q, "UPDATE " MOVE_CONTROL_DB ".moves SET phase = %d, snapshot_gtid = ",
+    sql_addf(&q, "UPDATE " MOVES_TABLE " SET phase = %d, snapshot_gtid = ",
              (int)m->phase);
     add_gtid(&q, m->snap);
     sql_add(&q, ", fence_gtid = ");
@@ -204,7 +204,7 @@ int move_journal_insert(mv *m)
     int rc;
 
     sql_init(&q);
-    sql_add(&q, "INSERT INTO " MOVE_CONTROL_DB ".moves (source_pair, target_pair, first_shard,"
+    sql_add(&q, "INSERT INTO " MOVES_TABLE " (source_pair, target_pair, first_shard,"
                 " last_shard, phase, flags, map_version_from) VALUES (");
     sql_hex(&q, move_sp(m)->name, strlen(move_sp(m)->name));
     sql_add(&q, ", ");
@@ -279,7 +279,7 @@ int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows
         }
         snprintf(sql, sizeof sql, "SELECT id, source_pair, target_pair, first_shard,"
                  " last_shard, phase, flags, map_version_from, reverse_until,"
-                 " reverse_window_s, reverse_state FROM " MOVE_CONTROL_DB ".moves"
+                 " reverse_window_s, reverse_state FROM " MOVES_TABLE
                  " WHERE phase NOT IN " MOVE_OVER_SQL " AND (%llu = 0 OR id = %llu) ORDER BY id",
                  (unsigned long long)id, (unsigned long long)id);
         rc = conn_query_str(c, sql);
@@ -287,7 +287,7 @@ int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows
             /* A journal from before reverse windows: nothing of it is reversible. */
             snprintf(sql, sizeof sql, "SELECT id, source_pair, target_pair, first_shard,"
                      " last_shard, phase, flags, map_version_from, 0, 0, 0 FROM "
-                     MOVE_CONTROL_DB ".moves WHERE phase NOT IN " MOVE_OVER_SQL " AND"
+                     MOVES_TABLE " WHERE phase NOT IN " MOVE_OVER_SQL " AND"
                      " (%llu = 0 OR id = %llu) ORDER BY id", (unsigned long long)id,
                      (unsigned long long)id);
             rc = conn_query_str(c, sql);
@@ -350,7 +350,7 @@ static int load_positions(mv *m)
 
     for (size_t i = 0; i < 4; i++) {
         char sql[200];
-        snprintf(sql, sizeof sql, "SELECT %s FROM " MOVE_CONTROL_DB ".moves WHERE id = %llu",
+        snprintf(sql, sizeof sql, "SELECT %s FROM " MOVES_TABLE " WHERE id = %llu",
                  cols[i], (unsigned long long)m->id);
         free(*slots[i]);
         *slots[i] = NULL;
@@ -420,7 +420,7 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m)
          * them (what was there before is never dropped). */
         char sql[160];
         uint64_t made = 0;
-        snprintf(sql, sizeof sql, "SELECT target_made FROM " MOVE_CONTROL_DB ".moves WHERE"
+        snprintf(sql, sizeof sql, "SELECT target_made FROM " MOVES_TABLE " WHERE"
                  " id = %llu", (unsigned long long)m->id);
         if ((rc = repl_value_u64(m->ctl, sql, &made)))
             return shard_fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);

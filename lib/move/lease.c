@@ -44,7 +44,7 @@ static int mark_fn(const shard_map *cur, shard_map **next, void *arg)
     e->changed = !(e->on ? all_marked(cur, e->m->first, e->m->last)
                          : !any_marked(cur, e->m->first, e->m->last));
     if (!e->changed)
-        return REPL_UNCHANGED;
+        return PUBLISH_UNCHANGED;
     return map_mark_moving(cur, e->m->first, e->m->last, e->on, cur->version + 1, next);
 }
 
@@ -52,7 +52,7 @@ int move_mark(mv *m, bool on)
 {
     mark_edit e = {m, on, 0, false};
     uint64_t version = 0;
-    int rc = repl_publish(m->ctx, mark_fn, &e, &version);
+    int rc = publish_edit(m->ctx->store, mark_fn, &e, &version);
 
     if (rc)
         return shard_fail_prefix(rc, "%s shards %u-%u as moving in the map: ",

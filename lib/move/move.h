@@ -2,31 +2,44 @@
  * The shard move's private header (libshard-move(7)): one move's state,
  * shared by the files of lib/move/:
  *
- *   journal.c  the durable move record, entering a phase, finding moves
- *   plan.c     pairs, preflight checks, tables, the target's schema, fence rows
+ *   mv.c       the helpers every file uses: pairs, database names, the
+ *              mover's connections, statements, progress, reading a position
+ *   journal.c  the durable move record, entering a phase, finding moves,
+ *              move_unfinished_on (face.h)
+ *   plan.c     pairs, preflight checks, tables, the target's schema (made,
+ *              dropped), fence rows
  *   copy.c     the snapshot copy
  *   infile.c   feeding the copy to the target as LOAD DATA LOCAL INFILE
  *   bulk.c     ... or, where that is refused, as array-bound prepared INSERTs
  *   throttle.c the copy's rate limit and its pause on the source's load
  *   catchup.c  the filtered replication connections (shared per source
- *              master, forward and reverse) and catching up
- *   cutover.c  the fence, the flip (publish), lifting the fence
+ *              master, forward and reverse), catching up, the target's
+ *              replication-setup lock held over the cut-over
+ *   cutover.c  the fence, the flip (publish), the verification snapshots at
+ *              the fence, postponing the cut-over, and the revert
  *   lease.c    the shards marked moving in the map, the lease wait before a fence
- *   verify.c   comparing every row
+ *   verify.c   comparing every row; the target's snapshots
  *   cleanup.c  waiting for both halves of the target, dropping the source
  *   driver.c   the phase switch; shard_move, _resume, _abort, _revert, _finish
  *   status.c   shard_move_status, phase names
+ *
+ * No file calls one that calls it back: driver.c calls the phases' files,
+ * which call one another downward only (cutover.c -> verify.c, cleanup.c
+ * -> plan.c -> copy.c -> bulk.c, infile.c -> throttle.c) and journal.c,
+ * status.c and catchup.c; every file calls mv.c, which calls none of
+ * them. face.h is what the rest of lib/ may call.
  */
 #ifndef LIBSHARD_MOVE_MOVE_H
 #define LIBSHARD_MOVE_MOVE_H
 
+#include "../control.h"
+#include "face.h"
 #include "../object.h"
+#include "../publish.h"
 #include "../repl.h"
 
 #include <pthread.h>
 
-#define MOVE_CONTROL_DB "libshard_control"
-#define MOVE_FENCE_TABLE MOVE_CONTROL_DB ".fence"
 #define MOVE_FENCE_WAIT_S 30 /* target applying up to the fence, at most */
 #define MOVE_PAIR_WAIT_S 30  /* both halves of the target applying up to the flip */
 #define MOVE_MAX_WORKERS 64
@@ -52,9 +65,11 @@ typedef enum move_phase {
     MOVE_REVERTED = SHARD_MOVE_REVERTED
 } move_phase;
 
-/* The phases in which a move is over (nothing of it runs any more). */
-#define MOVE_OVER_SQL "(7, 8, 11)"
 #define MOVE_LINK_WAIT_S 120 /* a shared connection reaching a joining move's start */
+
+/* A move's two sides, as its worker connections name them (move_wsrc and
+ * move_wdst): in a revert's view (swapped) the target is the source. */
+typedef enum move_side { MOVE_SOURCE, MOVE_TARGET } move_side;
 
 typedef struct mtable {
     char db[SHARD_DBNAME_MAX];
@@ -127,7 +142,7 @@ typedef struct mv {
  * the move there with that code. */
 extern int (*shard__move_hook)(uint64_t move_id, const char *point);
 
-/* ---- helpers (driver.c) ------------------------------------------------------ */
+/* ---- helpers (mv.c) ---------------------------------------------------------- */
 
 const shard_pairdef *move_sp(const mv *m);
 const shard_pairdef *move_dp(const mv *m);
@@ -151,8 +166,14 @@ int move_db_list(const mv *m, sqlbuf *q, bool quoted);
 bool move_name_ok(const char *s);
 /* Replace *slot with a copy of s. */
 int move_set_str(char **slot, const char *s);
+/* c's @@gtid_binlog_pos, whole and checked, into *slot (what it held is
+ * freed); *slot is left as it was on failure. The fence position, the
+ * flip position, the reverse stream's start. */
+int move_read_pos(shard_conn *c, char **slot);
+/* The moved databases dropped on one side's master (its worker
+ * connections), over the workers. */
+int move_drop_dbs(mv *m, move_side side);
 
-bool move_over(int phase);
 /* The connections' names: libshard_from_<pair> on a target,
  * libshard_revert_<pair> on a source (the pair names lowered). */
 void move_link_names(mv *m);
@@ -348,6 +369,12 @@ int move_catch_up(mv *m);
 int move_wait_applied(mv *m, const char *pos, double seconds, bool *reached);
 /* Start the target pair's own link if it is stopped. */
 void move_pair_link_start(mv *m);
+/* The target master's replication-setup lock, held from before the fence
+ * until the flip (or the fence lifted): another mover's connection setup
+ * stops every connection on the target, which would stall this move's
+ * wait for the fence position, so it waits for the flip instead. on=false
+ * releases it if held. */
+int move_cut_lock(mv *m, bool on);
 
 /* ---- cutover.c -------------------------------------------------------------------------- */
 
@@ -358,6 +385,17 @@ int move_fence_state(mv *m, bool *on);
  * tell: keep the fence). */
 int move_flipped_in_store(mv *m);
 int move_publish(mv *m);
+/*
+ * After a publish that failed with rc: did it land anyway (its answer
+ * lost)? 0 when it did: go on as flipped. When it did not, lift(m, rc):
+ * traffic goes back where it was. When the store cannot say, a failure
+ * that keeps the fence: lifting it after a flip that did land would let
+ * old maps write on one side while new ones write on the other. Clients
+ * wait; a resume finds out. flipped and fence name them in the message
+ * ("flipped back", "the target's fence").
+ */
+int move_publish_landed(mv *m, int rc, int (*lift)(mv *m, int rc), const char *flipped,
+                        const char *fence);
 /* lease.c: mark (on) or unmark the move's shards "moving" in the map; the
  * fence waits out the leases of contexts that read an unmarked map
  * (libshard-move(7), "The lease"). move_lease_wait: marked, and waited,
@@ -365,9 +403,6 @@ int move_publish(mv *m);
 int move_mark(mv *m, bool on);
 int move_lease_wait(mv *m);
 void move_unmark(mv *m);
-int move_read_flip(mv *m);
-/* The target's position under the fence (m->rev): the reverse stream's start. */
-int move_read_reverse_start(mv *m);
 /* A revert (libshard-move(7), "Revert"): the cut-over in the other
  * direction, verification, the target's copies dropped; m in phase
  * reversible or reverting. */
@@ -375,22 +410,16 @@ int move_revert(mv *m);
 /* At the fence: the target snapshots verification compares against, and
  * the target's clock journaled (flip_at). */
 int move_open_vsnaps(mv *m);
-/* One snapshot per worker of the target as it is now; one_point: all of
- * one commit point (commits wait while they open). */
-int move_vsnaps_open(mv *m, bool one_point);
-/* The target master's replication-setup lock, held from before the fence
- * until the flip (or the fence lifted): another mover's connection setup
- * stops every connection on the target, which would stall this move's
- * wait for the fence position, so it waits for the flip instead. on=false
- * releases it if held. */
-int move_cut_lock(mv *m, bool on);
 /* Caught up: wait while the postpone_cutover_file exists, replicating. */
 int move_postpone(mv *m);
-void move_close_vsnaps(mv *m);
 
 /* ---- verify.c ------------------------------------------------------------------------------ */
 
 int move_verify(mv *m);
+/* One snapshot per worker of the target as it is now; one_point: all of
+ * one commit point (commits wait while they open). */
+int move_vsnaps_open(mv *m, bool one_point);
+void move_close_vsnaps(mv *m);
 
 /* ---- cleanup.c ------------------------------------------------------------------------------ */
 

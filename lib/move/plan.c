@@ -326,12 +326,12 @@ static int control_table(shard_conn *c)
     int rc;
 
     if ((rc = repl_value_u64(c, "SELECT COUNT(*) FROM information_schema.TABLES WHERE"
-                             " TABLE_SCHEMA = '" MOVE_CONTROL_DB "' AND TABLE_NAME = 'fence'",
+                             " TABLE_SCHEMA = '" CONTROL_DB "' AND TABLE_NAME = 'fence'",
                              &have)) || have)
         return rc;
     if ((rc = move_runf(c, "SET SESSION sql_log_bin = 0")) == 0 &&
-        (rc = move_runf(c, "CREATE DATABASE IF NOT EXISTS " MOVE_CONTROL_DB)) == 0)
-        rc = move_runf(c, "CREATE TABLE IF NOT EXISTS " MOVE_FENCE_TABLE " ("
+        (rc = move_runf(c, "CREATE DATABASE IF NOT EXISTS " CONTROL_DB)) == 0)
+        rc = move_runf(c, "CREATE TABLE IF NOT EXISTS " FENCE_TABLE " ("
                           " db VARCHAR(64) NOT NULL PRIMARY KEY,"
                           " fenced TINYINT NOT NULL DEFAULT 0,"
                           " move_id BIGINT UNSIGNED NOT NULL DEFAULT 0,"
@@ -350,14 +350,14 @@ static int delete_stale(mv *m, shard_conn *c)
     int rc;
 
     sql_init(&q);
-    sql_add(&q, "SELECT COUNT(*) FROM " MOVE_FENCE_TABLE " WHERE db IN (");
+    sql_add(&q, "SELECT COUNT(*) FROM " FENCE_TABLE " WHERE db IN (");
     move_db_list(m, &q, true);
     sql_add(&q, ")");
     if ((rc = sql_check(&q)) == 0)
         rc = repl_value_u64(c, q.s, &n);
     sql_free(&q);
     if (rc == 0 && n)
-        rc = fence_rows(m, c, "DELETE FROM " MOVE_FENCE_TABLE " WHERE db IN (", ")", NULL);
+        rc = fence_rows(m, c, "DELETE FROM " FENCE_TABLE " WHERE db IN (", ")", NULL);
     return rc;
 }
 
@@ -374,7 +374,7 @@ static int fence_target_rows(mv *m, shard_conn *c)
     int rc;
 
     sql_init(&ins);
-    sql_add(&ins, "INSERT INTO " MOVE_FENCE_TABLE " (db, fenced, move_id) VALUES ");
+    sql_add(&ins, "INSERT INTO " FENCE_TABLE " (db, fenced, move_id) VALUES ");
     for (unsigned s = m->first; s <= m->last; s++) {
         char db[SHARD_DBNAME_MAX];
         move_db(m, s, db);
@@ -403,7 +403,7 @@ int move_fence_target_lift(mv *m)
     char head[200];
     int rc;
 
-    snprintf(head, sizeof head, "UPDATE " MOVE_FENCE_TABLE " SET fenced = 0, move_id = %llu"
+    snprintf(head, sizeof head, "UPDATE " FENCE_TABLE " SET fenced = 0, move_id = %llu"
              " WHERE db IN (", (unsigned long long)m->id);
     rc = fence_rows(m, m->t, head, ")", &matched);
     return rc ? shard_fail_prefix(rc, "lifting the fence on target %s: ", move_dp(m)->name) : 0;
@@ -411,7 +411,7 @@ int move_fence_target_lift(mv *m)
 
 int move_fence_target_delete(mv *m)
 {
-    int rc = fence_rows(m, m->t, "DELETE FROM " MOVE_FENCE_TABLE " WHERE db IN (", ")", NULL);
+    int rc = fence_rows(m, m->t, "DELETE FROM " FENCE_TABLE " WHERE db IN (", ")", NULL);
     return rc ? shard_fail_prefix(rc, "fence rows on target %s: ", move_dp(m)->name) : 0;
 }
 
@@ -457,7 +457,7 @@ int move_fence_rows_source(mv *m)
     if ((rc = sql_check(&ins)) == 0 && (rc = move_runf(m->src, "SET SESSION sql_log_bin = 0")) == 0) {
         sqlbuf q;
         sql_init(&q);
-        sql_add(&q, "INSERT IGNORE INTO " MOVE_FENCE_TABLE " (db) VALUES ");
+        sql_add(&q, "INSERT IGNORE INTO " FENCE_TABLE " (db) VALUES ");
         sql_add(&q, ins.s);
         if ((rc = sql_check(&q)) == 0)
             rc = conn_query(m->src, &q);
@@ -488,14 +488,14 @@ int move_fence_update(mv *m, shard_conn *c, bool on, uint64_t *matched)
 {
     char head[200];
 
-    snprintf(head, sizeof head, "UPDATE " MOVE_FENCE_TABLE " SET fenced = %d, move_id = %llu"
+    snprintf(head, sizeof head, "UPDATE " FENCE_TABLE " SET fenced = %d, move_id = %llu"
              " WHERE db IN (", on ? 1 : 0, (unsigned long long)m->id);
     return fence_rows(m, c, head, ")", matched);
 }
 
 int move_fence_delete(mv *m)
 {
-    int rc = fence_rows(m, m->src, "DELETE FROM " MOVE_FENCE_TABLE " WHERE db IN (", ")", NULL);
+    int rc = fence_rows(m, m->src, "DELETE FROM " FENCE_TABLE " WHERE db IN (", ")", NULL);
     return rc ? shard_fail_prefix(rc, "fence rows on source %s: ", move_sp(m)->name) : 0;
 }
 
@@ -504,22 +504,10 @@ int move_fence_delete(mv *m)
 /* Per-database and per-table DDL runs over the move's workers: creating
  * or dropping 1536 tables one statement after another would take most of
  * a move of small shards. */
-static int drop_target_fn(void *arg, size_t i, unsigned w)
-{
-    mv *m = arg;
-    char db[SHARD_DBNAME_MAX];
-    shard_conn *c;
-    int rc = move_wdst(m, w, &c);
-
-    move_db(m, m->first + (unsigned)i, db);
-    return rc ? rc : move_runf(c, "DROP DATABASE IF EXISTS `%s`", db);
-}
-
 int move_drop_target(mv *m)
 {
-    size_t n = (size_t)(m->last - m->first) + 1;
     m->target_made = false;
-    return fanout_run(n, move_threads(m), drop_target_fn, m);
+    return move_drop_dbs(m, MOVE_TARGET);
 }
 
 static int create_db_fn(void *arg, size_t i, unsigned w)

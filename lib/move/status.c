@@ -116,13 +116,13 @@ int shard_move_status(shard_ctx *ctx, char **text)
         qrc = conn_query_str(c, "SELECT id, source_pair, target_pair, first_shard,"
                                 " last_shard, phase, rows_copied, rows_verified, mismatches,"
                                 " pause_ms, message, updated_at, reverse_until,"
-                                " reverse_state, reverse_window_s FROM " MOVE_CONTROL_DB
-                                ".moves ORDER BY id");
+                                " reverse_state, reverse_window_s FROM " MOVES_TABLE
+                                " ORDER BY id");
         if (qrc && c->last_errno == ER_BAD_FIELD_ERROR) /* from before reverse windows */
             qrc = conn_query_str(c, "SELECT id, source_pair, target_pair, first_shard,"
                                     " last_shard, phase, rows_copied, rows_verified,"
                                     " mismatches, pause_ms, message, updated_at, 0, 0, 0"
-                                    " FROM " MOVE_CONTROL_DB ".moves ORDER BY id");
+                                    " FROM " MOVES_TABLE " ORDER BY id");
         if (qrc && c->last_errno != ER_NO_SUCH_TABLE && c->last_errno != ER_BAD_DB_ERROR) {
             /* Not "no journal here": e.g. no right to read it. Say so. */
             add_json_line(&out, json_pack("{s:s,s:s}", "pair", map->pairs[p].name, "error",

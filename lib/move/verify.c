@@ -694,7 +694,7 @@ static int open_live(mv *m)
     m->verify_live = true;
     m->flip_at[0] = '\0';
     snprintf(sql, sizeof sql, "SELECT IFNULL(UNIX_TIMESTAMP(flip_at), '') FROM "
-             MOVE_CONTROL_DB ".moves WHERE id = %llu", (unsigned long long)m->id);
+             MOVES_TABLE " WHERE id = %llu", (unsigned long long)m->id);
     if ((rc = repl_value(m->ctl, sql, &at)))
         return rc;
     if (at[0]) {
@@ -732,7 +732,7 @@ static int keep_source_for_missing(mv *m)
              "cannot tell (libshard-move(7), \"Verification\"): the source is kept",
              (unsigned long long)m->id, (unsigned long long)m->verify_missing);
     ctx_log(m->ctx, SHARD_LOG_WARN, "%s", msg);
-    return move_runf(m->ctl, "UPDATE " MOVE_CONTROL_DB ".moves SET flags = flags | %d WHERE"
+    return move_runf(m->ctl, "UPDATE " MOVES_TABLE " SET flags = flags | %d WHERE"
                      " id = %llu", SHARD_MOVE_KEEP_SOURCE, (unsigned long long)m->id);
 }
 
@@ -808,4 +808,45 @@ int move_verify(mv *m)
                 "snapshot of it)", (unsigned long long)m->id,
                 (unsigned long long)(m->verify_unchecked - m->verify_missing));
     return keep_source_for_missing(m);
+}
+
+/* ---- the target's snapshots ------------------------------------------------------ */
+
+/* One snapshot per verifying worker, of the target as it is now; with
+ * one_point, all opened while the target's commits wait, so that every
+ * worker sees the same point even while clients write. */
+int move_vsnaps_open(mv *m, bool one_point)
+{
+    unsigned n = move_threads(m);
+    shard_errsave saved;
+    int rc = 0;
+
+    move_close_vsnaps(m);
+    for (unsigned w = 0; rc == 0 && w < n; w++) {
+        if ((rc = move_conn(m, &move_dp(m)->master, &m->vsnap[w])))
+            break;
+        m->nvsnap = w + 1;
+        rc = move_runf(m->vsnap[w], "SET SESSION time_zone = '+00:00'");
+    }
+    if (rc == 0 && one_point &&
+        (rc = move_runf(m->t, "BACKUP STAGE START")) == 0 &&
+        (rc = move_runf(m->t, "BACKUP STAGE BLOCK_COMMIT")))
+        move_runf(m->t, "BACKUP STAGE END");
+    for (unsigned w = 0; rc == 0 && w < n; w++)
+        rc = move_runf(m->vsnap[w], "START TRANSACTION WITH CONSISTENT SNAPSHOT");
+    if (one_point) {
+        shard_error_save(&saved, rc);
+        move_runf(m->t, "BACKUP STAGE END");
+        shard_error_restore(&saved);
+    }
+    if (rc)
+        move_close_vsnaps(m);
+    return rc;
+}
+
+void move_close_vsnaps(mv *m)
+{
+    for (unsigned w = 0; w < m->nvsnap; w++)
+        move_close(&m->vsnap[w]);
+    m->nvsnap = 0;
 }

@@ -1,0 +1,205 @@
+/*
+ * The helpers every file of the move uses (move.h): the pairs, database
+ * names and connections of a move, statements, progress and the copy's
+ * counters, positions. They use nothing of the other files of lib/move/.
+ */
+#include "move.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const shard_pairdef *move_sp(const mv *m)
+{
+    return &m->map->pairs[m->spi];
+}
+
+const shard_pairdef *move_dp(const mv *m)
+{
+    return &m->map->pairs[m->dpi];
+}
+
+void move_db(const mv *m, unsigned shard, char *db)
+{
+    shard_dbfmt_name(&m->map->dbfmt, shard, db);
+}
+
+int move_conn(mv *m, const shard_endpoint *ep, shard_conn **out)
+{
+    shard_server *s = ctx_server_at(m->ctx, ep);
+    int rc;
+
+    *out = NULL;
+    rc = s ? conn_get(m->ctx, s, out) : shard_fail(SHARD_ENOMEM, "out of memory");
+    /* Some sit idle through an hours-long copy: the server must not drop
+     * them (the journal's lock lives on one). Never pooled, so no leak. */
+    if (rc == 0 && (rc = conn_query_str(*out, "SET SESSION wait_timeout = 604800"))) {
+        conn_put(*out, false);
+        *out = NULL;
+    }
+    return rc;
+}
+
+void move_close(shard_conn **c)
+{
+    if (*c)
+        conn_put(*c, false);
+    *c = NULL;
+}
+
+int move_wsrc(mv *m, unsigned w, shard_conn **out)
+{
+    int rc = 0;
+
+    if (!m->wsrc[w])
+        rc = move_conn(m, &move_sp(m)->master, &m->wsrc[w]);
+    *out = m->wsrc[w];
+    return rc;
+}
+
+int move_wdst(mv *m, unsigned w, shard_conn **out)
+{
+    int rc = 0;
+
+    if (!m->wdst[w])
+        rc = move_conn(m, &move_dp(m)->master, &m->wdst[w]);
+    *out = m->wdst[w];
+    return rc;
+}
+
+void move_close_workers(mv *m)
+{
+    for (unsigned w = 0; w < MOVE_MAX_WORKERS; w++) {
+        move_close(&m->wsrc[w]);
+        move_close(&m->wdst[w]);
+    }
+}
+
+unsigned move_threads(const mv *m)
+{
+    unsigned n = m->o.copy_threads ? m->o.copy_threads : 1, pool = m->ctx->opts.pool_size;
+
+    if (n > MOVE_MAX_WORKERS)
+        n = MOVE_MAX_WORKERS;
+    /* Each worker holds a connection to a server next to the mover's own
+     * (journal, source, target, snapshot control): stay inside pool_size. */
+    if (pool <= 4)
+        n = 1;
+    else if (n > pool - 4)
+        n = pool - 4;
+    return n;
+}
+
+int move_runf(shard_conn *c, const char *fmt, ...)
+{
+    char sql[4096];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof sql)
+        return shard_fail(SHARD_EINTERNAL, "statement too long");
+    return conn_query_str(c, sql);
+}
+
+void move_progress(mv *m, int phase, uint64_t done, uint64_t total)
+{
+    if (!m->o.progress)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->o.progress(phase, done, total, m->o.payload);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void move_step(mv *m, double *t0, const char *step)
+{
+    double t = now_seconds();
+    ctx_log(m->ctx, SHARD_LOG_DEBUG, "move %llu: %s in %.3f s", (unsigned long long)m->id,
+            step, t - *t0);
+    *t0 = t;
+}
+
+int move_db_list(const mv *m, sqlbuf *q, bool quoted)
+{
+    for (unsigned s = m->first; s <= m->last; s++) {
+        char db[SHARD_DBNAME_MAX];
+        move_db(m, s, db);
+        sql_addf(q, quoted ? "%s'%s'" : "%s%s", s == m->first ? "" : ",", db);
+    }
+    return sql_check(q);
+}
+
+bool move_name_ok(const char *s)
+{
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_'))
+            return false;
+    return true;
+}
+
+static void link_name(char *out, size_t size, const char *prefix, const char *pair)
+{
+    size_t n = (size_t)snprintf(out, size, "%s", prefix);
+
+    for (; *pair && n + 1 < size; pair++) {
+        char c = *pair >= 'A' && *pair <= 'Z' ? (char)(*pair - 'A' + 'a') : *pair;
+        out[n++] = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ? c : '_';
+    }
+    out[n] = '\0';
+}
+
+void move_link_names(mv *m)
+{
+    link_name(m->name, sizeof m->name, "libshard_from_", move_sp(m)->name);
+    link_name(m->rname, sizeof m->rname, "libshard_revert_", move_dp(m)->name);
+}
+
+int move_set_str(char **slot, const char *s)
+{
+    char *c = shard_strdup(s ? s : "");
+    if (!c)
+        return shard_fail(SHARD_ENOMEM, "out of memory");
+    free(*slot);
+    *slot = c;
+    return 0;
+}
+
+int move_read_pos(shard_conn *c, char **slot)
+{
+    char *pos = NULL;
+    int rc = repl_value(c, "SELECT @@gtid_binlog_pos", &pos);
+
+    if (rc == 0 && (rc = repl_gtid_check(pos)) == 0) {
+        free(*slot);
+        *slot = pos;
+        return 0;
+    }
+    free(pos);
+    return rc;
+}
+
+typedef struct drop_arg {
+    mv *m;
+    move_side side;
+} drop_arg;
+
+static int drop_db_fn(void *arg, size_t i, unsigned w)
+{
+    drop_arg *a = arg;
+    char db[SHARD_DBNAME_MAX];
+    shard_conn *c;
+    int rc = a->side == MOVE_SOURCE ? move_wsrc(a->m, w, &c) : move_wdst(a->m, w, &c);
+
+    move_db(a->m, a->m->first + (unsigned)i, db);
+    /* Logged, so the side's standby drops them too. */
+    return rc ? rc : move_runf(c, "DROP DATABASE IF EXISTS `%s`", db);
+}
+
+int move_drop_dbs(mv *m, move_side side)
+{
+    drop_arg a = {m, side};
+
+    return fanout_run((size_t)(m->last - m->first) + 1, move_threads(m), drop_db_fn, &a);
+}
