@@ -34,12 +34,12 @@ int shard_store_open(shard_store **out, const char *location)
     int rc;
 
     if (!out || !location)
-        return shard_fail(SHARD_EINVAL, "shard_store_open: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_store_open: NULL argument");
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
         if (strncmp(location, backends[i]->scheme, strlen(backends[i]->scheme)) == 0)
             ops = backends[i];
-    if (!(s = shard_calloc(1, sizeof *s)))
-        return shard_fail(SHARD_ENOMEM, "out of memory opening the map store");
+    if (!(s = shard__calloc(1, sizeof *s)))
+        return shard__fail(SHARD_ENOMEM, "out of memory opening the map store");
     s->ops = ops;
     if ((rc = ops->open(location, &s->impl))) {
         free(s);
@@ -60,7 +60,7 @@ void shard_store_free(shard_store *store)
 int shard_store_load(shard_store *store, shard_map **out)
 {
     if (!store || !out)
-        return shard_fail(SHARD_EINVAL, "shard_store_load: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_store_load: NULL argument");
     return store->ops->load(store->impl, out);
 }
 
@@ -70,16 +70,16 @@ int shard_store_load_version(shard_store *store, uint64_t version, shard_map **o
     int rc;
 
     if (!store || !out)
-        return shard_fail(SHARD_EINVAL, "shard_store_load_version: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_store_load_version: NULL argument");
     if (version == 0)
-        return shard_fail(SHARD_EINVAL, "shard_store_load_version: versions start at 1");
+        return shard__fail(SHARD_EINVAL, "shard_store_load_version: versions start at 1");
     if (store->ops->load_version)
         return store->ops->load_version(store->impl, version, out);
     /* A store without history has only its current version to give. */
     if ((rc = store->ops->load(store->impl, &cur)))
         return rc;
     if (cur->version != version) {
-        rc = shard_fail(SHARD_ENOTFOUND, "the %s map store keeps only its current "
+        rc = shard__fail(SHARD_ENOTFOUND, "the %s map store keeps only its current "
                         "version (%llu), not version %llu", store->ops->name,
                         (unsigned long long)cur->version, (unsigned long long)version);
         shard_map_free(cur);
@@ -102,7 +102,7 @@ bool store_can_watch(const shard_store *store)
 int store_watch(shard_store *store, store_watch_fn fn, void *payload)
 {
     if (!store->ops->watch)
-        return shard_fail(SHARD_EINTERNAL, "the %s map store has no watches",
+        return shard__fail(SHARD_EINTERNAL, "the %s map store has no watches",
                           store->ops->name);
     return store->ops->watch(store->impl, fn, payload);
 }
@@ -122,12 +122,12 @@ static int file_open(const char *location, void **out)
     if (strncmp(location, "file:", 5) == 0)
         path = location + 5;
     else if (strstr(location, "://"))
-        return shard_fail(SHARD_EINVAL, "map store \"%.200s\": unknown scheme "
+        return shard__fail(SHARD_EINVAL, "map store \"%.200s\": unknown scheme "
                           "(use a path, file:PATH, mysql://... or zk://...)", location);
     if (!*path)
-        return shard_fail(SHARD_EINVAL, "map store: empty path");
-    if (!(copy = shard_strdup(path)))
-        return shard_fail(SHARD_ENOMEM, "out of memory opening the map store");
+        return shard__fail(SHARD_EINVAL, "map store: empty path");
+    if (!(copy = shard__strdup(path)))
+        return shard__fail(SHARD_ENOMEM, "out of memory opening the map store");
     *out = copy;
     return SHARD_OK;
 }
@@ -180,7 +180,7 @@ static int current_version(const char *path, uint64_t *version)
     }
     rc = shard_map_load(&cur, path);
     if (rc)
-        return shard_fail_prefix(rc, "the stored map cannot be read, refusing to "
+        return shard__fail_prefix(rc, "the stored map cannot be read, refusing to "
                                  "replace it: ");
     *version = cur->version;
     shard_map_free(cur);
@@ -191,13 +191,13 @@ static int replace_file(const char *path, const char *text)
 {
     size_t plen = strlen(path);
     /* Allocate everything first: once renamed, only I/O may fail. */
-    char *tmp = shard_malloc(plen + 16), *dir = shard_strdup(path);
+    char *tmp = shard__malloc(plen + 16), *dir = shard__strdup(path);
     int fd, err;
 
     if (!tmp || !dir) {
         free(tmp);
         free(dir);
-        return shard_fail(SHARD_ENOMEM, "out of memory publishing the map");
+        return shard__fail(SHARD_ENOMEM, "out of memory publishing the map");
     }
     snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
     fd = mkstemp(tmp);
@@ -205,7 +205,7 @@ static int replace_file(const char *path, const char *text)
         err = errno;
         free(tmp);
         free(dir);
-        return shard_fail(SHARD_EIO, "map store %s: cannot create temporary file: %s",
+        return shard__fail(SHARD_EIO, "map store %s: cannot create temporary file: %s",
                           path, strerror(err));
     }
     if (write_all(fd, text, strlen(text)) || write_all(fd, "\n", 1) || fsync(fd) ||
@@ -215,7 +215,7 @@ static int replace_file(const char *path, const char *text)
         unlink(tmp);
         free(tmp);
         free(dir);
-        return shard_fail(SHARD_EIO, "map store %s: cannot write: %s", path,
+        return shard__fail(SHARD_EIO, "map store %s: cannot write: %s", path,
                           strerror(err));
     }
     close(fd);
@@ -224,14 +224,14 @@ static int replace_file(const char *path, const char *text)
         unlink(tmp);
         free(tmp);
         free(dir);
-        return shard_fail(SHARD_EIO, "map store %s: cannot rename into place: %s", path,
+        return shard__fail(SHARD_EIO, "map store %s: cannot rename into place: %s", path,
                           strerror(err));
     }
     free(tmp);
     err = sync_dir(dir) != 0 ? errno : 0;
     free(dir);
     if (err)
-        return shard_fail(SHARD_EIO, "map store %s: cannot sync directory: %s", path,
+        return shard__fail(SHARD_EIO, "map store %s: cannot sync directory: %s", path,
                           strerror(err));
     return SHARD_OK;
 }
@@ -245,22 +245,22 @@ static int file_publish(void *impl, const shard_map *map, uint64_t expected_vers
 
     if ((rc = shard_map_to_json(map, &text)))
         return rc;
-    lockpath = shard_malloc(strlen(path) + 6);
+    lockpath = shard__malloc(strlen(path) + 6);
     if (!lockpath) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory publishing the map");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory publishing the map");
         goto out;
     }
     sprintf(lockpath, "%s.lock", path);
     lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lockfd < 0 || flock(lockfd, LOCK_EX) != 0) {
-        rc = shard_fail(SHARD_EIO, "map store %s: cannot lock %s: %s", path,
+        rc = shard__fail(SHARD_EIO, "map store %s: cannot lock %s: %s", path,
                         lockpath, strerror(errno));
         goto out;
     }
     if ((rc = current_version(path, &cur)))
         goto out;
     if (cur != expected_version) {
-        rc = shard_fail(SHARD_ECONFLICT, "map store %s: version is %llu, expected %llu "
+        rc = shard__fail(SHARD_ECONFLICT, "map store %s: version is %llu, expected %llu "
                         "(another change was published first)", path,
                         (unsigned long long)cur, (unsigned long long)expected_version);
         goto out;
@@ -286,9 +286,9 @@ int shard_store_publish(shard_store *store, const shard_map *map,
                         uint64_t expected_version)
 {
     if (!store || !map)
-        return shard_fail(SHARD_EINVAL, "shard_store_publish: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_store_publish: NULL argument");
     if (map->version <= expected_version)
-        return shard_fail(SHARD_EINVAL, "map version %llu must be greater than the "
+        return shard__fail(SHARD_EINVAL, "map version %llu must be greater than the "
                           "version it replaces (%llu)",
                           (unsigned long long)map->version,
                           (unsigned long long)expected_version);

@@ -74,7 +74,7 @@ static int bad(const char *uri, const char *why)
     /* A location that (wrongly) carries credentials before an @ must not
      * put them in a message: quote only what follows it. */
     const char *at = strchr(uri, '@');
-    return shard_fail(SHARD_EINVAL, "map store \"zk://%s%.300s\": %s (expected "
+    return shard__fail(SHARD_EINVAL, "map store \"zk://%s%.300s\": %s (expected "
                       "zk://HOST:PORT[,HOST:PORT...]/PATH[?auth_env=VAR])",
                       at ? "...@" : "", at ? at + 1 : uri + 5, why);
 }
@@ -215,13 +215,13 @@ static int read_auth(store_zk *m)
     if (!m->auth_env[0])
         return 0;
     if (!(v = getenv(m->auth_env)))
-        return shard_fail(SHARD_EINVAL, "%s: auth_env names %s, which is not set",
+        return shard__fail(SHARD_EINVAL, "%s: auth_env names %s, which is not set",
                           m->label, m->auth_env);
     if (!strchr(v, ':') || v[0] == ':')
-        return shard_fail(SHARD_EINVAL, "%s: $%s must be USER:PASSWORD (ZooKeeper "
+        return shard__fail(SHARD_EINVAL, "%s: $%s must be USER:PASSWORD (ZooKeeper "
                           "digest credentials)", m->label, m->auth_env);
-    if (!(m->auth = shard_strdup(v)))
-        return shard_fail(SHARD_ENOMEM, "out of memory opening the map store");
+    if (!(m->auth = shard__strdup(v)))
+        return shard__fail(SHARD_ENOMEM, "out of memory opening the map store");
     return 0;
 }
 
@@ -229,11 +229,11 @@ static void zk_free(void *impl);
 
 static int zk_open(const char *uri, void **out)
 {
-    store_zk *m = shard_calloc(1, sizeof *m);
+    store_zk *m = shard__calloc(1, sizeof *m);
     int rc;
 
     if (!m)
-        return shard_fail(SHARD_ENOMEM, "out of memory opening the map store");
+        return shard__fail(SHARD_ENOMEM, "out of memory opening the map store");
     pthread_rwlock_init(&m->handle_lock, NULL);
     pthread_mutex_init(&m->lock, NULL);
     pthread_cond_init(&m->cond, NULL);
@@ -263,12 +263,12 @@ static int zk_fail(const store_zk *m, int zrc, const char *doing, const char *no
                                                         : SHARD_ESERVER;
 
     if (zrc == ZNOAUTH)
-        return shard_fail(code, "%s: not allowed to %s %s (ZooKeeper ACL: %s%s%s)",
+        return shard__fail(code, "%s: not allowed to %s %s (ZooKeeper ACL: %s%s%s)",
                           m->label, doing, node,
                           m->auth_env[0] ? "credentials from $" : "no credentials given; "
                                                                   "name them with auth_env=VAR",
                           m->auth_env, m->auth_env[0] ? " lack the permission" : "");
-    return shard_fail(code, "%s: cannot %s %s: %s", m->label, doing, node, zerror(zrc));
+    return shard__fail(code, "%s: cannot %s %s: %s", m->label, doing, node, zerror(zrc));
 }
 
 static void arm_locked(store_zk *m);
@@ -323,7 +323,7 @@ static int open_handle_locked(store_zk *m)
     m->zh = zookeeper_init2(m->hosts, session_event, m->session_timeout_ms, NULL, m, 0,
                             zk_quiet);
     if (!m->zh)
-        return shard_fail(errno == ENOMEM ? SHARD_ENOMEM : SHARD_EINVAL,
+        return shard__fail(errno == ENOMEM ? SHARD_ENOMEM : SHARD_EINVAL,
                           "%s: cannot start a ZooKeeper session: %s", m->label,
                           strerror(errno));
     /* Sent before any request, and again on every reconnection. */
@@ -380,7 +380,7 @@ static void zk_free(void *impl)
     while (m->reopeners > 0)
         pthread_cond_wait(&m->cond, &m->lock);
     pthread_mutex_unlock(&m->lock);
-    shard_wipe_free(m->auth);
+    shard__wipe_free(m->auth);
     pthread_rwlock_destroy(&m->handle_lock);
     pthread_mutex_destroy(&m->lock);
     pthread_cond_destroy(&m->cond);
@@ -410,10 +410,10 @@ static int session(store_zk *m, zhandle_t **zh)
             ;
     }
     if (m->auth_failed)
-        rc = shard_fail(SHARD_EPRIV, "%s: ZooKeeper refused the credentials in $%s",
+        rc = shard__fail(SHARD_EPRIV, "%s: ZooKeeper refused the credentials in $%s",
                         m->label, m->auth_env);
     else if (!m->connected)
-        rc = shard_fail(SHARD_ECONNECT, "%s: no ZooKeeper session (%s; servers %s)",
+        rc = shard__fail(SHARD_ECONNECT, "%s: no ZooKeeper session (%s; servers %s)",
                         m->label, m->ever_connected ? "lost, reconnecting" :
                         "none answered within 5 s", m->hosts);
     else
@@ -446,8 +446,8 @@ static int read_node(store_zk *m, zhandle_t *zh, const char *node, char **out, i
         return zk_fail(m, zrc, "read", node);
     for (;;) {
         size = st->dataLength > 0 ? st->dataLength : 1;
-        if (!(buf = shard_malloc((size_t)size)))
-            return shard_fail(SHARD_ENOMEM, "out of memory reading the map");
+        if (!(buf = shard__malloc((size_t)size)))
+            return shard__fail(SHARD_ENOMEM, "out of memory reading the map");
         *len = size;
         if ((zrc = zoo_get(zh, node, 0, buf, len, st)) != ZOK) {
             free(buf);
@@ -459,7 +459,7 @@ static int read_node(store_zk *m, zhandle_t *zh, const char *node, char **out, i
     }
     if (*len <= 0) {
         free(buf);
-        return shard_fail(SHARD_EMAP, "%s: %s is empty", m->label, node);
+        return shard__fail(SHARD_EMAP, "%s: %s is empty", m->label, node);
     }
     *out = buf;
     return 0;
@@ -469,7 +469,7 @@ static int parse_node(store_zk *m, const char *node, const char *text, int len,
                       shard_map **out)
 {
     int rc = shard_map_parse(out, text, (size_t)len);
-    return rc ? shard_fail_prefix(rc, "%s: %s: ", m->label, node) : 0;
+    return rc ? shard__fail_prefix(rc, "%s: %s: ", m->label, node) : 0;
 }
 
 /*
@@ -487,7 +487,7 @@ static int read_current(store_zk *m, zhandle_t *zh, shard_map **map, int32_t *zv
     *zversion = -1;
     rc = read_node(m, zh, m->current, &buf, &len, &st);
     if (rc == SHARD_ENOTFOUND) {
-        shard_clear_error();
+        shard__clear_error();
         return 0;
     }
     if (rc)
@@ -508,14 +508,14 @@ static int read_version(store_zk *m, zhandle_t *zh, uint64_t version, shard_map 
     version_node(m, version, node, sizeof node);
     rc = read_node(m, zh, node, &buf, &len, &st);
     if (rc == SHARD_ENOTFOUND)
-        return shard_fail(SHARD_ENOTFOUND, "%s: no version %llu was published (no node %s)",
+        return shard__fail(SHARD_ENOTFOUND, "%s: no version %llu was published (no node %s)",
                           m->label, (unsigned long long)version, node);
     if (rc)
         return rc;
     rc = parse_node(m, node, buf, len, out);
     free(buf);
     if (!rc && (*out)->version != version) {
-        rc = shard_fail(SHARD_EMAP, "%s: %s holds map version %llu", m->label, node,
+        rc = shard__fail(SHARD_EMAP, "%s: %s holds map version %llu", m->label, node,
                         (unsigned long long)(*out)->version);
         shard_map_free(*out);
         *out = NULL;
@@ -546,7 +546,7 @@ static int zk_load(void *impl, shard_map **out)
     if (rc)
         return rc;
     if (!map)
-        return shard_fail(SHARD_ENOTFOUND, "%s: no map has been published (no node %s)",
+        return shard__fail(SHARD_ENOTFOUND, "%s: no map has been published (no node %s)",
                           m->label, m->current);
     note_read(m, map->version);
     *out = map;
@@ -630,7 +630,7 @@ static int zk_publish(void *impl, const shard_map *map, uint64_t expected_versio
     /* The map goes in twice (its version node and current), one request. */
     if ((len = strlen(text)) > ZK_MAX_MAP) {
         free(text);
-        return shard_fail(SHARD_ETOOBIG, "%s: the map is %zu bytes; this store takes maps "
+        return shard__fail(SHARD_ETOOBIG, "%s: the map is %zu bytes; this store takes maps "
                           "of up to %d (a ZooKeeper request carries at most 1 MiB)",
                           m->label, len, ZK_MAX_MAP);
     }
@@ -641,7 +641,7 @@ static int zk_publish(void *impl, const shard_map *map, uint64_t expected_versio
     if ((rc = read_current(m, zh, &cur, &zversion)))
         goto out;
     if (version_of(cur) != expected_version) {
-        rc = shard_fail(SHARD_ECONFLICT, "%s: version is %llu, expected %llu (another "
+        rc = shard__fail(SHARD_ECONFLICT, "%s: version is %llu, expected %llu (another "
                         "change was published first)", m->label,
                         (unsigned long long)version_of(cur),
                         (unsigned long long)expected_version);
@@ -661,8 +661,8 @@ static int zk_publish(void *impl, const shard_map *map, uint64_t expected_versio
         shard_map *now = NULL;
         int32_t zv;
         if (read_current(m, zh, &now, &zv))
-            shard_clear_error();
-        rc = shard_fail(SHARD_ECONFLICT, "%s: lost the compare-and-set on %s: another "
+            shard__clear_error();
+        rc = shard__fail(SHARD_ECONFLICT, "%s: lost the compare-and-set on %s: another "
                         "publisher got there first (version is now %llu, expected %llu)",
                         m->label, m->current, (unsigned long long)version_of(now),
                         (unsigned long long)expected_version);

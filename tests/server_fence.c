@@ -121,7 +121,7 @@ static void holds_fence_back(form f, bool row_present)
         OK(shard_mapping_add(ctx, "board_has_pins", obj, other, 1));
     fence_clear(row_present);
 
-    OK(conn_get(ctx, ctx_server(ctx, map, (size_t)shard_map_pair_index(map, F)), &c));
+    OK(conn_get(ctx, ctx_server(ctx, map, (size_t)shard__map_pair_index(map, F)), &c));
     OK(conn_query_str(c, "START TRANSACTION"));
     ck_assert_msg(run_form(c, map, f, obj, other) >= 1, "the %s changed nothing on an "
                   "unfenced shard", Names[f]);

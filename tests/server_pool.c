@@ -32,7 +32,7 @@ static shard_server *pool_of(shard_ctx *ctx)
     shard_server *srv;
 
     OK(shard_ctx_map(ctx, &map));
-    srv = ctx_server(ctx, map, (size_t)shard_map_pair_index(map, 0));
+    srv = ctx_server(ctx, map, (size_t)shard__map_pair_index(map, 0));
     shard_map_free(map);
     ck_assert_ptr_nonnull(srv);
     return srv;

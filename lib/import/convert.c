@@ -113,7 +113,7 @@ static int row_fail(import_run *r, uint64_t legacy, const char *col, const char 
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    return shard_fail(SHARD_EINVAL, "legacy row %s.%s=%" PRIu64 "%s%s: %s; refused, nothing "
+    return shard__fail(SHARD_EINVAL, "legacy row %s.%s=%" PRIu64 "%s%s: %s; refused, nothing "
                       "written for it", r->table, r->id_col, legacy, col ? ", column " : "",
                       col ? col : "", detail);
 }
@@ -199,7 +199,7 @@ static int column_json(import_run *r, uint64_t legacy, const MYSQL_FIELD *f, con
     default:
         return row_fail(r, legacy, f->name, "column type %d is not supported", (int)f->type);
     }
-    return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory converting a row");
+    return *out ? 0 : shard__fail(SHARD_ENOMEM, "out of memory converting a row");
 }
 
 static int dump(const json_t *obj, size_t flags, char **text, size_t *len)
@@ -210,7 +210,7 @@ static int dump(const json_t *obj, size_t flags, char **text, size_t *len)
     int rc;
 
     if (!s)
-        return shard_fail(SHARD_ENOMEM, "out of memory serialising an object");
+        return shard__fail(SHARD_ENOMEM, "out of memory serialising an object");
     rc = copy_out(s, strlen(s), text, len);
     json_get_alloc_funcs(&jm, &jf);
     jf(s);
@@ -235,7 +235,7 @@ static int row_item(import_run *r, MYSQL_RES *res, MYSQL_ROW row, import_item *i
         if (strcasecmp(f[c].name, r->id_col) == 0) {
             if (!row[c] || !import_kind_integer(import_kind_of(&f[c])) || import_parse_i64(row[c], &legacy) ||
                 legacy < 1 || (uint64_t)legacy > SHARD_MAX_LOCAL)
-                return shard_fail(SHARD_EINVAL, "legacy row %s.%s=%s: a legacy id must be an "
+                return shard__fail(SHARD_EINVAL, "legacy row %s.%s=%s: a legacy id must be an "
                                   "integer 1..2^36-1; refused", r->table, r->id_col,
                                   row[c] ? row[c] : "NULL");
         }
@@ -275,14 +275,14 @@ static int row_item(import_run *r, MYSQL_RES *res, MYSQL_ROW row, import_item *i
                             "the row's id", r->id_col);
         }
         if (!v && json_object_set_new(obj, r->id_col, json_integer(legacy)))
-            rc = shard_fail(SHARD_ENOMEM, "out of memory converting a row");
+            rc = shard__fail(SHARD_ENOMEM, "out of memory converting a row");
     } else {
         if (!(obj = json_object()))
-            return shard_fail(SHARD_ENOMEM, "out of memory converting a row");
+            return shard__fail(SHARD_ENOMEM, "out of memory converting a row");
         for (unsigned c = 0; rc == 0 && c < nf; c++) {
             if ((rc = column_json(r, it->legacy, &f[c], row[c], len[c], &v)) == 0 &&
                 json_object_set_new(obj, f[c].name, v))
-                rc = shard_fail(SHARD_ENOMEM, "out of memory converting a row");
+                rc = shard__fail(SHARD_ENOMEM, "out of memory converting a row");
         }
     }
     if (rc == 0)
@@ -322,12 +322,12 @@ int import_read_rows(import_run *r, const char *where, MYSQL_RES **res)
 int import_res_items(import_run *r, MYSQL_RES *res, import_item **out, size_t *n)
 {
     size_t rows = mysql_num_rows(res), k = 0;
-    import_item *it = shard_calloc(rows ? rows : 1, sizeof *it);
+    import_item *it = shard__calloc(rows ? rows : 1, sizeof *it);
     MYSQL_ROW row;
     int rc = 0;
 
     if (!it)
-        return shard_fail(SHARD_ENOMEM, "out of memory for %zu rows", rows);
+        return shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", rows);
     while (rc == 0 && (row = mysql_fetch_row(res)))
         if ((rc = row_item(r, res, row, &it[k])) == 0)
             k++;

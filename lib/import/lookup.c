@@ -22,18 +22,18 @@ int import_set_val(import_item *it, const char *fmt, ...)
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     free(it->val);
-    it->val = shard_strdup(buf);
-    return it->val ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
+    it->val = shard__strdup(buf);
+    return it->val ? 0 : shard__fail(SHARD_ENOMEM, "out of memory");
 }
 
 int import_put_vals(import_run *r, import_item **its, size_t n)
 {
-    char **keys = shard_calloc(n ? n : 1, sizeof *keys);
-    char **vals = shard_calloc(n ? n : 1, sizeof *vals);
+    char **keys = shard__calloc(n ? n : 1, sizeof *keys);
+    char **vals = shard__calloc(n ? n : 1, sizeof *vals);
     int rc = 0;
 
     if (!keys || !vals)
-        rc = shard_fail(SHARD_ENOMEM, "out of memory writing lookup entries");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory writing lookup entries");
     for (size_t i = 0; rc == 0 && i < n; i++) {
         keys[i] = its[i]->key;
         vals[i] = its[i]->val;
@@ -175,10 +175,10 @@ int import_find_written(import_run *r, import_item **its, size_t n)
     map = ctx_map(r->ctx);
     for (size_t k = 0; k < map->nranges; k++)
         ns += map->ranges[k].hi - map->ranges[k].lo + 1;
-    j.shards = shard_calloc(ns, sizeof *j.shards);
-    j.found = shard_calloc(n, sizeof *j.found);
+    j.shards = shard__calloc(ns, sizeof *j.shards);
+    j.found = shard__calloc(n, sizeof *j.found);
     if (!j.shards || !j.found)
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
     ns = 0;
     for (size_t k = 0; rc == 0 && k < map->nranges; k++)
         for (unsigned s = map->ranges[k].lo; s <= map->ranges[k].hi; s++)
@@ -204,12 +204,12 @@ int import_find_written(import_run *r, import_item **its, size_t n)
 /* Place the batch's new rows near their parents: one resolution for all. */
 static int place_near(import_run *r, import_item *it, size_t n)
 {
-    uint64_t *parents = shard_calloc(n, sizeof *parents), *pids = shard_calloc(n, sizeof *pids);
+    uint64_t *parents = shard__calloc(n, sizeof *parents), *pids = shard__calloc(n, sizeof *pids);
     size_t np = 0;
     int rc = 0;
 
     if (!parents || !pids) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
+        rc = shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
         goto out;
     }
     for (size_t i = 0; i < n; i++)
@@ -222,7 +222,7 @@ static int place_near(import_run *r, import_item *it, size_t n)
         if (it[i].act != ACT_NEW || it[i].fixed || !it[i].parent)
             continue;
         if (!pids[np]) {
-            rc = shard_fail(SHARD_ENOTFOUND, "legacy row %s.%s=%" PRIu64 ": its %s %" PRIu64
+            rc = shard__fail(SHARD_ENOTFOUND, "legacy row %s.%s=%" PRIu64 ": its %s %" PRIu64
                             " has no lookup entry: import that parent first", r->table,
                             r->id_col, it[i].legacy, r->o->near_column, it[i].parent);
             goto out;
@@ -258,25 +258,25 @@ static int entry_action(import_run *r, import_item *it, const char *val)
         it->act = strcmp(it->e.md5, it->md5) ? ACT_CHANGED : ACT_UNCHANGED;
         return 0;
     case LEGACY_PENDING:
-        return shard_fail(SHARD_EINVAL, "lookup %s, key %s: \"%.60s\" was left by an "
+        return shard__fail(SHARD_EINVAL, "lookup %s, key %s: \"%.60s\" was left by an "
                           "interrupted pass of an earlier libshard, whose objects this one "
                           "cannot find: finish that pass with the libshard that began it",
                           r->lookup, it->key, val);
     default:
-        return shard_fail(SHARD_EINVAL, "lookup %s, key %s: \"%.60s\" is not an entry "
+        return shard__fail(SHARD_EINVAL, "lookup %s, key %s: \"%.60s\" is not an entry "
                           "libshard wrote", r->lookup, it->key, val);
     }
 }
 
 int import_classify(import_run *r, import_item *it, size_t n)
 {
-    char **keys = shard_calloc(n, sizeof *keys), **vals = shard_calloc(n, sizeof *vals);
-    import_item **fresh = shard_calloc(n, sizeof *fresh);
+    char **keys = shard__calloc(n, sizeof *keys), **vals = shard__calloc(n, sizeof *vals);
+    import_item **fresh = shard__calloc(n, sizeof *fresh);
     size_t nf = 0;
     int rc = 0;
 
     if (!keys || !vals || !fresh) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
+        rc = shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
         goto out;
     }
     for (size_t i = 0; i < n; i++)

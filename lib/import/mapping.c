@@ -53,7 +53,7 @@ static int edge_fail(import_run *r, const edge *e, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    return shard_fail(SHARD_ENOTFOUND, "legacy row %s (%s=%" PRIu64 ", %s=%" PRIu64 "): %s; "
+    return shard__fail(SHARD_ENOTFOUND, "legacy row %s (%s=%" PRIu64 ", %s=%" PRIu64 "): %s; "
                       "refused", r->table, r->o->from_column, e->f, r->o->to_column, e->t,
                       detail);
 }
@@ -61,14 +61,14 @@ static int edge_fail(import_run *r, const edge *e, const char *fmt, ...)
 /* Resolve both ends, compare with the record, write what differs. */
 static int edge_batch(import_run *r, edge *e, size_t n)
 {
-    uint64_t *in = shard_calloc(n, sizeof *in), *out = shard_calloc(n, sizeof *out);
-    char **keys = shard_calloc(n, sizeof *keys), **vals = shard_calloc(n, sizeof *vals);
-    edge **w = shard_calloc(n, sizeof *w);
+    uint64_t *in = shard__calloc(n, sizeof *in), *out = shard__calloc(n, sizeof *out);
+    char **keys = shard__calloc(n, sizeof *keys), **vals = shard__calloc(n, sizeof *vals);
+    edge **w = shard__calloc(n, sizeof *w);
     size_t nw = 0, nnew = 0;
     int rc = 0;
 
     if (!in || !out || !keys || !vals || !w) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
+        rc = shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
         goto out;
     }
     for (size_t i = 0; i < n; i++)
@@ -93,8 +93,8 @@ static int edge_batch(import_run *r, edge *e, size_t n)
             goto out;
         }
         snprintf(v, sizeof v, "%" PRIu64 " %" PRIu64 " %" PRId64, e[i].fid, e[i].tid, e[i].seq);
-        if (!(e[i].val = shard_strdup(v))) {
-            rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        if (!(e[i].val = shard__strdup(v))) {
+            rc = shard__fail(SHARD_ENOMEM, "out of memory");
             goto out;
         }
         keys[i] = e[i].key;
@@ -118,9 +118,9 @@ static int edge_batch(import_run *r, edge *e, size_t n)
             free(vals[i]);
             vals[i] = NULL;
         }
-        char **wv = shard_calloc(nw, sizeof *wv);
+        char **wv = shard__calloc(nw, sizeof *wv);
         if (!wv) {
-            rc = shard_fail(SHARD_ENOMEM, "out of memory");
+            rc = shard__fail(SHARD_ENOMEM, "out of memory");
             goto out;
         }
         for (size_t i = 0; i < nw; i++)
@@ -177,21 +177,21 @@ static int edge_forward(import_run *r)
         sql_free(&q);
         if (rc)
             return rc;
-        if (!(e = shard_calloc(mysql_num_rows(res) + 1, sizeof *e)))
-            rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        if (!(e = shard__calloc(mysql_num_rows(res) + 1, sizeof *e)))
+            rc = shard__fail(SHARD_ENOMEM, "out of memory");
         while (rc == 0 && (row = mysql_fetch_row(res))) {
             int64_t f, t, s = 0;
             if (!row[0] || !row[1] || import_parse_i64(row[0], &f) || import_parse_i64(row[1], &t) ||
                 f < 1 || t < 1 || (uint64_t)f > SHARD_MAX_LOCAL ||
                 (uint64_t)t > SHARD_MAX_LOCAL) {
-                rc = shard_fail(SHARD_EINVAL, "legacy row %s (%s=%s, %s=%s): both ends must "
+                rc = shard__fail(SHARD_EINVAL, "legacy row %s (%s=%s, %s=%s): both ends must "
                                 "be legacy ids (1..2^36-1); refused", r->table,
                                 o->from_column, row[0] ? row[0] : "NULL", o->to_column,
                                 row[1] ? row[1] : "NULL");
                 break;
             }
             if (row[2] && import_parse_i64(row[2], &s)) {
-                rc = shard_fail(SHARD_EINVAL, "legacy row %s (%s=%s, %s=%s): sequence \"%.40s\""
+                rc = shard__fail(SHARD_EINVAL, "legacy row %s (%s=%s, %s=%s): sequence \"%.40s\""
                                 " is not a 64-bit integer; refused", r->table, o->from_column,
                                 row[0], o->to_column, row[1], row[2]);
                 break;
@@ -225,9 +225,9 @@ static int edge_gone(void *payload, size_t n, char **keys, char **vals)
 {
     import_run *r = payload;
     const shard_import_options *o = r->o;
-    edge *e = shard_calloc(n, sizeof *e);
-    edge **gone = shard_calloc(n, sizeof *gone);
-    char **gk = shard_calloc(n, sizeof *gk);
+    edge *e = shard__calloc(n, sizeof *e);
+    edge **gone = shard__calloc(n, sizeof *gone);
+    char **gk = shard__calloc(n, sizeof *gk);
     size_t ng = 0;
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
@@ -236,13 +236,13 @@ static int edge_gone(void *payload, size_t n, char **keys, char **vals)
 
     sql_init(&q);
     if (!e || !gone || !gk) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
         if (sscanf(keys[i], "%" SCNu64 ":%" SCNu64, &e[i].f, &e[i].t) != 2 ||
             sscanf(vals[i], "%" SCNu64 " %" SCNu64, &e[i].fid, &e[i].tid) != 2) {
-            rc = shard_fail(SHARD_EINVAL, "record %s, key %.40s: not an entry libshard wrote",
+            rc = shard__fail(SHARD_EINVAL, "record %s, key %.40s: not an entry libshard wrote",
                             r->lookup, keys[i]);
             goto out;
         }
@@ -296,7 +296,7 @@ int shard_import_mapping(shard_ctx *ctx, const shard_import_options *opts,
     if (report)
         memset(report, 0, sizeof *report);
     if (!ctx)
-        return shard_fail(SHARD_EINVAL, "shard_import_mapping: NULL context");
+        return shard__fail(SHARD_EINVAL, "shard_import_mapping: NULL context");
     if ((rc = import_check_options(opts)))
         return rc;
     import_run_init(&r, ctx, opts);

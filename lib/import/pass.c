@@ -32,7 +32,7 @@ static void adapt_batch(import_run *r, const import_item *it, size_t n)
 
 static int process_batch(import_run *r, import_item *it, size_t n)
 {
-    import_item **nw = shard_calloc(n, sizeof *nw), **ch = shard_calloc(n, sizeof *ch);
+    import_item **nw = shard__calloc(n, sizeof *nw), **ch = shard__calloc(n, sizeof *ch);
     size_t nn = 0, nc = 0;
     uint64_t made = 0, changed = 0;
     int rc;
@@ -40,7 +40,7 @@ static int process_batch(import_run *r, import_item *it, size_t n)
     if (!nw || !ch) {
         free(nw);
         free(ch);
-        return shard_fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
+        return shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
     }
     rc = import_classify(r, it, n);
     for (size_t i = 0; rc == 0 && i < n; i++) {
@@ -183,15 +183,15 @@ static int rows_present(import_run *r, const uint64_t *ids, size_t n, bool *pres
 static int gone_batch(void *payload, size_t n, char **keys, char **vals)
 {
     import_run *r = payload;
-    uint64_t *ids = shard_calloc(n, sizeof *ids);
-    import_item *it = shard_calloc(n, sizeof *it);
-    import_item **del = shard_calloc(n, sizeof *del);
-    bool *present = shard_calloc(n, sizeof *present);
+    uint64_t *ids = shard__calloc(n, sizeof *ids);
+    import_item *it = shard__calloc(n, sizeof *it);
+    import_item **del = shard__calloc(n, sizeof *del);
+    bool *present = shard__calloc(n, sizeof *present);
     size_t nl = 0, nd = 0;
     int rc = 0;
 
     if (!ids || !it || !del || !present) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory scanning %s", r->lookup);
+        rc = shard__fail(SHARD_ENOMEM, "out of memory scanning %s", r->lookup);
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -254,7 +254,7 @@ int shard_import_table(shard_ctx *ctx, const shard_import_options *opts,
     if (report)
         memset(report, 0, sizeof *report);
     if (!ctx)
-        return shard_fail(SHARD_EINVAL, "shard_import_table: NULL context");
+        return shard__fail(SHARD_EINVAL, "shard_import_table: NULL context");
     if ((rc = import_check_options(opts)))
         return rc;
     import_run_init(&r, ctx, opts);

@@ -25,21 +25,21 @@ void import_progress(import_run *r, const char *phase, bool force)
 int import_check_options(const shard_import_options *o)
 {
     if (!o)
-        return shard_fail(SHARD_EINVAL, "shard_import: NULL options");
+        return shard__fail(SHARD_EINVAL, "shard_import: NULL options");
     if (o->version < 1 || o->version > SHARD_IMPORT_OPTIONS_VERSION)
-        return shard_fail(SHARD_EINVAL, "shard_import_options.version %u is not supported "
+        return shard__fail(SHARD_EINVAL, "shard_import_options.version %u is not supported "
                           "(this library knows 1..%d)", o->version,
                           SHARD_IMPORT_OPTIONS_VERSION);
     if (o->flags & ~SHARD_IMPORT_DRY_RUN)
-        return shard_fail(SHARD_EINVAL, "shard_import_options.flags: unknown flags 0x%x",
+        return shard__fail(SHARD_EINVAL, "shard_import_options.flags: unknown flags 0x%x",
                           (unsigned)o->flags);
     if (!o->source)
-        return shard_fail(SHARD_EINVAL, "shard_import_options.source is NULL");
+        return shard__fail(SHARD_EINVAL, "shard_import_options.source is NULL");
     if (o->threads > IMPORT_MAX_THREADS)
-        return shard_fail(SHARD_EINVAL, "shard_import_options.threads: %u is over %d",
+        return shard__fail(SHARD_EINVAL, "shard_import_options.threads: %u is over %d",
                           o->threads, IMPORT_MAX_THREADS);
     if (o->batch_rows > IMPORT_MAX_BATCH)
-        return shard_fail(SHARD_EINVAL, "shard_import_options.batch_rows: %u is over %d",
+        return shard__fail(SHARD_EINVAL, "shard_import_options.batch_rows: %u is over %d",
                           o->batch_rows, IMPORT_MAX_BATCH);
     return import_check_name("legacy table", o->table);
 }
@@ -108,7 +108,7 @@ static int check_unique(import_run *r, const char *col)
         v[0] = '\0';
     }
     if (!v[0])
-        return shard_fail(SHARD_EINVAL, "%s: column %s.%s is not the primary key or a unique "
+        return shard__fail(SHARD_EINVAL, "%s: column %s.%s is not the primary key or a unique "
                           "key of its own: the import reads in its order and finds rows by it",
                           r->src.label, r->table, col);
     return 0;
@@ -121,7 +121,7 @@ static void estimate(import_run *r)
              "TABLE_SCHEMA = '%s' AND TABLE_NAME = '%s'", r->src.db, r->table);
     if (import_source_value(&r->src, sql, v, sizeof v) == 0)
         r->estimate = strtoull(v, NULL, 10);
-    shard_clear_error();
+    shard__clear_error();
 }
 
 int import_table_setup(import_run *r)
@@ -141,7 +141,7 @@ int import_table_setup(import_run *r)
     snprintf(r->name, sizeof r->name, "%s", tname);
     r->type = o->type;
     if (!(def = map_legacy_of_type(map, o->type))) {
-        rc = shard_fail(SHARD_EINVAL, "the map has no legacy lookup for %s: add \"legacy\": "
+        rc = shard__fail(SHARD_EINVAL, "the map has no legacy lookup for %s: add \"legacy\": "
                         "{\"%s\": {}} and \"legacy_%s\" to mod_shards.tables, publish the "
                         "map, run shardctl schema apply", r->name, r->name, r->name);
         goto out;
@@ -149,7 +149,7 @@ int import_table_setup(import_run *r)
     snprintf(r->lookup, sizeof r->lookup, "%s", def->table);
     r->open_shards = map->open_shards;
     if (o->near_column && !map_legacy_of_type(map, o->near_type)) {
-        rc = shard_fail(SHARD_EINVAL, "near: type %u has no legacy lookup in the map",
+        rc = shard__fail(SHARD_EINVAL, "near: type %u has no legacy lookup in the map",
                         o->near_type);
         goto out;
     }
@@ -164,15 +164,15 @@ int import_table_setup(import_run *r)
     if (f) /* the column's own spelling names the object's field */
         snprintf(r->id_col, sizeof r->id_col, "%s", f->name);
     if (!f || !import_kind_integer(import_kind_of(f)))
-        rc = shard_fail(SHARD_EINVAL, "%s: %s.%s is %s", r->src.label, r->table, r->id_col,
+        rc = shard__fail(SHARD_EINVAL, "%s: %s.%s is %s", r->src.label, r->table, r->id_col,
                         f ? "not an integer column" : "not a column");
     else if (o->json_column && !((f = import_field_named(res, o->json_column)) &&
                                  import_kind_of(f) == COL_TEXT))
-        rc = shard_fail(SHARD_EINVAL, "%s: %s.%s is %s", r->src.label, r->table,
+        rc = shard__fail(SHARD_EINVAL, "%s: %s.%s is %s", r->src.label, r->table,
                         o->json_column, f ? "not a text column" : "not a column");
     else if (o->near_column && !((f = import_field_named(res, o->near_column)) &&
                                  import_kind_integer(import_kind_of(f))))
-        rc = shard_fail(SHARD_EINVAL, "%s: %s.%s is %s", r->src.label, r->table,
+        rc = shard__fail(SHARD_EINVAL, "%s: %s.%s is %s", r->src.label, r->table,
                         o->near_column, f ? "not an integer column" : "not a column");
     else
         rc = check_unique(r, r->id_col);
@@ -195,15 +195,15 @@ int import_mapping_setup(import_run *r)
     char lock[80];
     int rc = 0;
 
-    if (!o->mapping || !(md = shard_map_find_mapping(map, o->mapping))) {
-        rc = shard_fail(SHARD_EINVAL, "no mapping named \"%.64s\" in the map (a reverse "
+    if (!o->mapping || !(md = shard__map_find_mapping(map, o->mapping))) {
+        rc = shard__fail(SHARD_EINVAL, "no mapping named \"%.64s\" in the map (a reverse "
                         "mapping is written through its forward one)",
                         o->mapping ? o->mapping : "(null)");
         goto out;
     }
     snprintf(r->name, sizeof r->name, "%s", md->name);
     if (!(def = map_legacy_of(map, md->name))) {
-        rc = shard_fail(SHARD_EINVAL, "the map has no legacy record for mapping %s: add "
+        rc = shard__fail(SHARD_EINVAL, "the map has no legacy record for mapping %s: add "
                         "\"legacy\": {\"%s\": {}} and \"legacy_%s\" to mod_shards.tables, "
                         "publish the map, run shardctl schema apply", md->name, md->name,
                         md->name);
@@ -211,7 +211,7 @@ int import_mapping_setup(import_run *r)
     }
     snprintf(r->lookup, sizeof r->lookup, "%s", def->table);
     if (!map_legacy_of_type(map, o->from_type) || !map_legacy_of_type(map, o->to_type)) {
-        rc = shard_fail(SHARD_EINVAL, "both ends need a legacy lookup: type %u has none",
+        rc = shard__fail(SHARD_EINVAL, "both ends need a legacy lookup: type %u has none",
                         map_legacy_of_type(map, o->from_type) ? o->to_type : o->from_type);
         goto out;
     }
@@ -229,14 +229,14 @@ int import_mapping_setup(import_run *r)
     else if (!(f = import_field_named(res, o->to_column)) || !import_kind_integer(import_kind_of(f)))
         bad = o->to_column;
     if (bad) {
-        rc = shard_fail(SHARD_EINVAL, "%s: %s.%s is not an integer column", r->src.label,
+        rc = shard__fail(SHARD_EINVAL, "%s: %s.%s is not an integer column", r->src.label,
                         r->table, bad);
         goto out;
     }
     if (!o->seq_column) {
         snprintf(r->seq_expr, sizeof r->seq_expr, "NULL");
     } else if (!(f = import_field_named(res, o->seq_column))) {
-        rc = shard_fail(SHARD_EINVAL, "%s: %s.%s is not a column", r->src.label, r->table,
+        rc = shard__fail(SHARD_EINVAL, "%s: %s.%s is not a column", r->src.label, r->table,
                         o->seq_column);
     } else if (import_kind_integer(import_kind_of(f))) {
         snprintf(r->seq_expr, sizeof r->seq_expr, "`%s`", o->seq_column);
@@ -245,7 +245,7 @@ int import_mapping_setup(import_run *r)
         snprintf(r->seq_expr, sizeof r->seq_expr,
                  "CAST(ROUND(UNIX_TIMESTAMP(`%s`) * 1000000) AS SIGNED)", o->seq_column);
     } else {
-        rc = shard_fail(SHARD_EINVAL, "%s: %s.%s is neither an integer nor a date and time",
+        rc = shard__fail(SHARD_EINVAL, "%s: %s.%s is neither an integer nor a date and time",
                         r->src.label, r->table, o->seq_column);
     }
     if (rc == 0)

@@ -30,7 +30,7 @@ int import_check_name(const char *what, const char *s)
 {
     if (legacy_name_ok(s))
         return 0;
-    return shard_fail(SHARD_EINVAL, "%s \"%.64s\" is not a plain name (1..64 of A-Z a-z "
+    return shard__fail(SHARD_EINVAL, "%s \"%.64s\" is not a plain name (1..64 of A-Z a-z "
                       "0-9 _ $)", what, s ? s : "(null)");
 }
 
@@ -43,29 +43,29 @@ int import_parse_url(const char *url, source_url *u)
     memset(u, 0, sizeof *u);
     u->port = 3306;
     if (!url || strncmp(url, "mysql://", 8) != 0)
-        return shard_fail(SHARD_EINVAL, "source: give mysql://USER@HOST[:PORT]/DB");
+        return shard__fail(SHARD_EINVAL, "source: give mysql://USER@HOST[:PORT]/DB");
     p = url + 8;
     at = strchr(p, '@');
     if (!at)
-        return shard_fail(SHARD_EINVAL, "source: the user is missing (mysql://USER@HOST/DB)");
+        return shard__fail(SHARD_EINVAL, "source: the user is missing (mysql://USER@HOST/DB)");
     /* Never echo what is before '@': it may be a password. */
     if (memchr(p, ':', (size_t)(at - p)))
-        return shard_fail(SHARD_EINVAL, "source: a password in the URL is refused (it would "
+        return shard__fail(SHARD_EINVAL, "source: a password in the URL is refused (it would "
                           "show in process lists and logs): name an environment variable "
                           "holding it instead");
     n = (size_t)(at - p);
     if (n == 0 || n >= sizeof u->user)
-        return shard_fail(SHARD_EINVAL, "source: the user must be 1..80 characters");
+        return shard__fail(SHARD_EINVAL, "source: the user must be 1..80 characters");
     memcpy(u->user, p, n);
     p = at + 1;
     slash = strchr(p, '/');
     if (!slash)
-        return shard_fail(SHARD_EINVAL, "source: the database is missing "
+        return shard__fail(SHARD_EINVAL, "source: the database is missing "
                           "(mysql://USER@HOST[:PORT]/DB)");
     if (*p == '[') {
         const char *close = memchr(p, ']', (size_t)(slash - p));
         if (!close)
-            return shard_fail(SHARD_EINVAL, "source: bad [IPv6] address");
+            return shard__fail(SHARD_EINVAL, "source: bad [IPv6] address");
         hend = close + 1;
         p++;
         n = (size_t)(close - p);
@@ -75,24 +75,24 @@ int import_parse_url(const char *url, source_url *u)
         n = (size_t)(hend - p);
     }
     if (n == 0 || n >= sizeof u->host)
-        return shard_fail(SHARD_EINVAL, "source: the host is missing or too long");
+        return shard__fail(SHARD_EINVAL, "source: the host is missing or too long");
     memcpy(u->host, p, n);
     for (size_t i = 0; i < n; i++)
         if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:",
                     u->host[i]))
-            return shard_fail(SHARD_EINVAL, "source: bad character in host \"%.64s\"",
+            return shard__fail(SHARD_EINVAL, "source: bad character in host \"%.64s\"",
                               u->host);
     if (*hend == ':') {
         char *end;
         unsigned long port = strtoul(hend + 1, &end, 10);
         if (end == hend + 1 || end != slash || port < 1 || port > 65535)
-            return shard_fail(SHARD_EINVAL, "source: the port must be 1..65535");
+            return shard__fail(SHARD_EINVAL, "source: the port must be 1..65535");
         u->port = (unsigned)port;
     } else if (hend != slash) {
-        return shard_fail(SHARD_EINVAL, "source: bad address");
+        return shard__fail(SHARD_EINVAL, "source: bad address");
     }
     if (strlen(slash + 1) >= sizeof u->db || !legacy_name_ok(slash + 1))
-        return shard_fail(SHARD_EINVAL, "source: database \"%.64s\" is not a plain name "
+        return shard__fail(SHARD_EINVAL, "source: database \"%.64s\" is not a plain name "
                           "(1..64 of A-Z a-z 0-9 _ $)", slash + 1);
     strcpy(u->db, slash + 1);
     return 0;
@@ -111,7 +111,7 @@ static int source_fail(import_source *s, const char *what)
         code = SHARD_EPRIV;
     else if (e == ER_NO_SUCH_TABLE || e == ER_BAD_DB_ERROR || e == ER_BAD_FIELD_ERROR)
         code = SHARD_ENOTFOUND;
-    return shard_fail(code, "%s: %s: error %u: %s", s->label, what, e, mysql_error(s->my));
+    return shard__fail(code, "%s: %s: error %u: %s", s->label, what, e, mysql_error(s->my));
 }
 
 int import_source_query(import_source *s, const char *sql, size_t len, MYSQL_RES **res)
@@ -152,7 +152,7 @@ int import_md5_hex(const char *data, size_t len, char hex[33])
     unsigned int mdlen = 0;
 
     if (!EVP_Digest(len ? data : "", len, md, &mdlen, EVP_md5(), NULL) || mdlen != 16)
-        return shard_fail(SHARD_ENOMEM, "computing MD5 failed");
+        return shard__fail(SHARD_ENOMEM, "computing MD5 failed");
     for (unsigned i = 0; i < 16; i++)
         snprintf(hex + 2 * i, 3, "%02x", md[i]);
     return 0;
@@ -182,14 +182,14 @@ int import_source_open(shard_ctx *ctx, const shard_import_options *o, const char
     snprintf(s->label, sizeof s->label, "source %s:%u/%s", u.host, u.port, u.db);
     snprintf(s->db, sizeof s->db, "%s", u.db);
     if (env && !(pw = getenv(env))) {
-        rc = shard_fail(SHARD_EINVAL, "%s: the password variable %s is not set", s->label,
+        rc = shard__fail(SHARD_EINVAL, "%s: the password variable %s is not set", s->label,
                         env);
         shard_map_free(map);
         return rc;
     }
     shard_map_free(map);
     if (!(s->my = mysql_init(NULL)))
-        return shard_fail(SHARD_ENOMEM, "out of memory connecting to the source");
+        return shard__fail(SHARD_ENOMEM, "out of memory connecting to the source");
     t = (ctx->opts.connect_timeout_ms + 999) / 1000;
     mysql_options(s->my, MYSQL_OPT_CONNECT_TIMEOUT, &t);
     t = (ctx->opts.read_timeout_ms + 999) / 1000;
@@ -216,7 +216,7 @@ int import_source_open(shard_ctx *ctx, const shard_import_options *o, const char
     if ((rc = import_source_value(s, sql, v, sizeof v)))
         goto fail;
     if (strcmp(v, "1") != 0) {
-        rc = shard_fail(SHARD_EBUSY, "%s: another import holds the lock %s: one import of "
+        rc = shard__fail(SHARD_EBUSY, "%s: another import holds the lock %s: one import of "
                         "a type or mapping at a time", s->label, lockname);
         goto fail;
     }

@@ -34,7 +34,7 @@ static int too_big(exec_env *env, upsert_arg *a)
 {
     for (size_t i = 0; i < a->n; i++)
         if (a->its[i]->len + 1024 > env->conn->max_packet)
-            return shard_fail(SHARD_ETOOBIG, "legacy row %s.%s=%" PRIu64 " (%zu bytes as "
+            return shard__fail(SHARD_ETOOBIG, "legacy row %s.%s=%" PRIu64 " (%zu bytes as "
                               "JSON): more than one statement can carry under %s's "
                               "max_allowed_packet (%lu bytes); nothing written for its shard's "
                               "rows of the batch", a->r->table, a->r->id_col,
@@ -226,12 +226,12 @@ static int cmp_shard_local(const void *a, const void *b)
 static int replace_collided(import_run *r, import_item *it)
 {
     if (it->fixed)
-        return shard_fail(SHARD_EEXISTS, "legacy row %s.%s=%" PRIu64 ": its object %" PRIu64
+        return shard__fail(SHARD_EEXISTS, "legacy row %s.%s=%" PRIu64 ": its object %" PRIu64
                           " was replaced by an object that is not this row's (its \"%s\" "
                           "field differs): refused, nothing written for it", r->table,
                           r->id_col, it->legacy, it->id, r->id_col);
     if (r->open_shards < 2)
-        return shard_fail(SHARD_EEXISTS, "legacy row %s.%s=%" PRIu64 ": shard %u holds a "
+        return shard__fail(SHARD_EEXISTS, "legacy row %s.%s=%" PRIu64 ": shard %u holds a "
                           "native object at local id %" PRIu64 " and there is no other open "
                           "shard: refused, nothing written for it", r->table, r->id_col,
                           it->legacy, it->shard, it->legacy);
@@ -245,21 +245,21 @@ static int replace_collided(import_run *r, import_item *it)
  * placed again until none is left. */
 static int write_objects(import_run *r, import_item **its, size_t n)
 {
-    import_item **todo = shard_calloc(n ? n : 1, sizeof *todo);
-    size_t *group = shard_calloc(n + 1, sizeof *group), nt = n;
+    import_item **todo = shard__calloc(n ? n : 1, sizeof *todo);
+    size_t *group = shard__calloc(n + 1, sizeof *group), nt = n;
     int rc = 0;
 
     if (!todo || !group) {
         free(todo);
         free(group);
-        return shard_fail(SHARD_ENOMEM, "out of memory writing %zu objects", n);
+        return shard__fail(SHARD_ENOMEM, "out of memory writing %zu objects", n);
     }
     memcpy(todo, its, n * sizeof *its);
     for (unsigned round = 0; rc == 0 && nt; round++) {
         size_t ng = 0, k = 0;
         group_job j = {r, todo, group};
         if (round > r->open_shards * 4) {
-            rc = shard_fail(SHARD_EEXISTS, "legacy row %s.%s=%" PRIu64 ": every open shard "
+            rc = shard__fail(SHARD_EEXISTS, "legacy row %s.%s=%" PRIu64 ": every open shard "
                             "tried holds a native object at local id %" PRIu64, r->table,
                             r->id_col, todo[0]->legacy, todo[0]->legacy);
             break;
@@ -291,8 +291,8 @@ int import_create(import_run *r, import_item **its, size_t n, uint64_t *made)
     if (n)
         import_hook("created"); /* objects written, their entries not yet */
     /* The entries of every object written, even when some shard failed. */
-    if (!(done = shard_calloc(n ? n : 1, sizeof *done)))
-        return rc ? rc : shard_fail(SHARD_ENOMEM, "out of memory");
+    if (!(done = shard__calloc(n ? n : 1, sizeof *done)))
+        return rc ? rc : shard__fail(SHARD_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && rc2 == 0; i++) {
         if (!its[i]->written)
             continue;
@@ -301,10 +301,10 @@ int import_create(import_run *r, import_item **its, size_t n, uint64_t *made)
     }
     if (rc2 == 0 && k) {
         shard_errsave saved;
-        shard_error_save(&saved, rc);
+        shard__error_save(&saved, rc);
         rc2 = import_put_vals(r, done, k);
         if (rc)
-            shard_error_restore(&saved);
+            shard__error_restore(&saved);
     }
     if (rc == 0)
         rc = rc2;

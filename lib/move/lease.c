@@ -55,7 +55,7 @@ int move_mark(mv *m, bool on)
     int rc = publish_edit(m->ctx->store, mark_fn, &e, &version);
 
     if (rc)
-        return shard_fail_prefix(rc, "%s shards %u-%u as moving in the map: ",
+        return shard__fail_prefix(rc, "%s shards %u-%u as moving in the map: ",
                                  on ? "marking" : "unmarking", m->first, m->last);
     if (on && (e.changed || !m->lease_ready)) {
         /* From here, a context that reads the store sees the mark: the
@@ -92,10 +92,10 @@ void move_unmark(mv *m)
 {
     shard_errsave saved;
 
-    shard_error_save(&saved, 0);
+    shard__error_save(&saved, 0);
     if (move_mark(m, false))
         ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: %s (reads of those shards keep checking "
                 "the fence until a later move or resume clears the mark)",
                 (unsigned long long)m->id, shard_errmsg());
-    shard_error_restore(&saved);
+    shard__error_restore(&saved);
 }
