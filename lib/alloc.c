@@ -23,24 +23,24 @@ static bool alloc_allowed(void)
     return b != 0;
 }
 
-void *shard_malloc(size_t n)
+void *shard__malloc(size_t n)
 {
     return alloc_allowed() ? malloc(n ? n : 1) : NULL;
 }
 
-void *shard_calloc(size_t n, size_t size)
+void *shard__calloc(size_t n, size_t size)
 {
     return alloc_allowed() ? calloc(n ? n : 1, size ? size : 1) : NULL;
 }
 
-void *shard_realloc(void *p, size_t n)
+void *shard__realloc(void *p, size_t n)
 {
     return alloc_allowed() ? realloc(p, n ? n : 1) : NULL;
 }
 
-char *shard_strndup(const char *s, size_t n)
+char *shard__strndup(const char *s, size_t n)
 {
-    char *d = shard_malloc(n + 1);
+    char *d = shard__malloc(n + 1);
     if (d) {
         memcpy(d, s, n);
         d[n] = '\0';
@@ -48,9 +48,9 @@ char *shard_strndup(const char *s, size_t n)
     return d;
 }
 
-char *shard_strdup(const char *s)
+char *shard__strdup(const char *s)
 {
-    return shard_strndup(s, strlen(s));
+    return shard__strndup(s, strlen(s));
 }
 
 void shard_free(void *ptr)
@@ -58,7 +58,7 @@ void shard_free(void *ptr)
     free(ptr);
 }
 
-void shard_wipe_free(char *s)
+void shard__wipe_free(char *s)
 {
     if (s) {
         volatile char *p = s;

@@ -69,10 +69,10 @@ static int conn_fail(MYSQL *my, const char *label, double started, unsigned time
     if (errno_out)
         *errno_out = e;
     if (code == SHARD_ECONNECT && timeout_ms && took * 1000.0 >= timeout_ms * 0.9) {
-        return shard_fail(SHARD_ETIMEOUT, "%s: no answer within %u ms (error %u: %s)",
+        return shard__fail(SHARD_ETIMEOUT, "%s: no answer within %u ms (error %u: %s)",
                           label, timeout_ms, e, mysql_error(my));
     }
-    return shard_fail(code, "%s: error %u (%s): %s", label, e, mysql_sqlstate(my),
+    return shard__fail(code, "%s: error %u (%s): %s", label, e, mysql_sqlstate(my),
                       mysql_error(my));
 }
 
@@ -86,7 +86,7 @@ static unsigned to_seconds(unsigned ms)
 static int tls_file(const char *what, const char *path)
 {
     if (path && access(path, R_OK) != 0)
-        return shard_fail(SHARD_ETLS, "credentials.tls.%s %s cannot be read: %s", what, path,
+        return shard__fail(SHARD_ETLS, "credentials.tls.%s %s cannot be read: %s", what, path,
                           strerror(errno));
     return 0;
 }
@@ -101,7 +101,7 @@ static int set_tls(MYSQL *my, const conn_config *cf, const char *label)
         return 0;
     if ((rc = tls_file("ca", cf->tls_ca)) || (rc = tls_file("cert", cf->tls_cert)) ||
         (rc = tls_file("key", cf->tls_key)))
-        return shard_fail_prefix(rc, "%s: ", label);
+        return shard__fail_prefix(rc, "%s: ", label);
     /* verify: false means no verification at all: the CA is not given, as
      * the client library checks the chain whenever it has one. The client
      * library copies the option strings. */
@@ -110,7 +110,7 @@ static int set_tls(MYSQL *my, const conn_config *cf, const char *label)
         (cf->tls_ca && cf->tls_verify && mysql_optionsv(my, MYSQL_OPT_SSL_CA, cf->tls_ca)) ||
         mysql_optionsv(my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify) ||
         mysql_optionsv(my, MYSQL_OPT_SSL_ENFORCE, &yes))
-        return shard_fail(SHARD_ETLS, "%s: cannot set TLS options", label);
+        return shard__fail(SHARD_ETLS, "%s: cannot set TLS options", label);
     return 0;
 }
 
@@ -144,7 +144,7 @@ void conn_config_init(conn_config *cf, unsigned connect_ms, unsigned read_ms,
 /* Never fails for NULL; leaves *out NULL when it fails. */
 static bool dup_or_null(const char *s, char **out)
 {
-    *out = s ? shard_strdup(s) : NULL;
+    *out = s ? shard__strdup(s) : NULL;
     return !s || *out;
 }
 
@@ -157,11 +157,11 @@ int conn_config_set(conn_config *cf, const char *user, const char *password,
         !dup_or_null(tls->ca, &ca) || !dup_or_null(tls->cert, &cert) ||
         !dup_or_null(tls->key, &key)) {
         free(u);
-        shard_wipe_free(pw);
+        shard__wipe_free(pw);
         free(ca);
         free(cert);
         free(key);
-        return shard_fail(SHARD_ENOMEM, "out of memory for connection settings");
+        return shard__fail(SHARD_ENOMEM, "out of memory for connection settings");
     }
     pthread_mutex_lock(&cf->lock);
     /* Swap: the old values are freed below, outside the lock. */
@@ -174,7 +174,7 @@ int conn_config_set(conn_config *cf, const char *user, const char *password,
     cf->tls_verify = tls->verify;
     pthread_mutex_unlock(&cf->lock);
     free(u);
-    shard_wipe_free(pw);
+    shard__wipe_free(pw);
     free(ca);
     free(cert);
     free(key);
@@ -187,8 +187,8 @@ int conn_config_password(conn_config *cf, char **out)
 
     *out = NULL;
     pthread_mutex_lock(&cf->lock);
-    if (cf->password && !(*out = shard_strdup(cf->password)))
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+    if (cf->password && !(*out = shard__strdup(cf->password)))
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
     pthread_mutex_unlock(&cf->lock);
     return rc;
 }
@@ -196,7 +196,7 @@ int conn_config_password(conn_config *cf, char **out)
 void conn_config_free(conn_config *cf)
 {
     free(cf->user);
-    shard_wipe_free(cf->password);
+    shard__wipe_free(cf->password);
     free(cf->tls_ca);
     free(cf->tls_cert);
     free(cf->tls_key);
@@ -215,7 +215,7 @@ static int take_credentials(conn_config *cf, MYSQL *my, const char *label, char 
 
     pthread_mutex_lock(&cf->lock);
     if (!dup_or_null(cf->user, user) || !dup_or_null(cf->password, pw))
-        rc = shard_fail(SHARD_ENOMEM, "%s: out of memory for a connection", label);
+        rc = shard__fail(SHARD_ENOMEM, "%s: out of memory for a connection", label);
     else
         rc = set_tls(my, cf, label);
     pthread_mutex_unlock(&cf->lock);
@@ -266,10 +266,10 @@ static int conn_open(shard_server *srv, shard_conn **out)
     double t0;
     int rc;
 
-    c = shard_calloc(1, sizeof *c);
+    c = shard__calloc(1, sizeof *c);
     if (!c || !(c->my = mysql_init(NULL))) {
         free(c);
-        return shard_fail(SHARD_ENOMEM, "%s: out of memory for a connection", srv->label);
+        return shard__fail(SHARD_ENOMEM, "%s: out of memory for a connection", srv->label);
     }
     c->srv = srv;
     c->read_timeout_ms = cf->read_timeout_ms;
@@ -301,18 +301,18 @@ static int conn_open(shard_server *srv, shard_conn **out)
     if (!mysql_real_connect(c->my, ep->socket[0] ? NULL : ep->host, user, pw, NULL, ep->port,
                             ep->socket[0] ? ep->socket : NULL, 0)) {
         rc = conn_fail(c->my, srv->label, t0, cf->connect_timeout_ms, &c->last_errno);
-        shard_fail_prefix(rc, "cannot connect: ");
+        shard__fail_prefix(rc, "cannot connect: ");
         goto fail;
     }
     if ((rc = read_max_packet(c)))
         goto fail;
     free(user);
-    shard_wipe_free(pw);
+    shard__wipe_free(pw);
     *out = c;
     return 0;
 fail:
     free(user);
-    shard_wipe_free(pw);
+    shard__wipe_free(pw);
     mysql_close(c->my);
     free(c);
     return rc;
@@ -395,7 +395,7 @@ int conn_acquire(shard_server *srv, shard_conn **out, bool *connect_failed)
         }
         if (pthread_cond_timedwait(&srv->cond, &srv->lock, &deadline) == ETIMEDOUT) {
             pthread_mutex_unlock(&srv->lock);
-            return shard_fail(SHARD_ETIMEOUT, "%s: all %u pooled connections stayed busy "
+            return shard__fail(SHARD_ETIMEOUT, "%s: all %u pooled connections stayed busy "
                               "for %u ms", srv->label, pool_size, wait_ms);
         }
     }
@@ -463,7 +463,7 @@ int conn_fits(shard_conn *c, size_t len)
 {
     /* The server counts the command byte and some framing as well. */
     if (len + 1024 > c->max_packet)
-        return shard_fail(SHARD_ETOOBIG, "%s: statement of %zu bytes exceeds the "
+        return shard__fail(SHARD_ETOOBIG, "%s: statement of %zu bytes exceeds the "
                           "server's max_allowed_packet (%lu bytes)", c->srv->label, len,
                           c->max_packet);
     return 0;
@@ -532,7 +532,7 @@ int conn_value(shard_conn *c, const char *sql, char *out, size_t size)
     if (rc)
         return rc;
     if (!(res = mysql_store_result(c->my)))
-        return shard_fail(SHARD_ESERVER, "%s: %s", c->srv->label, mysql_error(c->my));
+        return shard__fail(SHARD_ESERVER, "%s: %s", c->srv->label, mysql_error(c->my));
     row = mysql_fetch_row(res);
     snprintf(out, size, "%s", row && row[0] ? row[0] : "");
     mysql_free_result(res);
@@ -556,9 +556,9 @@ static int stmt_fail(shard_conn *c, MYSQL_STMT *st, double t0)
     c->last_errno = e;
     if (code == SHARD_ECONNECT && c->read_timeout_ms &&
         (now_seconds() - t0) * 1000.0 >= c->read_timeout_ms * 0.9)
-        return shard_fail(SHARD_ETIMEOUT, "%s: no answer within %u ms (error %u: %s)",
+        return shard__fail(SHARD_ETIMEOUT, "%s: no answer within %u ms (error %u: %s)",
                           c->srv->label, c->read_timeout_ms, e, mysql_stmt_error(st));
-    return shard_fail(code, "%s: error %u (%s): %s", c->srv->label, e,
+    return shard__fail(code, "%s: error %u (%s): %s", c->srv->label, e,
                       mysql_stmt_sqlstate(st), mysql_stmt_error(st));
 }
 
@@ -594,7 +594,7 @@ static int stmt_for(shard_conn *c, const char *key, const sqlbuf *sql, conn_sql_
     stmt_drop(slot);
     if (!(slot->st = mysql_stmt_init(c->my))) {
         sql_free(&built);
-        return shard_fail(SHARD_ENOMEM, "%s: out of memory for a statement", c->srv->label);
+        return shard__fail(SHARD_ENOMEM, "%s: out of memory for a statement", c->srv->label);
     }
     if (mysql_stmt_prepare(slot->st, sql->s, (unsigned long)sql->len)) {
         rc = stmt_fail(c, slot->st, t0);
@@ -649,14 +649,14 @@ int conn_stmt_get(shard_conn *c, const char *key, conn_sql_fn build, const void 
     if (fenced)
         *fenced = (f == 0 || f == MYSQL_DATA_TRUNCATED) && !fence_null && fence != 0;
     if (f == MYSQL_NO_DATA || (f == 0 && is_null)) {
-        rc = shard_fail(SHARD_ENOTFOUND, "no row");
+        rc = shard__fail(SHARD_ENOTFOUND, "no row");
     } else if (f == 0) {
         rc = copy_out(small, length, out, len);
     } else if (f == MYSQL_DATA_TRUNCATED) {
         /* Larger than the stack buffer: fetch the column again, whole. */
-        char *big = shard_malloc(length + 1);
+        char *big = shard__malloc(length + 1);
         if (!big) {
-            rc = shard_fail(SHARD_ENOMEM, "out of memory for a %lu-byte result", length);
+            rc = shard__fail(SHARD_ENOMEM, "out of memory for a %lu-byte result", length);
         } else {
             v->buffer = big;
             v->buffer_length = length;
@@ -693,7 +693,7 @@ int conn_stmt_run(shard_conn *c, const char *key, const sqlbuf *sql, const conn_
     int rc;
 
     if (n > CONN_PARAMS_MAX)
-        return shard_fail(SHARD_EINTERNAL, "statement with %u parameters", n);
+        return shard__fail(SHARD_EINTERNAL, "statement with %u parameters", n);
     memset(b, 0, sizeof b);
     for (unsigned i = 0; i < n; i++) {
         if (params[i].data) {

@@ -34,7 +34,7 @@ void conn_config_init(conn_config *cf, unsigned connect_ms, unsigned read_ms,
  * leaves the old ones in place. */
 int conn_config_set(conn_config *cf, const char *user, const char *password,
                     const shard_tlsdef *tls);
-/* A copy of the current password (NULL: none): shard_wipe_free() it. */
+/* A copy of the current password (NULL: none): shard__wipe_free() it. */
 int conn_config_password(conn_config *cf, char **out);
 void conn_config_free(conn_config *cf);
 

@@ -54,7 +54,7 @@ shard_map *ctx_map(shard_ctx *ctx)
 {
     shard_map *m;
     pthread_mutex_lock(&ctx->map_lock);
-    m = shard_map_ref(ctx->map);
+    m = shard__map_ref(ctx->map);
     pthread_mutex_unlock(&ctx->map_lock);
     return m;
 }
@@ -62,7 +62,7 @@ shard_map *ctx_map(shard_ctx *ctx)
 int shard_ctx_map(shard_ctx *ctx, shard_map **out)
 {
     if (!ctx || !out)
-        return shard_fail(SHARD_EINVAL, "shard_ctx_map: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_ctx_map: NULL argument");
     *out = ctx_map(ctx);
     return 0;
 }
@@ -83,11 +83,11 @@ static int read_password(const shard_ctx *ctx, const shard_map *map, char **out)
         return 0;
     v = getenv(env);
     if (!v)
-        return shard_fail(SHARD_EINVAL, "%s names %s, which is not set in the environment",
+        return shard__fail(SHARD_EINVAL, "%s names %s, which is not set in the environment",
                           ctx->user ? "shard_options.password_env" :
                                       "credentials.password_env", env);
-    *out = shard_strdup(v);
-    return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
+    *out = shard__strdup(v);
+    return *out ? 0 : shard__fail(SHARD_ENOMEM, "out of memory");
 }
 
 /* The password, copied under the lock a reload swaps (and wipes) it under:
@@ -125,7 +125,7 @@ shard_server *ctx_server_at(shard_ctx *ctx, const shard_endpoint *ep)
     for (s = ctx->servers; s; s = s->next)
         if (strcmp(s->ep.text, ep->text) == 0)
             break;
-    if (!s && (s = shard_calloc(1, sizeof *s))) {
+    if (!s && (s = shard__calloc(1, sizeof *s))) {
         s->ep = *ep;
         s->conf = &ctx->conf;
         snprintf(s->label, sizeof s->label, "server %s", ep->text);
@@ -188,7 +188,7 @@ static int swap_map_locked(shard_ctx *ctx, shard_map *fresh)
     /* The credentials first: a connection opened for the new map must log
      * in with the new map's account. */
     rc = conn_config_set(&ctx->conf, ctx_user(ctx, fresh), password, &fresh->tls);
-    shard_wipe_free(password);
+    shard__wipe_free(password);
     if (rc) {
         shard_map_free(fresh);
         return rc;
@@ -215,7 +215,7 @@ int shard_ctx_reload(shard_ctx *ctx)
     int rc;
 
     if (!ctx)
-        return shard_fail(SHARD_EINVAL, "shard_ctx_reload: NULL context");
+        return shard__fail(SHARD_EINVAL, "shard_ctx_reload: NULL context");
     stats_add(&ctx->stats.map_reloads);
     if ((rc = shard_store_load(ctx->store, &fresh))) {
         ctx_log(ctx, SHARD_LOG_WARN, "map reload failed, keeping version %llu: %s",
@@ -258,16 +258,16 @@ static void *refresh_main(void *arg)
 static int check_options(const shard_options *o)
 {
     if (o->version < 1 || o->version > SHARD_OPTIONS_VERSION)
-        return shard_fail(SHARD_EINVAL, "shard_options.version %u is not supported "
+        return shard__fail(SHARD_EINVAL, "shard_options.version %u is not supported "
                           "(this library knows 1..%d)", o->version, SHARD_OPTIONS_VERSION);
     if (o->pool_size < 1)
-        return shard_fail(SHARD_EINVAL, "shard_options.pool_size must be at least 1");
+        return shard__fail(SHARD_EINVAL, "shard_options.pool_size must be at least 1");
     if (o->retry_max < 1)
-        return shard_fail(SHARD_EINVAL, "shard_options.retry_max must be at least 1");
+        return shard__fail(SHARD_EINVAL, "shard_options.retry_max must be at least 1");
     if (o->connect_timeout_ms < 1 || o->read_timeout_ms < 1 || o->write_timeout_ms < 1)
-        return shard_fail(SHARD_EINVAL, "shard_options: timeouts must be at least 1 ms");
+        return shard__fail(SHARD_EINVAL, "shard_options: timeouts must be at least 1 ms");
     if (o->version >= 2 && o->user && (!o->user[0] || strlen(o->user) > 80))
-        return shard_fail(SHARD_EINVAL, "shard_options.user must be 1..80 characters");
+        return shard__fail(SHARD_EINVAL, "shard_options.user must be 1..80 characters");
     return 0;
 }
 
@@ -279,14 +279,14 @@ int shard_ctx_open(shard_ctx **out, const char *location, const shard_options *o
     int rc;
 
     if (!out || !location)
-        return shard_fail(SHARD_EINVAL, "shard_ctx_open: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_ctx_open: NULL argument");
     if (!opts)
         opts = &defaults;
     if ((rc = check_options(opts)) || (rc = shard_global_init()))
         return rc;
-    ctx = shard_calloc(1, sizeof *ctx);
+    ctx = shard__calloc(1, sizeof *ctx);
     if (!ctx)
-        return shard_fail(SHARD_ENOMEM, "out of memory opening a context");
+        return shard__fail(SHARD_ENOMEM, "out of memory opening a context");
     /* Only the fields of the caller's version: an older caller's struct is
      * shorter, and the newer fields keep their defaults. */
     ctx->opts = defaults;
@@ -300,10 +300,10 @@ int shard_ctx_open(shard_ctx **out, const char *location, const shard_options *o
     conn_config_init(&ctx->conf, ctx->opts.connect_timeout_ms, ctx->opts.read_timeout_ms,
                      ctx->opts.write_timeout_ms, ctx->opts.pool_size);
     if (opts->version >= 2 &&
-        ((opts->user && !(ctx->user = shard_strdup(opts->user))) ||
-         (opts->password_env && !(ctx->password_env = shard_strdup(opts->password_env))))) {
+        ((opts->user && !(ctx->user = shard__strdup(opts->user))) ||
+         (opts->password_env && !(ctx->password_env = shard__strdup(opts->password_env))))) {
         shard_ctx_free(ctx);
-        return shard_fail(SHARD_ENOMEM, "out of memory opening a context");
+        return shard__fail(SHARD_ENOMEM, "out of memory opening a context");
     }
     pthread_mutex_init(&ctx->servers_lock, NULL);
     pthread_mutex_init(&ctx->stop_lock, NULL);
@@ -317,7 +317,7 @@ int shard_ctx_open(shard_ctx **out, const char *location, const shard_options *o
     if (opts->refresh_interval_ms) {
         if (pthread_create(&ctx->refresher, NULL, refresh_main, ctx) != 0) {
             shard_ctx_free(ctx);
-            return shard_fail(SHARD_EIO, "cannot start the map refresh thread");
+            return shard__fail(SHARD_EIO, "cannot start the map refresh thread");
         }
         ctx->refreshing = true;
     }

@@ -42,7 +42,7 @@ struct shard_ctx {
  */
 void *ctx_cache(shard_ctx *ctx, void *(*make)(void), void (*free_fn)(void *));
 
-/* A copy of the current password (NULL: none): shard_wipe_free() it. */
+/* A copy of the current password (NULL: none): shard__wipe_free() it. */
 int ctx_password_copy(shard_ctx *ctx, char **out);
 /* The account connections use: the options' override, else the map's. */
 const char *ctx_user(const shard_ctx *ctx, const shard_map *map);

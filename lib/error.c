@@ -45,27 +45,27 @@ const char *shard_errmsg(void)
     return errmsg;
 }
 
-void shard_clear_error(void)
+void shard__clear_error(void)
 {
     errmsg[0] = '\0';
 }
 
-int shard_vfail(int code, const char *fmt, va_list ap)
+int shard__vfail(int code, const char *fmt, va_list ap)
 {
     vsnprintf(errmsg, sizeof errmsg, fmt, ap);
     return code;
 }
 
-int shard_fail(int code, const char *fmt, ...)
+int shard__fail(int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    shard_vfail(code, fmt, ap);
+    shard__vfail(code, fmt, ap);
     va_end(ap);
     return code;
 }
 
-int shard_fail_prefix(int code, const char *fmt, ...)
+int shard__fail_prefix(int code, const char *fmt, ...)
 {
     char prefix[256];
     size_t plen, olen;

@@ -91,9 +91,9 @@ bool exec_reload(shard_ctx *ctx, double min_ms, bool wait)
         pthread_mutex_unlock(&ctx->reload_lock);
         {
             shard_errsave saved;
-            shard_error_save(&saved, 0);
+            shard__error_save(&saved, 0);
             shard_ctx_reload(ctx);
-            shard_error_restore(&saved);
+            shard__error_restore(&saved);
         }
         pthread_mutex_lock(&ctx->reload_lock);
         ctx->reloading = false;
@@ -136,11 +136,11 @@ bool exec_wait_map(shard_ctx *ctx, uint64_t version, double waited_ms, double de
 static bool route_changed(shard_ctx *ctx, unsigned shard, bool mod, const char *old_pair)
 {
     shard_map *map = ctx_map(ctx);
-    long pi = mod ? shard_map_mod_pair_index(map, shard) : shard_map_pair_index(map, shard);
+    long pi = mod ? shard__map_mod_pair_index(map, shard) : shard__map_pair_index(map, shard);
     bool changed = pi >= 0 && strcmp(map->pairs[pi].name, old_pair) != 0;
 
     if (changed)
-        shard_fail(SHARD_EMOVED, "shard %u moved from %s to %s", shard, old_pair,
+        shard__fail(SHARD_EMOVED, "shard %u moved from %s to %s", shard, old_pair,
                    map->pairs[pi].name);
     shard_map_free(map);
     return changed;
@@ -170,7 +170,7 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
                                 c->last_errno != ER_BAD_DB_ERROR))
         return rc;
     if (!mod && fence_table_missing(c))
-        return shard_fail(SHARD_ESERVER, "%s has no table " FENCE_TABLE ", which libshard "
+        return shard__fail(SHARD_ESERVER, "%s has no table " FENCE_TABLE ", which libshard "
                           "checks on every statement for a shard: run `shardctl schema "
                           "apply` (it creates the table on every server)", c->srv->label);
     /* Moved away and dropped, with a map this context has not read yet?
@@ -185,7 +185,7 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
 
 int exec_fenced(const exec_env *env)
 {
-    return shard_fail(SHARD_EMOVED, "shard %u on pair %s is fenced by a move in progress",
+    return shard__fail(SHARD_EMOVED, "shard %u on pair %s is fenced by a move in progress",
                       env->shard, env->pair);
 }
 
@@ -255,8 +255,8 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
 
     for (;;) {
         shard_map *map = ctx_map(ctx);
-        long pi = (flags & EXEC_MOD) ? shard_map_mod_pair_index(map, shard)
-                                     : shard_map_pair_index(map, shard);
+        long pi = (flags & EXEC_MOD) ? shard__map_mod_pair_index(map, shard)
+                                     : shard__map_pair_index(map, shard);
         char db[SHARD_DBNAME_MAX];
         uint64_t version = map->version;
         shard_server *srv;
@@ -264,17 +264,17 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
         bool ambiguous = false, connect_failed = false;
 
         if (pi < 0) {
-            rc = shard_fail(SHARD_ENOSHARD, "%sshard %u is not in any range of map "
+            rc = shard__fail(SHARD_ENOSHARD, "%sshard %u is not in any range of map "
                             "version %llu", (flags & EXEC_MOD) ? "mod " : "", shard,
                             (unsigned long long)map->version);
             shard_map_free(map);
             return rc;
         }
-        shard_dbfmt_name((flags & EXEC_MOD) ? &map->mod_dbfmt : &map->dbfmt, shard, db);
+        shard__dbfmt_name((flags & EXEC_MOD) ? &map->mod_dbfmt : &map->dbfmt, shard, db);
         srv = ctx_server(ctx, map, (size_t)pi);
         if (!srv) {
             shard_map_free(map);
-            return shard_fail(SHARD_ENOMEM, "out of memory");
+            return shard__fail(SHARD_ENOMEM, "out of memory");
         }
         rc = conn_acquire(srv, &c, &connect_failed);
         /* A connect that timed out sent nothing, and the server may be gone
@@ -297,16 +297,16 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
         }
         if (rc != SHARD_EINVAL && rc != SHARD_ENOTFOUND && rc != SHARD_EEXISTS &&
             rc != SHARD_ENOSHARD)
-            shard_fail_prefix(rc, "pair %s, %s: ", map->pairs[pi].name, db);
+            shard__fail_prefix(rc, "pair %s, %s: ", map->pairs[pi].name, db);
         shard_map_free(map);
         if (ambiguous && (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT))
-            return shard_fail_prefix(rc, "the write may or may not have been applied: ");
+            return shard__fail_prefix(rc, "the write may or may not have been applied: ");
         if (!error_transient(rc))
             return rc;
         tries++;
         if (now_seconds() >= deadline ||
             (rc != SHARD_EMOVED && ++attempt >= ctx->opts.retry_max))
-            return shard_fail_prefix(rc, "gave up after %u attempts (%.0f ms): ", tries,
+            return shard__fail_prefix(rc, "gave up after %u attempts (%.0f ms): ", tries,
                                      (now_seconds() - started) * 1000.0);
         ctx_log(ctx, SHARD_LOG_DEBUG, "retrying after: %s", shard_errmsg());
         stats_add(&ctx->stats.retries);

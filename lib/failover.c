@@ -41,7 +41,7 @@ static int id_settings_of(shard_conn *c, id_settings *out)
     if (rc)
         return rc;
     if (sscanf(v, "%lu %lu", &out->inc, &out->off) != 2)
-        return shard_fail(SHARD_ESERVER, "%s: unexpected auto_increment settings \"%s\"",
+        return shard__fail(SHARD_ESERVER, "%s: unexpected auto_increment settings \"%s\"",
                           c->srv->label, v);
     return 0;
 }
@@ -61,7 +61,7 @@ static int check_ids_disjoint(const shard_pairdef *p, shard_conn *ms, shard_conn
         return rc;
     if (id_step_ok(&m) && id_step_ok(&s) && m.inc == s.inc && m.off != s.off)
         return 0;
-    return shard_fail(SHARD_EINVAL, "pair %s could hand out the same local ids twice: "
+    return shard__fail(SHARD_EINVAL, "pair %s could hand out the same local ids twice: "
                       "master %s has auto_increment_increment=%lu, auto_increment_offset=%lu; "
                       "standby %s has auto_increment_increment=%lu, auto_increment_offset=%lu. "
                       "Give both the same increment (2 or more) and different offsets within "
@@ -162,12 +162,12 @@ static int scan_role_line(grant_scan *g, const char *line)
             ok = take_quoted(&p, host, sizeof host);
         }
         if (!ok)
-            return shard_fail(SHARD_ESERVER, "unexpected grant \"%.200s\"", line);
+            return shard__fail(SHARD_ESERVER, "unexpected grant \"%.200s\"", line);
         for (int i = 0; i < g->nseen; i++)
             seen = seen || strcmp(g->seen[i], role) == 0;
         if (!seen) {
             if (g->nseen == MAX_ROLES)
-                return shard_fail(SHARD_ESERVER, "more than %d roles to check", MAX_ROLES);
+                return shard__fail(SHARD_ESERVER, "more than %d roles to check", MAX_ROLES);
             snprintf(g->seen[g->nseen++], sizeof g->seen[0], "%s", role);
             if ((rc = scan_account(g, role, host[0] ? host : NULL, role)))
                 return rc;
@@ -197,7 +197,7 @@ static int scan_account(grant_scan *g, const char *user, const char *host, const
     rc = conn_select(g->c, &q, &res);
     sql_free(&q);
     if (rc)
-        return shard_fail_prefix(rc, "cannot read the grants of %s%s%s (the failover's "
+        return shard__fail_prefix(rc, "cannot read the grants of %s%s%s (the failover's "
                                  "account needs to read the mysql schema): ", user,
                                  host ? "@" : "", host ? host : "");
     while (!g->priv[0] && (row = mysql_fetch_row(res)) && row[0]) {
@@ -242,7 +242,7 @@ static int check_fence_holds(const shard_map *map, const shard_pairdef *p, shard
     rc = conn_select(ms, &q, &res);
     sql_free(&q);
     if (rc)
-        return shard_fail_prefix(rc, "pair %s: cannot check that the fence holds (whether "
+        return shard__fail_prefix(rc, "pair %s: cannot check that the fence holds (whether "
                                  "the application's account %s may write through read_only "
                                  "on %s): ", p->name, map->user, p->master.text);
     while (!g.priv[0] && (row = mysql_fetch_row(res))) {
@@ -250,7 +250,7 @@ static int check_fence_holds(const shard_map *map, const shard_pairdef *p, shard
         if ((rc = scan_account(&g, row[0], public ? NULL : row[1], public ? "PUBLIC" : "")))
             break;
         if (g.priv[0]) {
-            rc = shard_fail(SHARD_EPRIV, "pair %s cannot be fenced: the application's account "
+            rc = shard__fail(SHARD_EPRIV, "pair %s cannot be fenced: the application's account "
                             "%s@%s holds %s on master %s%s%s, which writes through read_only. "
                             "Revoke it (ALL PRIVILEGES includes READ_ONLY ADMIN on MariaDB "
                             "10.11 and later, SUPER before), then fail over again (see "
@@ -313,7 +313,7 @@ static int raise_one(void *arg, size_t i, unsigned worker)
     sqlbuf q;
     int rc;
 
-    shard_dbfmt_name(&j->map->dbfmt, nth_shard(j, i / j->map->nobjects), db);
+    shard__dbfmt_name(&j->map->dbfmt, nth_shard(j, i / j->map->nobjects), db);
     if (!*c && (rc = conn_get(j->ctx, j->srv, c)))
         return rc;
     sql_init(&q);
@@ -392,12 +392,12 @@ typedef struct swap_arg {
 static int swap_edit(const shard_map *cur, shard_map **next, void *arg)
 {
     const swap_arg *a = arg;
-    long pi = shard_map_find_pair(cur, a->pair);
+    long pi = shard__map_find_pair(cur, a->pair);
 
     if (pi < 0 || !cur->pairs[pi].has_standby)
-        return shard_fail(SHARD_ECONFLICT, "the stored map changed pair %s meanwhile", a->pair);
+        return shard__fail(SHARD_ECONFLICT, "the stored map changed pair %s meanwhile", a->pair);
     if (strcmp(cur->pairs[pi].master.text, a->old_master) != 0)
-        return shard_fail(SHARD_ECONFLICT, "pair %s's master changed meanwhile (now %s)",
+        return shard__fail(SHARD_ECONFLICT, "pair %s's master changed meanwhile (now %s)",
                           a->pair, cur->pairs[pi].master.text);
     return map_swap_roles(cur, a->pair, cur->version + 1, next);
 }
@@ -418,7 +418,7 @@ static bool promoted_in_store(shard_ctx *ctx, const char *pair, const char *stan
 
     if (shard_store_load(ctx->store, &cur))
         return true; /* cannot tell: keep the old master fenced, the safe side */
-    pi = shard_map_find_pair(cur, pair);
+    pi = shard__map_find_pair(cur, pair);
     yes = pi >= 0 && strcmp(cur->pairs[pi].master.text, standby) == 0;
     shard_map_free(cur);
     return yes;
@@ -432,10 +432,10 @@ static int check_no_move(shard_ctx *ctx, const shard_map *map, const char *pair)
     int u = move_unfinished_on(ctx, map, pair, &mid);
 
     if (u < 0)
-        return shard_fail_prefix(u, "failover of %s refused: cannot tell whether a move "
+        return shard__fail_prefix(u, "failover of %s refused: cannot tell whether a move "
                                  "involving it is unfinished: ", pair);
     if (u > 0)
-        return shard_fail(SHARD_EBUSY, "move %llu involving %s is unfinished: resume or "
+        return shard__fail(SHARD_EBUSY, "move %llu involving %s is unfinished: resume or "
                           "abort it first (or --force, and check the move afterwards)",
                           (unsigned long long)mid, pair);
     return 0;
@@ -472,30 +472,30 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
     int rc;
 
     if (!ctx || !pair)
-        return shard_fail(SHARD_EINVAL, "shard_pair_failover: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_pair_failover: NULL argument");
     if (flags & ~SHARD_FAILOVER_FORCE)
-        return shard_fail(SHARD_EINVAL, "shard_pair_failover: unknown flags 0x%x", flags);
+        return shard__fail(SHARD_EINVAL, "shard_pair_failover: unknown flags 0x%x", flags);
     memset(r, 0, sizeof *r);
     r->lag_transactions = -1;
     r->lag_seconds = -1;
     /* The store, not our snapshot: failover acts on the current truth. */
     if ((rc = shard_store_load(ctx->store, &map)))
         return rc;
-    pi = shard_map_find_pair(map, pair);
+    pi = shard__map_find_pair(map, pair);
     if (pi < 0) {
-        rc = shard_fail(SHARD_EINVAL, "no pair named \"%.64s\" in the map", pair);
+        rc = shard__fail(SHARD_EINVAL, "no pair named \"%.64s\" in the map", pair);
         goto out;
     }
     p = &map->pairs[pi];
     if (!p->has_standby) {
-        rc = shard_fail(SHARD_EINVAL, "pair %s has no standby to promote", pair);
+        rc = shard__fail(SHARD_EINVAL, "pair %s has no standby to promote", pair);
         goto out;
     }
     snprintf(r->pair, sizeof r->pair, "%s", pair);
     snprintf(r->old_master, sizeof r->old_master, "%s", p->master.text);
     snprintf(r->new_master, sizeof r->new_master, "%s", p->standby.text);
     if (!(s = ctx_server_at(ctx, &p->standby)) || (rc = conn_get(ctx, s, &sb))) {
-        rc = shard_fail_prefix(rc ? rc : SHARD_ENOMEM, "standby %s of %s cannot be promoted: ",
+        rc = shard__fail_prefix(rc ? rc : SHARD_ENOMEM, "standby %s of %s cannot be promoted: ",
                                p->standby.text, pair);
         goto out;
     }
@@ -533,18 +533,18 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
             goto out;
         warn_ids_forced(ctx, p, &sbids);
         /* Apply everything the standby received. */
-        pos = shard_strdup(own ? own->gtid_io_pos : "");
+        pos = shard__strdup(own ? own->gtid_io_pos : "");
         if (!pos) {
-            rc = shard_fail(SHARD_ENOMEM, "out of memory");
+            rc = shard__fail(SHARD_ENOMEM, "out of memory");
             goto out;
         }
     } else if (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT) {
-        rc = shard_fail_prefix(rc, "master %s of %s does not answer; promoting the standby "
+        rc = shard__fail_prefix(rc, "master %s of %s does not answer; promoting the standby "
                                "anyway (--force) loses the writes it never sent: ",
                                p->master.text, pair);
         goto out;
     } else { /* it answered, but refused us (privileges, TLS): it is not dead */
-        rc = shard_fail_prefix(rc, "master %s of %s: ", p->master.text, pair);
+        rc = shard__fail_prefix(rc, "master %s of %s: ", p->master.text, pair);
         goto out;
     }
     tw = now_seconds();
@@ -557,7 +557,7 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
     if (pos[0] && !reached) {
         if (ms)
             conn_query_str(ms, "SET GLOBAL read_only = 0"); /* give the master back */
-        rc = shard_fail(SHARD_ETIMEOUT, "standby %s did not apply %.300s within %d s; the master "
+        rc = shard__fail(SHARD_ETIMEOUT, "standby %s did not apply %.300s within %d s; the master "
                         "was left in charge", p->standby.text, pos, FAILOVER_WAIT_S);
         goto out;
     }
@@ -572,7 +572,7 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
          * name another object. */
         rc = raise_counters(ctx, map, (size_t)pi, sb, &sbids, &raised);
         if (rc) {
-            rc = shard_fail_prefix(rc, "failover of %s: raising the AUTO_INCREMENT counters "
+            rc = shard__fail_prefix(rc, "failover of %s: raising the AUTO_INCREMENT counters "
                                    "on %s failed, nothing was published: ", pair,
                                    p->standby.text);
             goto out;

@@ -19,7 +19,7 @@ int fleet_connect(shard_ctx *ctx, const shard_endpoint *ep, shard_conn **out)
 
     *out = NULL;
     if (!s)
-        return shard_fail(SHARD_ENOMEM, "out of memory");
+        return shard__fail(SHARD_ENOMEM, "out of memory");
     return conn_get(ctx, s, out);
 }
 
@@ -71,7 +71,7 @@ int fleet_probe(shard_conn *c, fleet_server *s)
     if (!(res = mysql_store_result(c->my)) || !(row = mysql_fetch_row(res))) {
         if (res)
             mysql_free_result(res);
-        return shard_fail(SHARD_ESERVER, "%s: no answer to a SELECT of its variables",
+        return shard__fail(SHARD_ESERVER, "%s: no answer to a SELECT of its variables",
                           c->srv->label);
     }
     copy_field(s->version, sizeof s->version, row[0]);
@@ -136,12 +136,12 @@ static int rowset_load(shard_conn *c, const char *sql, int (*cmp)(const void *, 
     if ((rc = conn_query_str(c, sql)))
         return rc;
     if (!(rs->res = mysql_store_result(c->my)))
-        return shard_fail(SHARD_ESERVER, "%s: %s", c->srv->label, mysql_error(c->my));
-    rs->rows = shard_calloc(mysql_num_rows(rs->res) + 1, sizeof *rs->rows);
+        return shard__fail(SHARD_ESERVER, "%s: %s", c->srv->label, mysql_error(c->my));
+    rs->rows = shard__calloc(mysql_num_rows(rs->res) + 1, sizeof *rs->rows);
     if (!rs->rows) {
         mysql_free_result(rs->res);
         rs->res = NULL;
-        return shard_fail(SHARD_ENOMEM, "out of memory");
+        return shard__fail(SHARD_ENOMEM, "out of memory");
     }
     while ((row = mysql_fetch_row(rs->res)))
         if (row[0] && (mysql_num_fields(rs->res) < 2 || row[1]))
@@ -231,7 +231,7 @@ static void take_db(fleet_inventory *inv, const rowset *schemata, const rowset *
 /* The tables every ID shard database holds. */
 static const char **id_tables(const shard_map *m, size_t *n)
 {
-    const char **t = shard_calloc(m->nobjects + 2 * m->nmappings + 1, sizeof *t);
+    const char **t = shard__calloc(m->nobjects + 2 * m->nmappings + 1, sizeof *t);
 
     *n = 0;
     if (!t)
@@ -269,7 +269,7 @@ int fleet_inventory_get(shard_conn *c, const shard_map *map, size_t pair,
         return rc;
     }
     if (!(names = id_tables(map, &nnames))) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
         goto out;
     }
     for (size_t r = 0; r < map->nranges; r++) {
@@ -277,7 +277,7 @@ int fleet_inventory_get(shard_conn *c, const shard_map *map, size_t pair,
         if (rg->pair != pair)
             continue;
         for (unsigned s = rg->lo; s <= rg->hi && s < map->open_shards; s++) {
-            shard_dbfmt_name(&map->dbfmt, s, db);
+            shard__dbfmt_name(&map->dbfmt, s, db);
             take_db(inv, &schemata, &tables, db, names, nnames, false, s);
             inv->id_shards++;
         }
@@ -287,7 +287,7 @@ int fleet_inventory_get(shard_conn *c, const shard_map *map, size_t pair,
         if (rg->pair != pair)
             continue;
         for (unsigned s = rg->lo; s <= rg->hi; s++) {
-            shard_dbfmt_name(&map->mod_dbfmt, s, db);
+            shard__dbfmt_name(&map->mod_dbfmt, s, db);
             take_db(inv, &schemata, &tables, db, map->mod_tables, map->nmod_tables, true, s);
             inv->mod_shards++;
         }
@@ -317,13 +317,13 @@ int fleet_moves_get(shard_conn *c, fleet_move *out, size_t max, size_t *n)
              SHARD_MOVE_DONE);
     rc = conn_query_str(c, sql);
     if (rc && (c->last_errno == ER_NO_SUCH_TABLE || c->last_errno == ER_BAD_DB_ERROR)) {
-        shard_clear_error();
+        shard__clear_error();
         return 0; /* no journal here: no move ever targeted this pair */
     }
     if (rc)
         return rc;
     if (!(res = mysql_store_result(c->my)))
-        return shard_fail(SHARD_ESERVER, "%s: %s", c->srv->label, mysql_error(c->my));
+        return shard__fail(SHARD_ESERVER, "%s: %s", c->srv->label, mysql_error(c->my));
     while ((row = mysql_fetch_row(res)) && *n < max) {
         fleet_move *m = &out[(*n)++];
         m->id = strtoull(col(row, 0), NULL, 10);

@@ -26,7 +26,7 @@ int shard_global_init(void)
 {
     pthread_once(&init_once, do_init);
     if (init_result)
-        return shard_fail(init_result, "mysql_library_init failed");
+        return shard__fail(init_result, "mysql_library_init failed");
     return SHARD_OK;
 }
 

@@ -6,7 +6,7 @@
 /* MySQL limits identifiers to 64 characters. */
 #define IDENT_MAX 64
 
-bool shard_ident_valid(const char *s)
+bool shard__ident_valid(const char *s)
 {
     size_t n;
 

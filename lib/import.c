@@ -62,7 +62,7 @@ static int check_name(const char *what, const char *s)
 {
     if (legacy_name_ok(s))
         return 0;
-    return shard_fail(SHARD_EINVAL, "%s \"%.64s\" is not a plain name (1..64 of A-Z a-z "
+    return shard__fail(SHARD_EINVAL, "%s \"%.64s\" is not a plain name (1..64 of A-Z a-z "
                       "0-9 _ $)", what, s ? s : "(null)");
 }
 
@@ -75,29 +75,29 @@ int import_parse_url(const char *url, source_url *u)
     memset(u, 0, sizeof *u);
     u->port = 3306;
     if (!url || strncmp(url, "mysql://", 8) != 0)
-        return shard_fail(SHARD_EINVAL, "source: give mysql://USER@HOST[:PORT]/DB");
+        return shard__fail(SHARD_EINVAL, "source: give mysql://USER@HOST[:PORT]/DB");
     p = url + 8;
     at = strchr(p, '@');
     if (!at)
-        return shard_fail(SHARD_EINVAL, "source: the user is missing (mysql://USER@HOST/DB)");
+        return shard__fail(SHARD_EINVAL, "source: the user is missing (mysql://USER@HOST/DB)");
     /* Never echo what is before '@': it may be a password. */
     if (memchr(p, ':', (size_t)(at - p)))
-        return shard_fail(SHARD_EINVAL, "source: a password in the URL is refused (it would "
+        return shard__fail(SHARD_EINVAL, "source: a password in the URL is refused (it would "
                           "show in process lists and logs): name an environment variable "
                           "holding it instead");
     n = (size_t)(at - p);
     if (n == 0 || n >= sizeof u->user)
-        return shard_fail(SHARD_EINVAL, "source: the user must be 1..80 characters");
+        return shard__fail(SHARD_EINVAL, "source: the user must be 1..80 characters");
     memcpy(u->user, p, n);
     p = at + 1;
     slash = strchr(p, '/');
     if (!slash)
-        return shard_fail(SHARD_EINVAL, "source: the database is missing "
+        return shard__fail(SHARD_EINVAL, "source: the database is missing "
                           "(mysql://USER@HOST[:PORT]/DB)");
     if (*p == '[') {
         const char *close = memchr(p, ']', (size_t)(slash - p));
         if (!close)
-            return shard_fail(SHARD_EINVAL, "source: bad [IPv6] address");
+            return shard__fail(SHARD_EINVAL, "source: bad [IPv6] address");
         hend = close + 1;
         p++;
         n = (size_t)(close - p);
@@ -107,24 +107,24 @@ int import_parse_url(const char *url, source_url *u)
         n = (size_t)(hend - p);
     }
     if (n == 0 || n >= sizeof u->host)
-        return shard_fail(SHARD_EINVAL, "source: the host is missing or too long");
+        return shard__fail(SHARD_EINVAL, "source: the host is missing or too long");
     memcpy(u->host, p, n);
     for (size_t i = 0; i < n; i++)
         if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:",
                     u->host[i]))
-            return shard_fail(SHARD_EINVAL, "source: bad character in host \"%.64s\"",
+            return shard__fail(SHARD_EINVAL, "source: bad character in host \"%.64s\"",
                               u->host);
     if (*hend == ':') {
         char *end;
         unsigned long port = strtoul(hend + 1, &end, 10);
         if (end == hend + 1 || end != slash || port < 1 || port > 65535)
-            return shard_fail(SHARD_EINVAL, "source: the port must be 1..65535");
+            return shard__fail(SHARD_EINVAL, "source: the port must be 1..65535");
         u->port = (unsigned)port;
     } else if (hend != slash) {
-        return shard_fail(SHARD_EINVAL, "source: bad address");
+        return shard__fail(SHARD_EINVAL, "source: bad address");
     }
     if (strlen(slash + 1) >= sizeof u->db || !legacy_name_ok(slash + 1))
-        return shard_fail(SHARD_EINVAL, "source: database \"%.64s\" is not a plain name "
+        return shard__fail(SHARD_EINVAL, "source: database \"%.64s\" is not a plain name "
                           "(1..64 of A-Z a-z 0-9 _ $)", slash + 1);
     strcpy(u->db, slash + 1);
     return 0;
@@ -143,7 +143,7 @@ static int source_fail(source *s, const char *what)
         code = SHARD_EPRIV;
     else if (e == ER_NO_SUCH_TABLE || e == ER_BAD_DB_ERROR || e == ER_BAD_FIELD_ERROR)
         code = SHARD_ENOTFOUND;
-    return shard_fail(code, "%s: %s: error %u: %s", s->label, what, e, mysql_error(s->my));
+    return shard__fail(code, "%s: %s: error %u: %s", s->label, what, e, mysql_error(s->my));
 }
 
 static int source_query(source *s, const char *sql, size_t len, MYSQL_RES **res)
@@ -184,7 +184,7 @@ static int md5_hex(const char *data, size_t len, char hex[33])
     unsigned int mdlen = 0;
 
     if (!EVP_Digest(len ? data : "", len, md, &mdlen, EVP_md5(), NULL) || mdlen != 16)
-        return shard_fail(SHARD_ENOMEM, "computing MD5 failed");
+        return shard__fail(SHARD_ENOMEM, "computing MD5 failed");
     for (unsigned i = 0; i < 16; i++)
         snprintf(hex + 2 * i, 3, "%02x", md[i]);
     return 0;
@@ -214,14 +214,14 @@ static int source_open(shard_ctx *ctx, const shard_import_options *o, const char
     snprintf(s->label, sizeof s->label, "source %s:%u/%s", u.host, u.port, u.db);
     snprintf(s->db, sizeof s->db, "%s", u.db);
     if (env && !(pw = getenv(env))) {
-        rc = shard_fail(SHARD_EINVAL, "%s: the password variable %s is not set", s->label,
+        rc = shard__fail(SHARD_EINVAL, "%s: the password variable %s is not set", s->label,
                         env);
         shard_map_free(map);
         return rc;
     }
     shard_map_free(map);
     if (!(s->my = mysql_init(NULL)))
-        return shard_fail(SHARD_ENOMEM, "out of memory connecting to the source");
+        return shard__fail(SHARD_ENOMEM, "out of memory connecting to the source");
     t = (ctx->opts.connect_timeout_ms + 999) / 1000;
     mysql_options(s->my, MYSQL_OPT_CONNECT_TIMEOUT, &t);
     t = (ctx->opts.read_timeout_ms + 999) / 1000;
@@ -248,7 +248,7 @@ static int source_open(shard_ctx *ctx, const shard_import_options *o, const char
     if ((rc = source_value(s, sql, v, sizeof v)))
         goto fail;
     if (strcmp(v, "1") != 0) {
-        rc = shard_fail(SHARD_EBUSY, "%s: another import holds the lock %s: one import of "
+        rc = shard__fail(SHARD_EBUSY, "%s: another import holds the lock %s: one import of "
                         "a type or mapping at a time", s->label, lockname);
         goto fail;
     }
@@ -431,7 +431,7 @@ static int row_fail(run *r, uint64_t legacy, const char *col, const char *fmt, .
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    return shard_fail(SHARD_EINVAL, "legacy row %s.%s=%" PRIu64 "%s%s: %s; refused, nothing "
+    return shard__fail(SHARD_EINVAL, "legacy row %s.%s=%" PRIu64 "%s%s: %s; refused, nothing "
                       "written for it", r->table, r->id_col, legacy, col ? ", column " : "",
                       col ? col : "", detail);
 }
@@ -517,7 +517,7 @@ static int column_json(run *r, uint64_t legacy, const MYSQL_FIELD *f, const char
     default:
         return row_fail(r, legacy, f->name, "column type %d is not supported", (int)f->type);
     }
-    return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory converting a row");
+    return *out ? 0 : shard__fail(SHARD_ENOMEM, "out of memory converting a row");
 }
 
 static int dump(const json_t *obj, size_t flags, char **text, size_t *len)
@@ -528,7 +528,7 @@ static int dump(const json_t *obj, size_t flags, char **text, size_t *len)
     int rc;
 
     if (!s)
-        return shard_fail(SHARD_ENOMEM, "out of memory serialising an object");
+        return shard__fail(SHARD_ENOMEM, "out of memory serialising an object");
     rc = copy_out(s, strlen(s), text, len);
     json_get_alloc_funcs(&jm, &jf);
     jf(s);
@@ -553,7 +553,7 @@ static int row_item(run *r, MYSQL_RES *res, MYSQL_ROW row, item *it)
         if (strcasecmp(f[c].name, r->id_col) == 0) {
             if (!row[c] || !kind_integer(kind_of(&f[c])) || parse_i64(row[c], &legacy) ||
                 legacy < 1 || (uint64_t)legacy > SHARD_MAX_LOCAL)
-                return shard_fail(SHARD_EINVAL, "legacy row %s.%s=%s: a legacy id must be an "
+                return shard__fail(SHARD_EINVAL, "legacy row %s.%s=%s: a legacy id must be an "
                                   "integer 1..2^36-1; refused", r->table, r->id_col,
                                   row[c] ? row[c] : "NULL");
         }
@@ -593,14 +593,14 @@ static int row_item(run *r, MYSQL_RES *res, MYSQL_ROW row, item *it)
                             "the row's id", r->id_col);
         }
         if (!v && json_object_set_new(obj, r->id_col, json_integer(legacy)))
-            rc = shard_fail(SHARD_ENOMEM, "out of memory converting a row");
+            rc = shard__fail(SHARD_ENOMEM, "out of memory converting a row");
     } else {
         if (!(obj = json_object()))
-            return shard_fail(SHARD_ENOMEM, "out of memory converting a row");
+            return shard__fail(SHARD_ENOMEM, "out of memory converting a row");
         for (unsigned c = 0; rc == 0 && c < nf; c++) {
             if ((rc = column_json(r, it->legacy, &f[c], row[c], len[c], &v)) == 0 &&
                 json_object_set_new(obj, f[c].name, v))
-                rc = shard_fail(SHARD_ENOMEM, "out of memory converting a row");
+                rc = shard__fail(SHARD_ENOMEM, "out of memory converting a row");
         }
     }
     if (rc == 0)
@@ -640,12 +640,12 @@ static int read_rows(run *r, const char *where, MYSQL_RES **res)
 static int res_items(run *r, MYSQL_RES *res, item **out, size_t *n)
 {
     size_t rows = mysql_num_rows(res), k = 0;
-    item *it = shard_calloc(rows ? rows : 1, sizeof *it);
+    item *it = shard__calloc(rows ? rows : 1, sizeof *it);
     MYSQL_ROW row;
     int rc = 0;
 
     if (!it)
-        return shard_fail(SHARD_ENOMEM, "out of memory for %zu rows", rows);
+        return shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", rows);
     while (rc == 0 && (row = mysql_fetch_row(res)))
         if ((rc = row_item(r, res, row, &it[k])) == 0)
             k++;
@@ -674,9 +674,9 @@ static int create_group(void *arg, size_t g, unsigned worker)
     write_job *j = arg;
     size_t lo = j->group[g], hi = j->group[g + 1], n = hi - lo;
     unsigned shard = j->items[lo]->shard;
-    const char **texts = shard_calloc(n, sizeof *texts);
-    size_t *lens = shard_calloc(n, sizeof *lens);
-    uint64_t *ids = shard_calloc(n, sizeof *ids);
+    const char **texts = shard__calloc(n, sizeof *texts);
+    size_t *lens = shard__calloc(n, sizeof *lens);
+    uint64_t *ids = shard__calloc(n, sizeof *ids);
     int rc = 0;
 
     (void)worker;
@@ -684,7 +684,7 @@ static int create_group(void *arg, size_t g, unsigned worker)
         free(texts);
         free(lens);
         free(ids);
-        return shard_fail(SHARD_ENOMEM, "out of memory creating %zu objects", n);
+        return shard__fail(SHARD_ENOMEM, "out of memory creating %zu objects", n);
     }
     for (size_t i = 0; i < n; i++) {
         texts[i] = j->items[lo + i]->text;
@@ -717,7 +717,7 @@ static int create_group(void *arg, size_t g, unsigned worker)
         for (size_t i = lo; i < hi; i++)
             if (j->items[i]->len > j->items[big]->len)
                 big = i;
-        shard_fail_prefix(rc, "legacy row %s.%s=%" PRIu64 " (%zu bytes as JSON): ",
+        shard__fail_prefix(rc, "legacy row %s.%s=%" PRIu64 " (%zu bytes as JSON): ",
                           j->r->table, j->r->id_col, j->items[big]->legacy,
                           j->items[big]->len);
     }
@@ -780,12 +780,12 @@ static int cmp_item_shard(const void *a, const void *b)
 /* Write the lookup values it[k]->val of the given items. */
 static int put_vals(run *r, item **its, size_t n)
 {
-    char **keys = shard_calloc(n ? n : 1, sizeof *keys);
-    char **vals = shard_calloc(n ? n : 1, sizeof *vals);
+    char **keys = shard__calloc(n ? n : 1, sizeof *keys);
+    char **vals = shard__calloc(n ? n : 1, sizeof *vals);
     int rc = 0;
 
     if (!keys || !vals)
-        rc = shard_fail(SHARD_ENOMEM, "out of memory writing lookup entries");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory writing lookup entries");
     for (size_t i = 0; rc == 0 && i < n; i++) {
         keys[i] = its[i]->key;
         vals[i] = its[i]->val;
@@ -808,8 +808,8 @@ static int set_val(item *it, const char *fmt, ...)
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     free(it->val);
-    it->val = shard_strdup(buf);
-    return it->val ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
+    it->val = shard__strdup(buf);
+    return it->val ? 0 : shard__fail(SHARD_ENOMEM, "out of memory");
 }
 
 /*
@@ -819,13 +819,13 @@ static int set_val(item *it, const char *fmt, ...)
  */
 static int create_items(run *r, item **its, size_t n, uint64_t *made)
 {
-    size_t *group = shard_calloc(n + 1, sizeof *group), ng = 0, nmade = 0;
+    size_t *group = shard__calloc(n + 1, sizeof *group), ng = 0, nmade = 0;
     write_job j = {r, its, n, group};
     int rc = 0, rc2;
 
     *made = 0;
     if (!group)
-        return shard_fail(SHARD_ENOMEM, "out of memory creating %zu objects", n);
+        return shard__fail(SHARD_ENOMEM, "out of memory creating %zu objects", n);
     qsort(its, n, sizeof *its, cmp_item_shard);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         if (i == 0 || its[i]->shard != its[i - 1]->shard)
@@ -851,10 +851,10 @@ static int create_items(run *r, item **its, size_t n, uint64_t *made)
     }
     if (nmade) {
         shard_errsave saved;
-        shard_error_save(&saved, rc);
+        shard__error_save(&saved, rc);
         rc2 = put_vals(r, its, nmade);
         if (rc)
-            shard_error_restore(&saved);
+            shard__error_restore(&saved);
         else
             rc = rc2;
     }
@@ -887,12 +887,12 @@ static int change_items(run *r, item **its, size_t n, uint64_t *changed)
 /* Place the batch's new rows near their parents: one resolution for all. */
 static int place_near(run *r, item *it, size_t n)
 {
-    uint64_t *parents = shard_calloc(n, sizeof *parents), *pids = shard_calloc(n, sizeof *pids);
+    uint64_t *parents = shard__calloc(n, sizeof *parents), *pids = shard__calloc(n, sizeof *pids);
     size_t np = 0;
     int rc = 0;
 
     if (!parents || !pids) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
+        rc = shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
         goto out;
     }
     for (size_t i = 0; i < n; i++)
@@ -905,7 +905,7 @@ static int place_near(run *r, item *it, size_t n)
         if (it[i].act != ACT_NEW || !it[i].parent)
             continue;
         if (!pids[np]) {
-            rc = shard_fail(SHARD_ENOTFOUND, "legacy row %s.%s=%" PRIu64 ": its %s %" PRIu64
+            rc = shard__fail(SHARD_ENOTFOUND, "legacy row %s.%s=%" PRIu64 ": its %s %" PRIu64
                             " has no lookup entry: import that parent first", r->table,
                             r->id_col, it[i].legacy, r->o->near_column, it[i].parent);
             goto out;
@@ -920,11 +920,11 @@ out:
 
 static int classify(run *r, item *it, size_t n)
 {
-    char **keys = shard_calloc(n, sizeof *keys), **vals = shard_calloc(n, sizeof *vals);
+    char **keys = shard__calloc(n, sizeof *keys), **vals = shard__calloc(n, sizeof *vals);
     int rc = 0;
 
     if (!keys || !vals) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
+        rc = shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
         goto out;
     }
     for (size_t i = 0; i < n; i++)
@@ -949,7 +949,7 @@ static int classify(run *r, item *it, size_t n)
             it[i].act = strcmp(it[i].e.md5, it[i].md5) ? ACT_CHANGED : ACT_UNCHANGED;
             break;
         default:
-            rc = shard_fail(SHARD_EINVAL, "lookup %s, key %s: \"%.60s\" is not an entry "
+            rc = shard__fail(SHARD_EINVAL, "lookup %s, key %s: \"%.60s\" is not an entry "
                             "libshard wrote", r->lookup, it[i].key, vals[i]);
             goto out;
         }
@@ -966,7 +966,7 @@ out:
 
 static int process_batch(run *r, item *it, size_t n)
 {
-    item **nw = shard_calloc(n, sizeof *nw), **ch = shard_calloc(n, sizeof *ch);
+    item **nw = shard__calloc(n, sizeof *nw), **ch = shard__calloc(n, sizeof *ch);
     size_t nn = 0, nc = 0;
     uint64_t made = 0, changed = 0;
     int rc;
@@ -974,7 +974,7 @@ static int process_batch(run *r, item *it, size_t n)
     if (!nw || !ch) {
         free(nw);
         free(ch);
-        return shard_fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
+        return shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
     }
     rc = classify(r, it, n);
     for (size_t i = 0; rc == 0 && i < n; i++) {
@@ -1045,9 +1045,9 @@ static int add_pending(run *r, uint64_t legacy, unsigned shard)
 {
     if (r->npend == r->cappend) {
         size_t cap = r->cappend ? r->cappend * 2 : 64;
-        void *p = shard_realloc(r->pend, cap * sizeof *r->pend);
+        void *p = shard__realloc(r->pend, cap * sizeof *r->pend);
         if (!p)
-            return shard_fail(SHARD_ENOMEM, "out of memory");
+            return shard__fail(SHARD_ENOMEM, "out of memory");
         r->pend = p;
         r->cappend = cap;
     }
@@ -1093,15 +1093,15 @@ static int rows_present(run *r, const uint64_t *ids, size_t n, bool *present)
 static int gone_batch(void *payload, size_t n, char **keys, char **vals)
 {
     run *r = payload;
-    uint64_t *ids = shard_calloc(n, sizeof *ids);
-    item *it = shard_calloc(n, sizeof *it);
-    item **del = shard_calloc(n, sizeof *del);
-    bool *present = shard_calloc(n, sizeof *present);
+    uint64_t *ids = shard__calloc(n, sizeof *ids);
+    item *it = shard__calloc(n, sizeof *it);
+    item **del = shard__calloc(n, sizeof *del);
+    bool *present = shard__calloc(n, sizeof *present);
     size_t nl = 0, nd = 0;
     int rc = 0;
 
     if (!ids || !it || !del || !present) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory scanning %s", r->lookup);
+        rc = shard__fail(SHARD_ENOMEM, "out of memory scanning %s", r->lookup);
         goto out;
     }
     for (size_t i = 0; rc == 0 && i < n; i++) {
@@ -1223,13 +1223,13 @@ static int settle_pending(run *r)
         mysql_free_result(res);
         if (rc)
             break;
-        nw = shard_calloc(n, sizeof *nw);
-        ad = shard_calloc(n, sizeof *ad);
-        gone = shard_calloc(n, sizeof *gone);
-        dropkeys = shard_calloc(n, sizeof *dropkeys);
-        item *gi = shard_calloc(n, sizeof *gi);
+        nw = shard__calloc(n, sizeof *nw);
+        ad = shard__calloc(n, sizeof *ad);
+        gone = shard__calloc(n, sizeof *gone);
+        dropkeys = shard__calloc(n, sizeof *dropkeys);
+        item *gi = shard__calloc(n, sizeof *gi);
         if (!nw || !ad || !gone || !dropkeys || !gi)
-            rc = shard_fail(SHARD_ENOMEM, "out of memory");
+            rc = shard__fail(SHARD_ENOMEM, "out of memory");
         for (size_t i = 0, k = 0; rc == 0 && i < n; i++) {
             struct pending *p = &r->pend[done + i];
             while (k < nit && it[k].legacy < p->legacy)
@@ -1249,8 +1249,8 @@ static int settle_pending(run *r)
                 gone[ng] = &gi[ng];
                 ng++;
             } else { /* never made, and gone: forget the claim */
-                if (!(dropkeys[ndrop] = shard_malloc(24)))
-                    rc = shard_fail(SHARD_ENOMEM, "out of memory");
+                if (!(dropkeys[ndrop] = shard__malloc(24)))
+                    rc = shard__fail(SHARD_ENOMEM, "out of memory");
                 else
                     snprintf(dropkeys[ndrop++], 24, "%" PRIu64, p->legacy);
             }
@@ -1296,21 +1296,21 @@ static int settle_pending(run *r)
 static int check_options(const shard_import_options *o)
 {
     if (!o)
-        return shard_fail(SHARD_EINVAL, "shard_import: NULL options");
+        return shard__fail(SHARD_EINVAL, "shard_import: NULL options");
     if (o->version < 1 || o->version > SHARD_IMPORT_OPTIONS_VERSION)
-        return shard_fail(SHARD_EINVAL, "shard_import_options.version %u is not supported "
+        return shard__fail(SHARD_EINVAL, "shard_import_options.version %u is not supported "
                           "(this library knows 1..%d)", o->version,
                           SHARD_IMPORT_OPTIONS_VERSION);
     if (o->flags & ~SHARD_IMPORT_DRY_RUN)
-        return shard_fail(SHARD_EINVAL, "shard_import_options.flags: unknown flags 0x%x",
+        return shard__fail(SHARD_EINVAL, "shard_import_options.flags: unknown flags 0x%x",
                           (unsigned)o->flags);
     if (!o->source)
-        return shard_fail(SHARD_EINVAL, "shard_import_options.source is NULL");
+        return shard__fail(SHARD_EINVAL, "shard_import_options.source is NULL");
     if (o->threads > MAX_THREADS)
-        return shard_fail(SHARD_EINVAL, "shard_import_options.threads: %u is over %d",
+        return shard__fail(SHARD_EINVAL, "shard_import_options.threads: %u is over %d",
                           o->threads, MAX_THREADS);
     if (o->batch_rows > MAX_BATCH)
-        return shard_fail(SHARD_EINVAL, "shard_import_options.batch_rows: %u is over %d",
+        return shard__fail(SHARD_EINVAL, "shard_import_options.batch_rows: %u is over %d",
                           o->batch_rows, MAX_BATCH);
     return check_name("legacy table", o->table);
 }
@@ -1377,7 +1377,7 @@ static int check_unique(run *r, const char *col)
         v[0] = '\0';
     }
     if (!v[0])
-        return shard_fail(SHARD_EINVAL, "%s: column %s.%s is not the primary key or a unique "
+        return shard__fail(SHARD_EINVAL, "%s: column %s.%s is not the primary key or a unique "
                           "key of its own: the import reads in its order and finds rows by it",
                           r->src.label, r->table, col);
     return 0;
@@ -1390,7 +1390,7 @@ static void estimate(run *r)
              "TABLE_SCHEMA = '%s' AND TABLE_NAME = '%s'", r->src.db, r->table);
     if (source_value(&r->src, sql, v, sizeof v) == 0)
         r->estimate = strtoull(v, NULL, 10);
-    shard_clear_error();
+    shard__clear_error();
 }
 
 static int table_setup(run *r)
@@ -1407,7 +1407,7 @@ static int table_setup(run *r)
     if ((rc = object_table(map, o->type, &r->name)))
         goto out;
     if (!(def = map_legacy_of_type(map, o->type))) {
-        rc = shard_fail(SHARD_EINVAL, "the map has no legacy lookup for %s: add \"legacy\": "
+        rc = shard__fail(SHARD_EINVAL, "the map has no legacy lookup for %s: add \"legacy\": "
                         "{\"%s\": {}} and \"legacy_%s\" to mod_shards.tables, publish the "
                         "map, run shardctl schema apply", r->name, r->name, r->name);
         goto out;
@@ -1415,7 +1415,7 @@ static int table_setup(run *r)
     snprintf(r->lookup, sizeof r->lookup, "%s", def->table);
     r->open_shards = map->open_shards;
     if (o->near_column && !map_legacy_of_type(map, o->near_type)) {
-        rc = shard_fail(SHARD_EINVAL, "near: type %u has no legacy lookup in the map",
+        rc = shard__fail(SHARD_EINVAL, "near: type %u has no legacy lookup in the map",
                         o->near_type);
         goto out;
     }
@@ -1430,15 +1430,15 @@ static int table_setup(run *r)
     if (f) /* the column's own spelling names the object's field */
         snprintf(r->id_col, sizeof r->id_col, "%s", f->name);
     if (!f || !kind_integer(kind_of(f)))
-        rc = shard_fail(SHARD_EINVAL, "%s: %s.%s is %s", r->src.label, r->table, r->id_col,
+        rc = shard__fail(SHARD_EINVAL, "%s: %s.%s is %s", r->src.label, r->table, r->id_col,
                         f ? "not an integer column" : "not a column");
     else if (o->json_column && !((f = field_named(res, o->json_column)) &&
                                  kind_of(f) == COL_TEXT))
-        rc = shard_fail(SHARD_EINVAL, "%s: %s.%s is %s", r->src.label, r->table,
+        rc = shard__fail(SHARD_EINVAL, "%s: %s.%s is %s", r->src.label, r->table,
                         o->json_column, f ? "not a text column" : "not a column");
     else if (o->near_column && !((f = field_named(res, o->near_column)) &&
                                  kind_integer(kind_of(f))))
-        rc = shard_fail(SHARD_EINVAL, "%s: %s.%s is %s", r->src.label, r->table,
+        rc = shard__fail(SHARD_EINVAL, "%s: %s.%s is %s", r->src.label, r->table,
                         o->near_column, f ? "not an integer column" : "not a column");
     else
         rc = check_unique(r, r->id_col);
@@ -1459,7 +1459,7 @@ int shard_import_table(shard_ctx *ctx, const shard_import_options *opts,
     if (report)
         memset(report, 0, sizeof *report);
     if (!ctx)
-        return shard_fail(SHARD_EINVAL, "shard_import_table: NULL context");
+        return shard__fail(SHARD_EINVAL, "shard_import_table: NULL context");
     if ((rc = check_options(opts)))
         return rc;
     run_init(&r, ctx, opts);
@@ -1512,7 +1512,7 @@ static int edge_fail(run *r, const edge *e, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    return shard_fail(SHARD_ENOTFOUND, "legacy row %s (%s=%" PRIu64 ", %s=%" PRIu64 "): %s; "
+    return shard__fail(SHARD_ENOTFOUND, "legacy row %s (%s=%" PRIu64 ", %s=%" PRIu64 "): %s; "
                       "refused", r->table, r->o->from_column, e->f, r->o->to_column, e->t,
                       detail);
 }
@@ -1520,14 +1520,14 @@ static int edge_fail(run *r, const edge *e, const char *fmt, ...)
 /* Resolve both ends, compare with the record, write what differs. */
 static int edge_batch(run *r, edge *e, size_t n)
 {
-    uint64_t *in = shard_calloc(n, sizeof *in), *out = shard_calloc(n, sizeof *out);
-    char **keys = shard_calloc(n, sizeof *keys), **vals = shard_calloc(n, sizeof *vals);
-    edge **w = shard_calloc(n, sizeof *w);
+    uint64_t *in = shard__calloc(n, sizeof *in), *out = shard__calloc(n, sizeof *out);
+    char **keys = shard__calloc(n, sizeof *keys), **vals = shard__calloc(n, sizeof *vals);
+    edge **w = shard__calloc(n, sizeof *w);
     size_t nw = 0, nnew = 0;
     int rc = 0;
 
     if (!in || !out || !keys || !vals || !w) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
+        rc = shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
         goto out;
     }
     for (size_t i = 0; i < n; i++)
@@ -1552,8 +1552,8 @@ static int edge_batch(run *r, edge *e, size_t n)
             goto out;
         }
         snprintf(v, sizeof v, "%" PRIu64 " %" PRIu64 " %" PRId64, e[i].fid, e[i].tid, e[i].seq);
-        if (!(e[i].val = shard_strdup(v))) {
-            rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        if (!(e[i].val = shard__strdup(v))) {
+            rc = shard__fail(SHARD_ENOMEM, "out of memory");
             goto out;
         }
         keys[i] = e[i].key;
@@ -1577,9 +1577,9 @@ static int edge_batch(run *r, edge *e, size_t n)
             free(vals[i]);
             vals[i] = NULL;
         }
-        char **wv = shard_calloc(nw, sizeof *wv);
+        char **wv = shard__calloc(nw, sizeof *wv);
         if (!wv) {
-            rc = shard_fail(SHARD_ENOMEM, "out of memory");
+            rc = shard__fail(SHARD_ENOMEM, "out of memory");
             goto out;
         }
         for (size_t i = 0; i < nw; i++)
@@ -1636,21 +1636,21 @@ static int edge_forward(run *r)
         sql_free(&q);
         if (rc)
             return rc;
-        if (!(e = shard_calloc(mysql_num_rows(res) + 1, sizeof *e)))
-            rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        if (!(e = shard__calloc(mysql_num_rows(res) + 1, sizeof *e)))
+            rc = shard__fail(SHARD_ENOMEM, "out of memory");
         while (rc == 0 && (row = mysql_fetch_row(res))) {
             int64_t f, t, s = 0;
             if (!row[0] || !row[1] || parse_i64(row[0], &f) || parse_i64(row[1], &t) ||
                 f < 1 || t < 1 || (uint64_t)f > SHARD_MAX_LOCAL ||
                 (uint64_t)t > SHARD_MAX_LOCAL) {
-                rc = shard_fail(SHARD_EINVAL, "legacy row %s (%s=%s, %s=%s): both ends must "
+                rc = shard__fail(SHARD_EINVAL, "legacy row %s (%s=%s, %s=%s): both ends must "
                                 "be legacy ids (1..2^36-1); refused", r->table,
                                 o->from_column, row[0] ? row[0] : "NULL", o->to_column,
                                 row[1] ? row[1] : "NULL");
                 break;
             }
             if (row[2] && parse_i64(row[2], &s)) {
-                rc = shard_fail(SHARD_EINVAL, "legacy row %s (%s=%s, %s=%s): sequence \"%.40s\""
+                rc = shard__fail(SHARD_EINVAL, "legacy row %s (%s=%s, %s=%s): sequence \"%.40s\""
                                 " is not a 64-bit integer; refused", r->table, o->from_column,
                                 row[0], o->to_column, row[1], row[2]);
                 break;
@@ -1684,9 +1684,9 @@ static int edge_gone(void *payload, size_t n, char **keys, char **vals)
 {
     run *r = payload;
     const shard_import_options *o = r->o;
-    edge *e = shard_calloc(n, sizeof *e);
-    edge **gone = shard_calloc(n, sizeof *gone);
-    char **gk = shard_calloc(n, sizeof *gk);
+    edge *e = shard__calloc(n, sizeof *e);
+    edge **gone = shard__calloc(n, sizeof *gone);
+    char **gk = shard__calloc(n, sizeof *gk);
     size_t ng = 0;
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
@@ -1695,13 +1695,13 @@ static int edge_gone(void *payload, size_t n, char **keys, char **vals)
 
     sql_init(&q);
     if (!e || !gone || !gk) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
         if (sscanf(keys[i], "%" SCNu64 ":%" SCNu64, &e[i].f, &e[i].t) != 2 ||
             sscanf(vals[i], "%" SCNu64 " %" SCNu64, &e[i].fid, &e[i].tid) != 2) {
-            rc = shard_fail(SHARD_EINVAL, "record %s, key %.40s: not an entry libshard wrote",
+            rc = shard__fail(SHARD_EINVAL, "record %s, key %.40s: not an entry libshard wrote",
                             r->lookup, keys[i]);
             goto out;
         }
@@ -1757,15 +1757,15 @@ static int mapping_setup(run *r)
     char lock[80];
     int rc = 0;
 
-    if (!o->mapping || !(md = shard_map_find_mapping(map, o->mapping))) {
-        rc = shard_fail(SHARD_EINVAL, "no mapping named \"%.64s\" in the map (a reverse "
+    if (!o->mapping || !(md = shard__map_find_mapping(map, o->mapping))) {
+        rc = shard__fail(SHARD_EINVAL, "no mapping named \"%.64s\" in the map (a reverse "
                         "mapping is written through its forward one)",
                         o->mapping ? o->mapping : "(null)");
         goto out;
     }
     r->name = r->mapname = md->name;
     if (!(def = map_legacy_of(map, md->name))) {
-        rc = shard_fail(SHARD_EINVAL, "the map has no legacy record for mapping %s: add "
+        rc = shard__fail(SHARD_EINVAL, "the map has no legacy record for mapping %s: add "
                         "\"legacy\": {\"%s\": {}} and \"legacy_%s\" to mod_shards.tables, "
                         "publish the map, run shardctl schema apply", md->name, md->name,
                         md->name);
@@ -1773,7 +1773,7 @@ static int mapping_setup(run *r)
     }
     snprintf(r->lookup, sizeof r->lookup, "%s", def->table);
     if (!map_legacy_of_type(map, o->from_type) || !map_legacy_of_type(map, o->to_type)) {
-        rc = shard_fail(SHARD_EINVAL, "both ends need a legacy lookup: type %u has none",
+        rc = shard__fail(SHARD_EINVAL, "both ends need a legacy lookup: type %u has none",
                         map_legacy_of_type(map, o->from_type) ? o->to_type : o->from_type);
         goto out;
     }
@@ -1791,14 +1791,14 @@ static int mapping_setup(run *r)
     else if (!(f = field_named(res, o->to_column)) || !kind_integer(kind_of(f)))
         bad = o->to_column;
     if (bad) {
-        rc = shard_fail(SHARD_EINVAL, "%s: %s.%s is not an integer column", r->src.label,
+        rc = shard__fail(SHARD_EINVAL, "%s: %s.%s is not an integer column", r->src.label,
                         r->table, bad);
         goto out;
     }
     if (!o->seq_column) {
         snprintf(r->seq_expr, sizeof r->seq_expr, "NULL");
     } else if (!(f = field_named(res, o->seq_column))) {
-        rc = shard_fail(SHARD_EINVAL, "%s: %s.%s is not a column", r->src.label, r->table,
+        rc = shard__fail(SHARD_EINVAL, "%s: %s.%s is not a column", r->src.label, r->table,
                         o->seq_column);
     } else if (kind_integer(kind_of(f))) {
         snprintf(r->seq_expr, sizeof r->seq_expr, "`%s`", o->seq_column);
@@ -1807,7 +1807,7 @@ static int mapping_setup(run *r)
         snprintf(r->seq_expr, sizeof r->seq_expr,
                  "CAST(ROUND(UNIX_TIMESTAMP(`%s`) * 1000000) AS SIGNED)", o->seq_column);
     } else {
-        rc = shard_fail(SHARD_EINVAL, "%s: %s.%s is neither an integer nor a date and time",
+        rc = shard__fail(SHARD_EINVAL, "%s: %s.%s is neither an integer nor a date and time",
                         r->src.label, r->table, o->seq_column);
     }
     if (rc == 0)
@@ -1827,7 +1827,7 @@ int shard_import_mapping(shard_ctx *ctx, const shard_import_options *opts,
     if (report)
         memset(report, 0, sizeof *report);
     if (!ctx)
-        return shard_fail(SHARD_EINVAL, "shard_import_mapping: NULL context");
+        return shard__fail(SHARD_EINVAL, "shard_import_mapping: NULL context");
     if ((rc = check_options(opts)))
         return rc;
     run_init(&r, ctx, opts);

@@ -1,4 +1,15 @@
-/* Private declarations shared by the files of lib/. Not installed. */
+/*
+ * Private declarations shared by the files of lib/. Not installed.
+ *
+ * Names: the API is shard_<area>_<verb> (include/libshard.h) and nothing
+ * else may look like it. Functions and types shared between files of
+ * lib/ are named for their file or family: conn_get, ctx_map, exec_*,
+ * repl_*, publish_edit, move_* (lib/move/). The library-wide basics that
+ * every file uses (errors, allocation, the map's internal lookups) and
+ * the hooks tests set are shard__<name>: two underscores, which no API
+ * name has. An internal name never starts with shard_ and one underscore.
+ * (Internal types such as shard_conn and shard_pairdef predate this rule.)
+ */
 #ifndef LIBSHARD_INTERNAL_H
 #define LIBSHARD_INTERNAL_H
 
@@ -17,22 +28,22 @@
 #endif
 
 /* error.c: record the calling thread's detailed message; returns code. */
-int shard_fail(int code, const char *fmt, ...) SHARD_PRINTF(2, 3);
-int shard_vfail(int code, const char *fmt, va_list ap);
+int shard__fail(int code, const char *fmt, ...) SHARD_PRINTF(2, 3);
+int shard__vfail(int code, const char *fmt, va_list ap);
 /* Prefix the current message with more context ("pair X: " + message). */
-int shard_fail_prefix(int code, const char *fmt, ...) SHARD_PRINTF(2, 3);
-void shard_clear_error(void);
+int shard__fail_prefix(int code, const char *fmt, ...) SHARD_PRINTF(2, 3);
+void shard__clear_error(void);
 
 /* Allocation wrappers, replaceable in tests to fail the Nth allocation. */
-void *shard_malloc(size_t n);
-void *shard_calloc(size_t n, size_t size);
-void *shard_realloc(void *p, size_t n);
-char *shard_strdup(const char *s);
-char *shard_strndup(const char *s, size_t n);
+void *shard__malloc(size_t n);
+void *shard__calloc(size_t n, size_t size);
+void *shard__realloc(void *p, size_t n);
+char *shard__strdup(const char *s);
+char *shard__strndup(const char *s, size_t n);
 /* Zero a secret, then free it (NULL is fine). */
-void shard_wipe_free(char *s);
+void shard__wipe_free(char *s);
 
 /* Identifier rule for table, mapping and object names: [a-z][a-z0-9_]*. */
-bool shard_ident_valid(const char *s);
+bool shard__ident_valid(const char *s);
 
 #endif

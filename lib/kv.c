@@ -31,8 +31,8 @@ static int kv_fn(exec_env *env, void *arg)
     sqlbuf q;
     int rc;
 
-    if (!shard_map_has_mod_table(env->map, a->table))
-        return shard_fail(SHARD_EINVAL, "no key-value table \"%.64s\" in mod_shards.tables "
+    if (!shard__map_has_mod_table(env->map, a->table))
+        return shard__fail(SHARD_EINVAL, "no key-value table \"%.64s\" in mod_shards.tables "
                           "of map version %llu", a->table,
                           (unsigned long long)env->map->version);
     sql_init(&q);
@@ -52,7 +52,7 @@ static int kv_fn(exec_env *env, void *arg)
                  a->table);
         rc = conn_stmt_run(env->conn, key, &q, p, 2);
         if (rc == SHARD_EEXISTS)
-            rc = shard_fail(SHARD_EEXISTS, "key already exists in %s", a->table);
+            rc = shard__fail(SHARD_EEXISTS, "key already exists in %s", a->table);
         break;
     }
     case KV_GET:
@@ -64,7 +64,7 @@ static int kv_fn(exec_env *env, void *arg)
             break;
         row = mysql_fetch_row(res);
         if (!row)
-            rc = shard_fail(SHARD_ENOTFOUND, "key not found in %s", a->table);
+            rc = shard__fail(SHARD_ENOTFOUND, "key not found in %s", a->table);
         else
             rc = copy_out(row[0], mysql_fetch_lengths(res)[0], &a->out, &a->outlen);
         mysql_free_result(res);
@@ -76,7 +76,7 @@ static int kv_fn(exec_env *env, void *arg)
         where_key(&q, a);
         rc = conn_query(env->conn, &q);
         if (rc == 0 && mysql_affected_rows(env->conn->my) == 0)
-            rc = shard_fail(SHARD_ENOTFOUND, "key not found in %s", a->table);
+            rc = shard__fail(SHARD_ENOTFOUND, "key not found in %s", a->table);
         break;
     }
     sql_free(&q);
@@ -92,17 +92,17 @@ static int kv_run(shard_ctx *ctx, kv_args *a)
     int rc;
 
     if (!ctx || !a->table || (!a->key && a->klen))
-        return shard_fail(SHARD_EINVAL, "key-value: NULL argument");
+        return shard__fail(SHARD_EINVAL, "key-value: NULL argument");
     if (!a->value && a->vlen)
-        return shard_fail(SHARD_EINVAL, "key-value: NULL value with length %zu", a->vlen);
+        return shard__fail(SHARD_EINVAL, "key-value: NULL value with length %zu", a->vlen);
     if (a->klen > SHARD_KEY_MAX)
-        return shard_fail(SHARD_EINVAL, "key of %zu bytes is longer than %d bytes", a->klen,
+        return shard__fail(SHARD_EINVAL, "key of %zu bytes is longer than %d bytes", a->klen,
                           SHARD_KEY_MAX);
     map = ctx_map(ctx);
     count = map->mod_count;
     shard_map_free(map);
     if (!count)
-        return shard_fail(SHARD_EINVAL, "the shard map has no mod_shards section");
+        return shard__fail(SHARD_EINVAL, "the shard map has no mod_shards section");
     if ((rc = shard_mod(a->key, a->klen, count, &modshard)))
         return rc;
     return ctx_exec(ctx, modshard, EXEC_MOD | EXEC_OP(ops[a->op]), kv_fn, a);
@@ -129,7 +129,7 @@ int shard_kv_get(shard_ctx *ctx, const char *table, const void *key, size_t klen
     int rc;
 
     if (!value)
-        return shard_fail(SHARD_EINVAL, "shard_kv_get: NULL value output");
+        return shard__fail(SHARD_EINVAL, "shard_kv_get: NULL value output");
     if ((rc = kv_run(ctx, &a)))
         return rc;
     *value = a.out;

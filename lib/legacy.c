@@ -52,7 +52,7 @@ void legacy_entry_parse(const char *v, legacy_entry *e)
     memcpy(idtext, v, n);
     idtext[n] = '\0';
     if (shard_id_parse(idtext, &e->id) != 0) {
-        shard_clear_error();
+        shard__clear_error();
         return;
     }
     if (strcmp(sp + 1, "deleted") == 0) {
@@ -91,18 +91,18 @@ static int kv_slots(shard_ctx *ctx, const char *table, char *const *keys, size_t
     int rc = 0;
 
     if (!map->mod_count)
-        rc = shard_fail(SHARD_EINVAL, "the shard map has no mod_shards section");
-    else if (!shard_map_has_mod_table(map, table))
-        rc = shard_fail(SHARD_EINVAL, "no key-value table \"%.64s\" in mod_shards.tables of "
+        rc = shard__fail(SHARD_EINVAL, "the shard map has no mod_shards section");
+    else if (!shard__map_has_mod_table(map, table))
+        rc = shard__fail(SHARD_EINVAL, "no key-value table \"%.64s\" in mod_shards.tables of "
                         "map version %llu", table, (unsigned long long)map->version);
-    else if (!(s = shard_calloc(n ? n : 1, sizeof *s)))
-        rc = shard_fail(SHARD_ENOMEM, "out of memory for %zu lookup keys", n);
+    else if (!(s = shard__calloc(n ? n : 1, sizeof *s)))
+        rc = shard__fail(SHARD_ENOMEM, "out of memory for %zu lookup keys", n);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         s[i].idx = i;
         s[i].key = keys[i];
         if ((rc = shard_mod(keys[i], strlen(keys[i]), map->mod_count, &s[i].modshard)))
             break;
-        s[i].pair = shard_map_mod_pair_index(map, s[i].modshard);
+        s[i].pair = shard__map_mod_pair_index(map, s[i].modshard);
     }
     shard_map_free(map);
     if (rc) {
@@ -161,12 +161,12 @@ static int get_batch(exec_env *env, kv_group *g, size_t from, size_t to)
     for (size_t i = from; i < to;) {
         uint32_t ms = g->slots[i].modshard;
         char db[SHARD_DBNAME_MAX];
-        if (shard_map_mod_pair_index(env->map, ms) !=
-            shard_map_mod_pair_index(env->map, g->slots[from].modshard)) {
+        if (shard__map_mod_pair_index(env->map, ms) !=
+            shard__map_mod_pair_index(env->map, g->slots[from].modshard)) {
             sql_free(&q);
-            return shard_fail(SHARD_EMOVED, "mod shard %u changed pairs", ms);
+            return shard__fail(SHARD_EMOVED, "mod shard %u changed pairs", ms);
         }
-        shard_dbfmt_name(&env->map->mod_dbfmt, ms, db);
+        shard__dbfmt_name(&env->map->mod_dbfmt, ms, db);
         sql_add(&q, i == from ? "" : " UNION ALL ");
         sql_addf(&q, "SELECT %u, k, v FROM ", ms);
         sql_table(&q, db, g->table);
@@ -236,9 +236,9 @@ static int kv_groups(shard_ctx *ctx, const char *table, char *const *keys, size_
     *ng = 0;
     if ((rc = kv_slots(ctx, table, keys, n, slots)))
         return rc;
-    if (!(*groups = shard_calloc(n, sizeof **groups))) {
+    if (!(*groups = shard__calloc(n, sizeof **groups))) {
         free(*slots);
-        return shard_fail(SHARD_ENOMEM, "out of memory for %zu lookup keys", n);
+        return shard__fail(SHARD_ENOMEM, "out of memory for %zu lookup keys", n);
     }
     for (size_t i = 0; i < n;) {
         kv_slot *sl = *slots;
@@ -401,18 +401,18 @@ int legacy_kv_scan(shard_ctx *ctx, const char *table, legacy_scan_fn fn, void *p
 {
     shard_map *map = ctx_map(ctx);
     uint32_t count = map->mod_count;
-    bool known = shard_map_has_mod_table(map, table);
+    bool known = shard__map_has_mod_table(map, table);
     char **keys = NULL, **vals = NULL;
     int rc = 0;
 
     shard_map_free(map);
     if (!count || !known)
-        return shard_fail(SHARD_EINVAL, "no key-value table \"%.64s\" in mod_shards.tables",
+        return shard__fail(SHARD_EINVAL, "no key-value table \"%.64s\" in mod_shards.tables",
                           table);
-    keys = shard_calloc(KV_BATCH, sizeof *keys);
-    vals = shard_calloc(KV_BATCH, sizeof *vals);
+    keys = shard__calloc(KV_BATCH, sizeof *keys);
+    vals = shard__calloc(KV_BATCH, sizeof *vals);
     if (!keys || !vals)
-        rc = shard_fail(SHARD_ENOMEM, "out of memory scanning %s", table);
+        rc = shard__fail(SHARD_ENOMEM, "out of memory scanning %s", table);
     for (uint32_t ms = 0; rc == 0 && ms < count; ms++) {
         scan_args a = {table, NULL, NULL};
         for (;;) {
@@ -433,8 +433,8 @@ int legacy_kv_scan(shard_ctx *ctx, const char *table, legacy_scan_fn fn, void *p
             a.after = NULL;
             if (rc == 0 && n)
                 rc = fn(payload, n, keys, vals);
-            if (rc == 0 && n == KV_BATCH && !(a.after = shard_strdup(keys[n - 1])))
-                rc = shard_fail(SHARD_ENOMEM, "out of memory scanning %s", table);
+            if (rc == 0 && n == KV_BATCH && !(a.after = shard__strdup(keys[n - 1])))
+                rc = shard__fail(SHARD_ENOMEM, "out of memory scanning %s", table);
             free_strings(keys, n);
             free_strings(vals, n);
             if (rc || n < KV_BATCH)
@@ -467,7 +467,7 @@ struct legacy_cache {
 
 static void *cache_make(void)
 {
-    struct legacy_cache *c = shard_calloc(1, sizeof *c);
+    struct legacy_cache *c = shard__calloc(1, sizeof *c);
 
     if (!c)
         return NULL; /* no cache: every resolution asks the server */
@@ -552,16 +552,16 @@ int shard_legacy_resolve_many(shard_ctx *ctx, unsigned type, const uint64_t *leg
     int rc = 0;
 
     if (!ctx || (n && (!legacy || !ids)))
-        return shard_fail(SHARD_EINVAL, "shard_legacy_resolve_many: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_legacy_resolve_many: NULL argument");
     for (size_t i = 0; i < n; i++)
         ids[i] = 0;
     map = ctx_map(ctx);
     def = map_legacy_of_type(map, type);
     if (!def) {
         const char *name = type <= SHARD_MAX_TYPE ? map->type_names[type] : NULL;
-        rc = name ? shard_fail(SHARD_EINVAL, "object type %s has no legacy lookup: the "
+        rc = name ? shard__fail(SHARD_EINVAL, "object type %s has no legacy lookup: the "
                                "map's \"legacy\" section does not name it", name)
-                  : shard_fail(SHARD_EINVAL, "object type %u is not registered in map "
+                  : shard__fail(SHARD_EINVAL, "object type %u is not registered in map "
                                "version %llu", type, (unsigned long long)map->version);
         shard_map_free(map);
         return rc;
@@ -570,10 +570,10 @@ int shard_legacy_resolve_many(shard_ctx *ctx, unsigned type, const uint64_t *leg
     for (size_t i = 0; rc == 0 && i < n; i++) {
         uint64_t x = legacy[i];
         if (shard_id_valid(x) && shard_id_type(x) != type)
-            rc = shard_fail(SHARD_EINVAL, "ID %" PRIu64 " is of type %u, not %s", x,
+            rc = shard__fail(SHARD_EINVAL, "ID %" PRIu64 " is of type %u, not %s", x,
                             shard_id_type(x), def->name);
         else if (!shard_id_valid(x) && (x < 1 || x > SHARD_MAX_LOCAL))
-            rc = shard_fail(SHARD_EINVAL, "%" PRIu64 " is neither a libshard ID nor a "
+            rc = shard__fail(SHARD_EINVAL, "%" PRIu64 " is neither a libshard ID nor a "
                             "legacy id (legacy ids are 1..2^36-1)", x);
     }
     shard_map_free(map);
@@ -591,19 +591,19 @@ int shard_legacy_resolve_many(shard_ctx *ctx, unsigned type, const uint64_t *leg
     }
     if (!nmiss)
         return 0;
-    keys = shard_calloc(nmiss, sizeof *keys);
-    vals = shard_calloc(nmiss, sizeof *vals);
-    pos = shard_calloc(nmiss, sizeof *pos);
+    keys = shard__calloc(nmiss, sizeof *keys);
+    vals = shard__calloc(nmiss, sizeof *vals);
+    pos = shard__calloc(nmiss, sizeof *pos);
     if (!keys || !vals || !pos) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory resolving %zu legacy ids", n);
+        rc = shard__fail(SHARD_ENOMEM, "out of memory resolving %zu legacy ids", n);
         goto out;
     }
     nmiss = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i])
             continue;
-        if (!(keys[nmiss] = shard_malloc(24))) {
-            rc = shard_fail(SHARD_ENOMEM, "out of memory resolving %zu legacy ids", n);
+        if (!(keys[nmiss] = shard__malloc(24))) {
+            rc = shard__fail(SHARD_ENOMEM, "out of memory resolving %zu legacy ids", n);
             goto out;
         }
         snprintf(keys[nmiss], 24, "%" PRIu64, legacy[i]);
@@ -637,12 +637,12 @@ int shard_legacy_resolve(shard_ctx *ctx, unsigned type, uint64_t legacy_id, uint
     int rc;
 
     if (!id)
-        return shard_fail(SHARD_EINVAL, "shard_legacy_resolve: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_legacy_resolve: NULL argument");
     if ((rc = shard_legacy_resolve_many(ctx, type, &legacy_id, 1, &out)))
         return rc;
     if (!out) {
         shard_map *map = ctx_map(ctx);
-        rc = shard_fail(SHARD_ENOTFOUND, "no %s with legacy id %" PRIu64 " has been imported",
+        rc = shard__fail(SHARD_ENOTFOUND, "no %s with legacy id %" PRIu64 " has been imported",
                         map->type_names[type], legacy_id);
         shard_map_free(map);
         return rc;

@@ -15,7 +15,7 @@
 /* A map file larger than this is refused (a power of two times 8 KiB). */
 #define MAP_FILE_MAX (64 << 20)
 
-#define BAD(...) shard_fail(SHARD_EMAP, "shard map: " __VA_ARGS__)
+#define BAD(...) shard__fail(SHARD_EMAP, "shard map: " __VA_ARGS__)
 
 static const char *const top_keys[] = {
     "version", "open_shards", "database_format", "credentials", "objects",
@@ -145,7 +145,7 @@ static int parse_dbfmt(const char *s, const char *where, shard_dbfmt *f)
 
 /* On every operation's path: digits by hand. Lengths were checked when the
  * format was parsed, so the name always fits. */
-void shard_dbfmt_name(const shard_dbfmt *f, unsigned n, char *buf)
+void shard__dbfmt_name(const shard_dbfmt *f, unsigned n, char *buf)
 {
     char digits[12];
     int nd = 0;
@@ -309,7 +309,7 @@ static int parse_credentials(shard_map *m, json_t *c)
 static int check_table_name(shard_map *m, const char *name, const char *where)
 {
     /* Shorter than MySQL's 64 (see SHARD_TABLE_NAME_MAX). */
-    if (!shard_ident_valid(name) || strlen(name) > SHARD_TABLE_NAME_MAX)
+    if (!shard__ident_valid(name) || strlen(name) > SHARD_TABLE_NAME_MAX)
         return BAD("%s: \"%.64s\" is not a valid name ([a-z][a-z0-9_]*, at most %d)",
                    where, name, SHARD_TABLE_NAME_MAX);
     for (size_t i = 0; i < m->nobjects; i++)
@@ -333,9 +333,9 @@ static int parse_objects(shard_map *m, json_t *o)
         return BAD("objects: missing");
     if (!json_is_object(o))
         return BAD("objects: must be an object of name: type number");
-    m->objects = shard_calloc(json_object_size(o), sizeof *m->objects);
+    m->objects = shard__calloc(json_object_size(o), sizeof *m->objects);
     if (!m->objects)
-        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+        return shard__fail(SHARD_ENOMEM, "out of memory parsing the shard map");
     json_object_foreach(o, name, v) {
         json_int_t t;
         snprintf(where, sizeof where, "objects.%.64s", name);
@@ -367,9 +367,9 @@ static int parse_mappings(shard_map *m, json_t *o)
         return SHARD_OK;
     if (!json_is_object(o))
         return BAD("mappings: must be an object of name: {\"reverse\": name}");
-    m->mappings = shard_calloc(json_object_size(o), sizeof *m->mappings);
+    m->mappings = shard__calloc(json_object_size(o), sizeof *m->mappings);
     if (!m->mappings)
-        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+        return shard__fail(SHARD_ENOMEM, "out of memory parsing the shard map");
     json_object_foreach(o, name, v) {
         const char *rev;
         snprintf(where, sizeof where, "mappings.%.64s", name);
@@ -420,9 +420,9 @@ static int parse_pairs(shard_map *m, json_t *o)
         return BAD("pairs: missing");
     if (!json_is_object(o) || json_object_size(o) == 0)
         return BAD("pairs: must be a non-empty object of name: {master, standby}");
-    m->pairs = shard_calloc(json_object_size(o), sizeof *m->pairs);
+    m->pairs = shard__calloc(json_object_size(o), sizeof *m->pairs);
     if (!m->pairs)
-        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+        return shard__fail(SHARD_ENOMEM, "out of memory parsing the shard map");
     json_object_foreach(o, name, v) {
         shard_pairdef *p = &m->pairs[m->npairs];
         const char *master, *standby;
@@ -477,9 +477,9 @@ static int parse_ranges(shard_map *m, json_t *a, const char *where, unsigned lim
         return BAD("%s: must be a non-empty array of {\"range\": [first, last], "
                    "\"pair\": name}", where);
     n = json_array_size(a);
-    r = *out = shard_calloc(n, sizeof *r);
+    r = *out = shard__calloc(n, sizeof *r);
     if (!r)
-        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+        return shard__fail(SHARD_ENOMEM, "out of memory parsing the shard map");
     json_array_foreach(a, i, e) {
         json_t *rg;
         const char *pair;
@@ -506,7 +506,7 @@ static int parse_ranges(shard_map *m, json_t *a, const char *where, unsigned lim
         if (lo > hi)
             return BAD("%s.range: [%lld, %lld] is reversed (first > last)", w,
                        (long long)lo, (long long)hi);
-        pi = shard_map_find_pair(m, pair);
+        pi = shard__map_find_pair(m, pair);
         if (pi < 0)
             return BAD("%s.pair: unknown pair \"%.64s\"", w, pair);
         r[i].lo = (unsigned)lo;
@@ -556,12 +556,12 @@ static int parse_mod(shard_map *m, json_t *o)
         return BAD("mod_shards.tables: missing");
     if (!json_is_array(tables))
         return BAD("mod_shards.tables: must be an array of table names");
-    m->mod_tables = shard_calloc(json_array_size(tables), sizeof *m->mod_tables);
+    m->mod_tables = shard__calloc(json_array_size(tables), sizeof *m->mod_tables);
     if (!m->mod_tables)
-        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+        return shard__fail(SHARD_ENOMEM, "out of memory parsing the shard map");
     json_array_foreach(tables, i, t) {
         const char *name = json_string_value(t);
-        if (!name || !shard_ident_valid(name))
+        if (!name || !shard__ident_valid(name))
             return BAD("mod_shards.tables[%zu]: not a valid name ([a-z][a-z0-9_]*, "
                        "at most 64)", i);
         for (size_t j = 0; j < i; j++)
@@ -595,9 +595,9 @@ static int parse_legacy(shard_map *m, json_t *o)
         return SHARD_OK;
     if (!json_is_object(o))
         return BAD("legacy: must be an object of name: {options} ({} for the defaults)");
-    m->legacy = shard_calloc(json_object_size(o) ? json_object_size(o) : 1, sizeof *m->legacy);
+    m->legacy = shard__calloc(json_object_size(o) ? json_object_size(o) : 1, sizeof *m->legacy);
     if (!m->legacy)
-        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+        return shard__fail(SHARD_ENOMEM, "out of memory parsing the shard map");
     json_object_foreach(o, name, v) {
         shard_legacydef *d = &m->legacy[m->nlegacy];
         const shard_mapdef *md = NULL;
@@ -625,7 +625,7 @@ static int parse_legacy(shard_map *m, json_t *o)
         if ((rc = check_keys(v, legacy_keys, where)) ||
             (rc = get_str(v, "table", where, false, &table)))
             return rc;
-        if (table && (!shard_ident_valid(table) || strlen(table) >= sizeof d->table))
+        if (table && (!shard__ident_valid(table) || strlen(table) >= sizeof d->table))
             return BAD("%s.table: \"%.64s\" is not a valid name ([a-z][a-z0-9_]*, at most "
                        "64)", where, table);
         if (!table && strlen(name) + 7 >= sizeof d->table)
@@ -633,7 +633,7 @@ static int parse_legacy(shard_map *m, json_t *o)
                        "\"table\"", where, name);
         snprintf(d->table, sizeof d->table, "%s%s", table ? "" : "legacy_",
                  table ? table : name);
-        if (!shard_map_has_mod_table(m, d->table))
+        if (!shard__map_has_mod_table(m, d->table))
             return BAD("%s: its lookup table \"%s\" is not in mod_shards.tables: add it "
                        "there and run shardctl schema apply", where, d->table);
         for (size_t i = 0; i < m->nlegacy; i++)
@@ -702,10 +702,10 @@ int shard_map_parse(shard_map **out, const char *json, size_t len)
 
     memset(&jerr, 0, sizeof jerr); /* jansson leaves it unset on early failures */
     if (!out || (!json && len))
-        return shard_fail(SHARD_EINVAL, "shard_map_parse: NULL argument");
-    m = shard_calloc(1, sizeof *m);
+        return shard__fail(SHARD_EINVAL, "shard_map_parse: NULL argument");
+    m = shard__calloc(1, sizeof *m);
     if (!m)
-        return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+        return shard__fail(SHARD_ENOMEM, "out of memory parsing the shard map");
     atomic_init(&m->refs, 1);
     m->doc = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES, &jerr);
     if (!m->doc) {
@@ -713,7 +713,7 @@ int shard_map_parse(shard_map **out, const char *json, size_t len)
         /* jansson reports a failed allocation either by code or, early in
          * parsing, as an error with no text at all. */
         if (json_error_code(&jerr) == json_error_out_of_memory || !jerr.text[0])
-            return shard_fail(SHARD_ENOMEM, "out of memory parsing the shard map");
+            return shard__fail(SHARD_ENOMEM, "out of memory parsing the shard map");
         /* jansson quotes the text "near" the error: it may be a secret
          * that was wrongly written into the map, so it is left out. */
         char *near = strstr(jerr.text, " near '");
@@ -741,15 +741,15 @@ static int open_regular(const char *path, FILE **out)
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), flags;
 
     if (fd < 0)
-        return shard_fail(SHARD_EIO, "shard map %s: %s", path, strerror(errno));
+        return shard__fail(SHARD_EIO, "shard map %s: %s", path, strerror(errno));
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return shard_fail(SHARD_EIO, "shard map %s: %s", path, strerror(e));
+        return shard__fail(SHARD_EIO, "shard map %s: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return shard_fail(SHARD_EIO, "shard map %s is not a regular file (it is %s)", path,
+        return shard__fail(SHARD_EIO, "shard map %s is not a regular file (it is %s)", path,
                           S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" :
                           S_ISSOCK(st.st_mode) ? "a socket" : S_ISCHR(st.st_mode) ?
                           "a character device" : S_ISBLK(st.st_mode) ? "a block device" :
@@ -760,7 +760,7 @@ static int open_regular(const char *path, FILE **out)
         fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     if (!(*out = fdopen(fd, "rb"))) {
         close(fd);
-        return shard_fail(SHARD_ENOMEM, "shard map %s: %s", path, strerror(errno));
+        return shard__fail(SHARD_ENOMEM, "shard map %s: %s", path, strerror(errno));
     }
     return 0;
 }
@@ -773,7 +773,7 @@ int shard_map_load(shard_map **out, const char *path)
     int rc;
 
     if (!out || !path)
-        return shard_fail(SHARD_EINVAL, "shard_map_load: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_map_load: NULL argument");
     if ((rc = open_regular(path, &f)))
         return rc;
     do {
@@ -782,14 +782,14 @@ int shard_map_load(shard_map **out, const char *path)
             if (cap >= MAP_FILE_MAX) {
                 free(buf);
                 fclose(f);
-                return shard_fail(SHARD_EMAP, "shard map %s: larger than %d MiB", path,
+                return shard__fail(SHARD_EMAP, "shard map %s: larger than %d MiB", path,
                                   MAP_FILE_MAX >> 20);
             }
-            nb = shard_realloc(buf, cap = cap ? cap * 2 : 8192);
+            nb = shard__realloc(buf, cap = cap ? cap * 2 : 8192);
             if (!nb) {
                 free(buf);
                 fclose(f);
-                return shard_fail(SHARD_ENOMEM, "shard map %s: out of memory", path);
+                return shard__fail(SHARD_ENOMEM, "shard map %s: out of memory", path);
             }
             buf = nb;
         }
@@ -799,17 +799,17 @@ int shard_map_load(shard_map **out, const char *path)
     if (ferror(f)) {
         free(buf);
         fclose(f);
-        return shard_fail(SHARD_EIO, "shard map %s: read error", path);
+        return shard__fail(SHARD_EIO, "shard map %s: read error", path);
     }
     fclose(f);
     rc = shard_map_parse(out, buf, len);
     free(buf);
     if (rc)
-        shard_fail_prefix(rc, "%s: ", path);
+        shard__fail_prefix(rc, "%s: ", path);
     return rc;
 }
 
-shard_map *shard_map_ref(shard_map *map)
+shard_map *shard__map_ref(shard_map *map)
 {
     if (map)
         atomic_fetch_add(&map->refs, 1);
@@ -847,7 +847,7 @@ const char *shard_map_pair_name(const shard_map *map, size_t i)
     return map && i < map->npairs ? map->pairs[i].name : NULL;
 }
 
-long shard_map_find_pair(const shard_map *map, const char *name)
+long shard__map_find_pair(const shard_map *map, const char *name)
 {
     for (size_t i = 0; i < map->npairs; i++)
         if (strcmp(map->pairs[i].name, name) == 0)
@@ -870,12 +870,12 @@ static long range_lookup(const shard_rangedef *r, size_t n, unsigned x)
     return -1;
 }
 
-long shard_map_pair_index(const shard_map *map, unsigned shard)
+long shard__map_pair_index(const shard_map *map, unsigned shard)
 {
     return range_lookup(map->ranges, map->nranges, shard);
 }
 
-long shard_map_mod_pair_index(const shard_map *map, uint32_t modshard)
+long shard__map_mod_pair_index(const shard_map *map, uint32_t modshard)
 {
     return range_lookup(map->mod_ranges, map->nmod_ranges, modshard);
 }
@@ -884,10 +884,10 @@ int shard_map_pair_of(const shard_map *map, unsigned shard, const char **pair)
 {
     long i;
     if (!map || !pair)
-        return shard_fail(SHARD_EINVAL, "shard_map_pair_of: NULL argument");
-    i = shard_map_pair_index(map, shard);
+        return shard__fail(SHARD_EINVAL, "shard_map_pair_of: NULL argument");
+    i = shard__map_pair_index(map, shard);
     if (i < 0)
-        return shard_fail(SHARD_ENOSHARD, "shard %u is not in any id_shards range "
+        return shard__fail(SHARD_ENOSHARD, "shard %u is not in any id_shards range "
                           "of map version %llu", shard, (unsigned long long)map->version);
     *pair = map->pairs[i].name;
     return SHARD_OK;
@@ -897,11 +897,11 @@ int shard_map_mod_pair_of(const shard_map *map, uint32_t modshard, const char **
 {
     long i;
     if (!map || !pair)
-        return shard_fail(SHARD_EINVAL, "shard_map_mod_pair_of: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_map_mod_pair_of: NULL argument");
     if (modshard >= map->mod_count)
-        return shard_fail(SHARD_ENOSHARD, "mod shard %u is not below the mod shard "
+        return shard__fail(SHARD_ENOSHARD, "mod shard %u is not below the mod shard "
                           "count %u", modshard, map->mod_count);
-    i = shard_map_mod_pair_index(map, modshard);
+    i = shard__map_mod_pair_index(map, modshard);
     *pair = map->pairs[i].name;
     return SHARD_OK;
 }
@@ -911,10 +911,10 @@ int shard_map_pair_addrs(const shard_map *map, const char *pair, const char **ma
 {
     long i;
     if (!map || !pair)
-        return shard_fail(SHARD_EINVAL, "shard_map_pair_addrs: NULL argument");
-    i = shard_map_find_pair(map, pair);
+        return shard__fail(SHARD_EINVAL, "shard_map_pair_addrs: NULL argument");
+    i = shard__map_find_pair(map, pair);
     if (i < 0)
-        return shard_fail(SHARD_ENOTFOUND, "no pair named \"%.64s\" in the map", pair);
+        return shard__fail(SHARD_ENOTFOUND, "no pair named \"%.64s\" in the map", pair);
     if (master)
         *master = map->pairs[i].master.text;
     if (standby)
@@ -925,26 +925,26 @@ int shard_map_pair_addrs(const shard_map *map, const char *pair, const char **ma
 int shard_map_type_of(const shard_map *map, const char *name, unsigned *type)
 {
     if (!map || !name || !type)
-        return shard_fail(SHARD_EINVAL, "shard_map_type_of: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_map_type_of: NULL argument");
     for (size_t i = 0; i < map->nobjects; i++)
         if (strcmp(map->objects[i].name, name) == 0) {
             *type = map->objects[i].type;
             return SHARD_OK;
         }
-    return shard_fail(SHARD_ENOTFOUND, "no object type named \"%.64s\" in the map", name);
+    return shard__fail(SHARD_ENOTFOUND, "no object type named \"%.64s\" in the map", name);
 }
 
 int shard_map_type_name(const shard_map *map, unsigned type, const char **name)
 {
     if (!map || !name)
-        return shard_fail(SHARD_EINVAL, "shard_map_type_name: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_map_type_name: NULL argument");
     if (type < 1 || type > SHARD_MAX_TYPE || !map->type_names[type])
-        return shard_fail(SHARD_ENOTFOUND, "type %u is not registered in the map", type);
+        return shard__fail(SHARD_ENOTFOUND, "type %u is not registered in the map", type);
     *name = map->type_names[type];
     return SHARD_OK;
 }
 
-const shard_mapdef *shard_map_find_mapping(const shard_map *map, const char *name)
+const shard_mapdef *shard__map_find_mapping(const shard_map *map, const char *name)
 {
     for (size_t i = 0; i < map->nmappings; i++)
         if (strcmp(map->mappings[i].name, name) == 0)
@@ -952,7 +952,7 @@ const shard_mapdef *shard_map_find_mapping(const shard_map *map, const char *nam
     return NULL;
 }
 
-bool shard_map_has_mod_table(const shard_map *map, const char *name)
+bool shard__map_has_mod_table(const shard_map *map, const char *name)
 {
     for (size_t i = 0; i < map->nmod_tables; i++)
         if (strcmp(map->mod_tables[i], name) == 0)
@@ -979,7 +979,7 @@ const shard_legacydef *map_legacy_of_type(const shard_map *map, unsigned type)
 static int copy_name(const char *name, char *buf, size_t size)
 {
     if (!buf || strlen(name) >= size)
-        return shard_fail(SHARD_EINVAL, "buffer too small for database name %s", name);
+        return shard__fail(SHARD_EINVAL, "buffer too small for database name %s", name);
     strcpy(buf, name);
     return SHARD_OK;
 }
@@ -988,10 +988,10 @@ int shard_map_database(const shard_map *map, unsigned shard, char *buf, size_t s
 {
     char name[SHARD_DBNAME_MAX];
     if (!map)
-        return shard_fail(SHARD_EINVAL, "shard_map_database: NULL map");
+        return shard__fail(SHARD_EINVAL, "shard_map_database: NULL map");
     if (shard > SHARD_MAX_SHARD)
-        return shard_fail(SHARD_EINVAL, "shard %u out of range (0..65535)", shard);
-    shard_dbfmt_name(&map->dbfmt, shard, name);
+        return shard__fail(SHARD_EINVAL, "shard %u out of range (0..65535)", shard);
+    shard__dbfmt_name(&map->dbfmt, shard, name);
     return copy_name(name, buf, size);
 }
 
@@ -1000,11 +1000,11 @@ int shard_map_mod_database(const shard_map *map, uint32_t modshard, char *buf,
 {
     char name[SHARD_DBNAME_MAX];
     if (!map)
-        return shard_fail(SHARD_EINVAL, "shard_map_mod_database: NULL map");
+        return shard__fail(SHARD_EINVAL, "shard_map_mod_database: NULL map");
     if (modshard >= map->mod_count)
-        return shard_fail(SHARD_ENOSHARD, "mod shard %u is not below the mod shard "
+        return shard__fail(SHARD_ENOSHARD, "mod shard %u is not below the mod shard "
                           "count %u", modshard, map->mod_count);
-    shard_dbfmt_name(&map->mod_dbfmt, modshard, name);
+    shard__dbfmt_name(&map->mod_dbfmt, modshard, name);
     return copy_name(name, buf, size);
 }
 
@@ -1012,12 +1012,12 @@ int shard_map_to_json(const shard_map *map, char **json)
 {
     char *s, *copy;
     if (!map || !json)
-        return shard_fail(SHARD_EINVAL, "shard_map_to_json: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_map_to_json: NULL argument");
     s = json_dumps(map->doc, JSON_INDENT(2) | JSON_SORT_KEYS);
-    copy = s ? shard_strdup(s) : NULL;
+    copy = s ? shard__strdup(s) : NULL;
     jansson_free(s);
     if (!copy)
-        return shard_fail(SHARD_ENOMEM, "out of memory writing the shard map");
+        return shard__fail(SHARD_ENOMEM, "out of memory writing the shard map");
     *json = copy;
     return SHARD_OK;
 }
@@ -1029,7 +1029,7 @@ int shard_map_summary(const shard_map *map, char **text)
     int n;
 
     if (!map || !text)
-        return shard_fail(SHARD_EINVAL, "shard_map_summary: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_map_summary: NULL argument");
     for (size_t i = 0; i < map->nmappings; i++)
         nrev += map->mappings[i].reverse != NULL;
 #define S(n) ((n) == 1 ? "" : "s")
@@ -1046,8 +1046,8 @@ int shard_map_summary(const shard_map *map, char **text)
 #undef S
     else
         snprintf(buf + n, sizeof buf - (size_t)n, "no mod shards");
-    *text = shard_strdup(buf);
-    return *text ? SHARD_OK : shard_fail(SHARD_ENOMEM, "out of memory");
+    *text = shard__strdup(buf);
+    return *text ? SHARD_OK : shard__fail(SHARD_ENOMEM, "out of memory");
 }
 
 /* Append {"range": [lo, hi], "pair": name} to a, merging with the last entry
@@ -1071,7 +1071,7 @@ int map_reassign(const shard_map *cur, unsigned first, unsigned last, const char
     int rc = 0;
 
     if (!doc || !ranges) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory editing the shard map");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory editing the shard map");
         goto out;
     }
     for (size_t i = 0; rc == 0 && i < cur->nranges; i++) {
@@ -1092,7 +1092,7 @@ int map_reassign(const shard_map *cur, unsigned first, unsigned last, const char
     if (rc || json_object_set(doc, "id_shards", ranges) ||
         json_object_set_new(doc, "version", json_integer((json_int_t)version)) ||
         !(text = json_dumps(doc, JSON_SORT_KEYS))) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory editing the shard map");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory editing the shard map");
         goto out;
     }
     rc = shard_map_parse(out, text, strlen(text));
@@ -1114,7 +1114,7 @@ int map_swap_roles(const shard_map *cur, const char *pair, uint64_t version, sha
     standby = p ? json_object_get(p, "standby") : NULL;
     if (!doc || !master || !standby) {
         json_decref(doc);
-        return shard_fail(doc ? SHARD_EINVAL : SHARD_ENOMEM, "pair %.64s has no standby to "
+        return shard__fail(doc ? SHARD_EINVAL : SHARD_ENOMEM, "pair %.64s has no standby to "
                           "promote", pair);
     }
     json_incref(master);
@@ -1124,7 +1124,7 @@ int map_swap_roles(const shard_map *cur, const char *pair, uint64_t version, sha
     json_object_set_new(doc, "version", json_integer((json_int_t)version));
     text = json_dumps(doc, JSON_SORT_KEYS);
     rc = text ? shard_map_parse(out, text, strlen(text))
-              : shard_fail(SHARD_ENOMEM, "out of memory editing the shard map");
+              : shard__fail(SHARD_ENOMEM, "out of memory editing the shard map");
     jansson_free(text);
     json_decref(doc);
     return rc;

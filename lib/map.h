@@ -88,17 +88,17 @@ struct shard_map {
     size_t nlegacy;
 };
 
-shard_map *shard_map_ref(shard_map *map);
+shard_map *shard__map_ref(shard_map *map);
 /* Index of the pair serving a shard, or -1. */
-long shard_map_pair_index(const shard_map *map, unsigned shard);
-long shard_map_mod_pair_index(const shard_map *map, uint32_t modshard);
-long shard_map_find_pair(const shard_map *map, const char *name);
-const shard_mapdef *shard_map_find_mapping(const shard_map *map, const char *name);
-bool shard_map_has_mod_table(const shard_map *map, const char *name);
+long shard__map_pair_index(const shard_map *map, unsigned shard);
+long shard__map_mod_pair_index(const shard_map *map, uint32_t modshard);
+long shard__map_find_pair(const shard_map *map, const char *name);
+const shard_mapdef *shard__map_find_mapping(const shard_map *map, const char *name);
+bool shard__map_has_mod_table(const shard_map *map, const char *name);
 /* The legacy entry of an object type or mapping name; NULL when the map has none. */
 const shard_legacydef *map_legacy_of(const shard_map *map, const char *name);
 const shard_legacydef *map_legacy_of_type(const shard_map *map, unsigned type);
-void shard_dbfmt_name(const shard_dbfmt *f, unsigned n, char *buf);
+void shard__dbfmt_name(const shard_dbfmt *f, unsigned n, char *buf);
 /* A copy of cur at `version` with ID shards first..last on `pair`. */
 int map_reassign(const shard_map *cur, unsigned first, unsigned last, const char *pair,
                  uint64_t version, shard_map **out);

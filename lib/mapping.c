@@ -17,32 +17,32 @@ static int mapping_table(const shard_map *map, const char *name, bool write,
         }
         if (m->reverse && strcmp(m->reverse, name) == 0) {
             if (write)
-                return shard_fail(SHARD_EINVAL, "mapping \"%.64s\" is the reverse of \"%s\": "
+                return shard__fail(SHARD_EINVAL, "mapping \"%.64s\" is the reverse of \"%s\": "
                                   "write to \"%s\" and both rows are kept", name, m->name,
                                   m->name);
             *def = m;
             return 0;
         }
     }
-    return shard_fail(SHARD_EINVAL, "no mapping named \"%.64s\" in map version %llu", name,
+    return shard__fail(SHARD_EINVAL, "no mapping named \"%.64s\" in map version %llu", name,
                       (unsigned long long)map->version);
 }
 
 static int check_ids(uint64_t from, uint64_t to)
 {
     if (!shard_id_valid(from))
-        return shard_fail(SHARD_EINVAL, "invalid from ID %llu", (unsigned long long)from);
+        return shard__fail(SHARD_EINVAL, "invalid from ID %llu", (unsigned long long)from);
     if (!shard_id_valid(to))
-        return shard_fail(SHARD_EINVAL, "invalid to ID %llu", (unsigned long long)to);
+        return shard__fail(SHARD_EINVAL, "invalid to ID %llu", (unsigned long long)to);
     return 0;
 }
 
 /* An ID whose shard no range serves: SHARD_ENOSHARD, before anything is written. */
 static int check_mapped(const shard_map *map, const char *what, uint64_t id)
 {
-    if (shard_map_pair_index(map, shard_id_shard(id)) >= 0)
+    if (shard__map_pair_index(map, shard_id_shard(id)) >= 0)
         return 0;
-    return shard_fail(SHARD_ENOSHARD, "%s ID %llu: shard %u is not in any range of map "
+    return shard__fail(SHARD_ENOSHARD, "%s ID %llu: shard %u is not in any range of map "
                       "version %llu", what, (unsigned long long)id, shard_id_shard(id),
                       (unsigned long long)map->version);
 }
@@ -109,7 +109,7 @@ static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t 
     int rc;
 
     if (!ctx || !name)
-        return shard_fail(SHARD_EINVAL, "mapping: NULL argument");
+        return shard__fail(SHARD_EINVAL, "mapping: NULL argument");
     if ((rc = check_ids(from, to)))
         return rc;
     {
@@ -134,7 +134,7 @@ static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t 
     if ((rc = ctx_exec(ctx, shard_id_shard(from), EXEC_WRITE | EXEC_IDEMPOTENT, row_fn, &a)))
         return rc;
     if (remove && a.affected == 0)
-        rc = shard_fail(SHARD_ENOTFOUND, "mapping %s has no row (%llu, %llu)", name,
+        rc = shard__fail(SHARD_ENOTFOUND, "mapping %s has no row (%llu, %llu)", name,
                         (unsigned long long)from, (unsigned long long)to);
     if (rev) {
         /* The reverse row lives on the shard of `to`, maybe another pair:
@@ -142,7 +142,7 @@ static int write_rows(shard_ctx *ctx, const char *name, uint64_t from, uint64_t 
         row_args r = {rev, to, from, seq, remove, 0};
         int rrc = ctx_exec(ctx, shard_id_shard(to), EXEC_WRITE | EXEC_IDEMPOTENT, row_fn, &r);
         if (rrc)
-            return shard_fail_prefix(rrc, "reverse mapping %s: ", rev);
+            return shard__fail_prefix(rrc, "reverse mapping %s: ", rev);
     }
     return rc;
 }
@@ -248,10 +248,10 @@ static int list_fn(exec_env *env, void *arg)
     }
     free(a->edges);
     a->n = 0;
-    a->edges = shard_calloc(mysql_num_rows(res) ? mysql_num_rows(res) : 1, sizeof *a->edges);
+    a->edges = shard__calloc(mysql_num_rows(res) ? mysql_num_rows(res) : 1, sizeof *a->edges);
     if (!a->edges) {
         mysql_free_result(res);
-        return shard_fail(SHARD_ENOMEM, "out of memory for a mapping list");
+        return shard__fail(SHARD_ENOMEM, "out of memory for a mapping list");
     }
     while ((row = mysql_fetch_row(res))) {
         fenced = fenced || (row[0] && strcmp(row[0], "0") != 0);
@@ -271,9 +271,9 @@ int shard_mapping_list(shard_ctx *ctx, const char *name, uint64_t from, int64_t 
     int rc;
 
     if (!ctx || !name || !edges || !n)
-        return shard_fail(SHARD_EINVAL, "shard_mapping_list: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_mapping_list: NULL argument");
     if (!shard_id_valid(from))
-        return shard_fail(SHARD_EINVAL, "invalid from ID %llu", (unsigned long long)from);
+        return shard__fail(SHARD_EINVAL, "invalid from ID %llu", (unsigned long long)from);
     if ((rc = ctx_exec(ctx, shard_id_shard(from), EXEC_OP(STATS_MAPPING_LIST), list_fn, &a))) {
         free(a.edges);
         return rc;
@@ -318,9 +318,9 @@ int shard_mapping_count(shard_ctx *ctx, const char *name, uint64_t from, uint64_
     int rc;
 
     if (!ctx || !name || !count)
-        return shard_fail(SHARD_EINVAL, "shard_mapping_count: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_mapping_count: NULL argument");
     if (!shard_id_valid(from))
-        return shard_fail(SHARD_EINVAL, "invalid from ID %llu", (unsigned long long)from);
+        return shard__fail(SHARD_EINVAL, "invalid from ID %llu", (unsigned long long)from);
     if ((rc = ctx_exec(ctx, shard_id_shard(from), EXEC_OP(STATS_MAPPING_COUNT), count_fn, &a)))
         return rc;
     *count = a.count;

@@ -23,8 +23,8 @@ static int digest_failed(void)
 #endif
     }
     if (unsupported && !nomem)
-        return shard_fail(SHARD_EINTERNAL, "MD5 is not available from OpenSSL's providers");
-    return shard_fail(SHARD_ENOMEM, "out of memory computing MD5");
+        return shard__fail(SHARD_EINTERNAL, "MD5 is not available from OpenSSL's providers");
+    return shard__fail(SHARD_ENOMEM, "out of memory computing MD5");
 }
 
 int shard_mod(const void *key, size_t len, uint32_t nshards, uint32_t *shard)
@@ -34,16 +34,16 @@ int shard_mod(const void *key, size_t len, uint32_t nshards, uint32_t *shard)
     uint32_t r = 0;
 
     if (!shard)
-        return shard_fail(SHARD_EINVAL, "shard_mod: shard output is NULL");
+        return shard__fail(SHARD_EINVAL, "shard_mod: shard output is NULL");
     if (nshards < 1 || nshards > SHARD_MAX_MOD_SHARDS)
-        return shard_fail(SHARD_EINVAL, "mod shard count %u out of range (1..65536)",
+        return shard__fail(SHARD_EINVAL, "mod shard count %u out of range (1..65536)",
                           nshards);
     if (!key && len > 0)
-        return shard_fail(SHARD_EINVAL, "shard_mod: key is NULL but length is %zu", len);
+        return shard__fail(SHARD_EINVAL, "shard_mod: key is NULL but length is %zu", len);
     if (!EVP_Digest(len ? key : "", len, md, &mdlen, EVP_md5(), NULL))
         return digest_failed();
     if (mdlen != 16)
-        return shard_fail(SHARD_EINTERNAL, "MD5 gave %u bytes, not 16", mdlen);
+        return shard__fail(SHARD_EINTERNAL, "MD5 gave %u bytes, not 16", mdlen);
     /* Horner's rule over the big-endian bytes; r < 65536 keeps r*256+255 in 32 bits. */
     for (unsigned i = 0; i < mdlen; i++)
         r = (r * 256u + md[i]) % nshards;

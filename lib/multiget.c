@@ -71,7 +71,7 @@ static void build_batch(const group *g, size_t from, size_t to, sqlbuf *q, unsig
 
         if (!*nshards || shards[*nshards - 1] != shard)
             shards[(*nshards)++] = shard;
-        shard_dbfmt_name(&g->map->dbfmt, shard, db);
+        shard__dbfmt_name(&g->map->dbfmt, shard, db);
         sql_add(q, first_part ? "" : " UNION ALL ");
         sql_addf(q, "SELECT %u, %u, local_id, data FROM ", shard, type);
         sql_table(q, db, g->map->type_names[type]);
@@ -95,7 +95,7 @@ static void build_batch(const group *g, size_t from, size_t to, sqlbuf *q, unsig
                 FENCE_TABLE " WHERE fenced <> 0 AND db IN (");
         for (size_t k = 0; k < *nshards; k++) {
             char db[SHARD_DBNAME_MAX];
-            shard_dbfmt_name(&g->map->dbfmt, shards[k], db);
+            shard__dbfmt_name(&g->map->dbfmt, shards[k], db);
             sql_add(q, part == 0 || k ? ", '" : "'");
             sql_add(q, db);
             sql_add(q, "'");
@@ -192,7 +192,7 @@ static int group_once(group *g)
     int rc;
 
     if (!srv)
-        return shard_fail(SHARD_ENOMEM, "out of memory");
+        return shard__fail(SHARD_ENOMEM, "out of memory");
     if ((rc = conn_get(g->ctx, srv, &c)))
         return rc;
     for (size_t from = 0; rc == 0 && from < g->n; from += MGET_BATCH)
@@ -203,7 +203,7 @@ static int group_once(group *g)
         char db[SHARD_DBNAME_MAX];
         if (i && shard == shard_id_shard(g->slots[i - 1].id))
             continue;
-        shard_dbfmt_name(&g->map->dbfmt, shard, db);
+        shard__dbfmt_name(&g->map->dbfmt, shard, db);
         rc = ctx_check_moved(g->ctx, c, db, shard, false, g->map->pairs[g->pair].name, rc);
     }
     conn_release(c, rc);
@@ -244,8 +244,8 @@ static int group_run(void *arg, size_t i, unsigned worker)
         exec_backoff(attempt, deadline);
     }
     if (g->rc) {
-        shard_fail_prefix(g->rc, "pair %s: ", g->map->pairs[g->pair].name);
-        shard_error_save(&g->err, g->rc);
+        shard__fail_prefix(g->rc, "pair %s: ", g->map->pairs[g->pair].name);
+        shard__error_save(&g->err, g->rc);
     }
     return 0;
 }
@@ -255,14 +255,14 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
                       size_t *pending, uint64_t *version)
 {
     shard_map *map = ctx_map(ctx);
-    slot *slots = shard_calloc(n, sizeof *slots);
+    slot *slots = shard__calloc(n, sizeof *slots);
     group *groups = NULL;
     size_t ns = 0, ng = 0;
     const shard_errsave *first = NULL;
 
     if (!slots) {
         shard_map_free(map);
-        return shard_fail(SHARD_ENOMEM, "out of memory for a %zu-ID multi-get", n);
+        return shard__fail(SHARD_ENOMEM, "out of memory for a %zu-ID multi-get", n);
     }
     *version = map->version;
     for (size_t i = 0; i < n; i++) {
@@ -274,11 +274,11 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
             items[i].status = SHARD_EINVAL;
             continue;
         }
-        pi = shard_map_pair_index(map, shard_id_shard(ids[i]));
+        pi = shard__map_pair_index(map, shard_id_shard(ids[i]));
         if (pi < 0) {
             items[i].status = SHARD_ENOSHARD;
             if (!shard_errmsg()[0])
-                shard_fail(SHARD_EPARTIAL, "ID %llu: shard %u is not in any range of map "
+                shard__fail(SHARD_EPARTIAL, "ID %llu: shard %u is not in any range of map "
                            "version %llu", (unsigned long long)ids[i],
                            shard_id_shard(ids[i]), (unsigned long long)map->version);
             continue;
@@ -287,11 +287,11 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
         slots[ns++] = (slot){ids[i], i, pi};
     }
     qsort(slots, ns, sizeof *slots, cmp_slot);
-    groups = shard_calloc(map->npairs ? map->npairs : 1, sizeof *groups);
+    groups = shard__calloc(map->npairs ? map->npairs : 1, sizeof *groups);
     if (!groups) {
         free(slots);
         shard_map_free(map);
-        return shard_fail(SHARD_ENOMEM, "out of memory for a %zu-ID multi-get", n);
+        return shard__fail(SHARD_ENOMEM, "out of memory for a %zu-ID multi-get", n);
     }
     for (size_t i = 0; i < ns;) {
         group *g = &groups[ng++];
@@ -323,7 +323,7 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
     for (size_t i = 0; i < ns; i++)
         *pending += items[slots[i].idx].status == SHARD_EMOVED;
     if (first)
-        shard_fail(SHARD_EPARTIAL, "%s", first->msg);
+        shard__fail(SHARD_EPARTIAL, "%s", first->msg);
     free(groups);
     free(slots);
     shard_map_free(map);
@@ -364,12 +364,12 @@ static int mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item **out,
     size_t pending = 0;
     int rc = 0;
 
-    items = shard_calloc(n ? n : 1, sizeof *items);
+    items = shard__calloc(n ? n : 1, sizeof *items);
     if (!items)
-        return shard_fail(SHARD_ENOMEM, "out of memory for a %zu-ID multi-get", n);
+        return shard__fail(SHARD_ENOMEM, "out of memory for a %zu-ID multi-get", n);
     for (size_t i = 0; i < n; i++)
         items[i].status = SHARD_EMOVED; /* "still to ask" */
-    shard_clear_error();
+    shard__clear_error();
     /* Items on a moving shard are asked again, after the map flips, within
      * the retry budget; so are those of a pair whose master a failover
      * replaced. */
@@ -401,11 +401,11 @@ static int mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item **out,
     for (size_t i = 0; i < n; i++)
         if (items[i].status != 0 && items[i].status != SHARD_ENOTFOUND) {
             if (!shard_errmsg()[0] && items[i].status == SHARD_EMOVED)
-                shard_fail(SHARD_EPARTIAL, "ID %llu: shard %u stayed fenced by a move (or "
+                shard__fail(SHARD_EPARTIAL, "ID %llu: shard %u stayed fenced by a move (or "
                            "moved) through the retry budget", (unsigned long long)ids[i],
                            shard_id_shard(ids[i]));
             else if (!shard_errmsg()[0])
-                shard_fail(SHARD_EPARTIAL, "ID %llu: %s", (unsigned long long)ids[i],
+                shard__fail(SHARD_EPARTIAL, "ID %llu: %s", (unsigned long long)ids[i],
                            shard_strerror(items[i].status));
             rc = SHARD_EPARTIAL;
         }
@@ -419,7 +419,7 @@ int shard_object_mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
     int rc;
 
     if (!ctx || !out || (!ids && n))
-        return shard_fail(SHARD_EINVAL, "shard_object_mget: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_object_mget: NULL argument");
     started = now_seconds();
     rc = mget(ctx, ids, n, out, started);
     stats_call(&ctx->stats, STATS_OBJECT_MGET, started, rc);

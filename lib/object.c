@@ -26,10 +26,10 @@ static int parse_any(const char *json, size_t len, const char *what, json_t **ou
     json_error_t err;
 
     if (!json)
-        return shard_fail(SHARD_EINVAL, "%s: NULL JSON text", what);
+        return shard__fail(SHARD_EINVAL, "%s: NULL JSON text", what);
     *out = json_loadb(json, len, OBJECT_JSON_FLAGS | JSON_DECODE_ANY, &err);
     if (!*out)
-        return shard_fail(SHARD_EINVAL, "%s: invalid JSON at line %d, column %d: %s", what,
+        return shard__fail(SHARD_EINVAL, "%s: invalid JSON at line %d, column %d: %s", what,
                           err.line, err.column, err.text);
     return 0;
 }
@@ -42,7 +42,7 @@ int object_parse(const char *json, size_t len, json_t **out)
     if (rc)
         return rc;
     if (!json_is_object(v)) {
-        rc = shard_fail(SHARD_EINVAL, "object JSON must be an object {...}, not %s",
+        rc = shard__fail(SHARD_EINVAL, "object JSON must be an object {...}, not %s",
                         json_kind(v));
         json_decref(v);
         return rc;
@@ -64,7 +64,7 @@ int object_parse_patch(const char *json, size_t len, json_t **out)
     if (rc)
         return rc;
     if (!json_is_object(v)) {
-        rc = shard_fail(SHARD_EINVAL, "a patch must be a JSON object {...}, not %s (a "
+        rc = shard__fail(SHARD_EINVAL, "a patch must be a JSON object {...}, not %s (a "
                         "merge patch that is not an object would replace the whole object)",
                         json_kind(v));
         json_decref(v);
@@ -99,7 +99,7 @@ bool object_deleted_json(const json_t *obj)
 int object_table(const shard_map *map, unsigned type, const char **table)
 {
     if (type < 1 || type > SHARD_MAX_TYPE || !map->type_names[type])
-        return shard_fail(SHARD_EINVAL, "object type %u is not registered in map version "
+        return shard__fail(SHARD_EINVAL, "object type %u is not registered in map version "
                           "%llu", type, (unsigned long long)map->version);
     *table = map->type_names[type];
     return 0;
@@ -108,7 +108,7 @@ int object_table(const shard_map *map, unsigned type, const char **table)
 int object_check_id(const shard_map *map, uint64_t id, const char **table)
 {
     if (!shard_id_valid(id))
-        return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
+        return shard__fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
     return object_table(map, shard_id_type(id), table);
 }
 
@@ -120,7 +120,7 @@ int object_dump(const json_t *obj, char **text, size_t *len)
     int rc;
 
     if (!s)
-        return shard_fail(SHARD_ENOMEM, "out of memory serialising an object");
+        return shard__fail(SHARD_ENOMEM, "out of memory serialising an object");
     /* Hand out libshard memory (free()), whatever allocator jansson uses. */
     rc = copy_out(s, strlen(s), text, len);
     json_get_alloc_funcs(&jmalloc, &jfree);
@@ -163,7 +163,7 @@ int object_insert(shard_conn *c, const char *db, const char *table, unsigned sha
         sql_u64(&d, local);
         conn_query(c, &d);
         sql_free(&d);
-        return shard_fail(SHARD_ESERVER, "table %s.%s: local id %llu exceeds 36 bits; "
+        return shard__fail(SHARD_ESERVER, "table %s.%s: local id %llu exceeds 36 bits; "
                           "this shard is full for type %u", db, table,
                           (unsigned long long)local, type);
     }
@@ -189,7 +189,7 @@ static int insert_returning(shard_conn *c, const sqlbuf *q, const char *db, cons
     if ((rc = conn_select(c, q, &res)))
         return rc;
     if (mysql_num_fields(res) != 2 || mysql_num_rows(res) != n) {
-        rc = shard_fail(SHARD_ESERVER, "table %s.%s: an INSERT of %zu rows returned %llu",
+        rc = shard__fail(SHARD_ESERVER, "table %s.%s: an INSERT of %zu rows returned %llu",
                         db, table, n, (unsigned long long)mysql_num_rows(res));
         mysql_free_result(res);
         return rc;
@@ -198,13 +198,13 @@ static int insert_returning(shard_conn *c, const sqlbuf *q, const char *db, cons
         uint64_t local = row[0] ? strtoull(row[0], NULL, 10) : 0;
         uint64_t stored = row[1] ? strtoull(row[1], NULL, 10) : UINT64_MAX;
         if (local < 1 || local > SHARD_MAX_LOCAL)
-            rc = shard_fail(SHARD_ESERVER, "table %s.%s: local id %llu exceeds 36 bits; this "
+            rc = shard__fail(SHARD_ESERVER, "table %s.%s: local id %llu exceeds 36 bits; this "
                             "shard is full for type %u", db, table, (unsigned long long)local,
                             type);
         else if (stored != len[k])
             /* RETURNING gives the rows in the order they were inserted;
              * were it ever otherwise, IDs would name the wrong objects. */
-            rc = shard_fail(SHARD_ESERVER, "table %s.%s: row %zu of a multi-row INSERT came "
+            rc = shard__fail(SHARD_ESERVER, "table %s.%s: row %zu of a multi-row INSERT came "
                             "back with %llu bytes of data, %zu were sent: the rows returned are "
                             "not in the order sent", db, table, k + 1,
                             (unsigned long long)stored, len[k]);
@@ -220,7 +220,7 @@ int object_check_sizes(const shard_conn *c, const size_t *len, size_t n)
     /* conn_fits() for a prepared statement's one value */
     for (size_t i = 0; i < n; i++)
         if (len[i] + 1024 > c->max_packet)
-            return shard_fail(SHARD_ETOOBIG, "object %zu of %zu is %zu bytes: more than one "
+            return shard__fail(SHARD_ETOOBIG, "object %zu of %zu is %zu bytes: more than one "
                               "statement can carry under %s's max_allowed_packet (%lu bytes); "
                               "nothing written", i + 1, n, len[i], c->srv->label,
                               c->max_packet);
@@ -337,7 +337,7 @@ int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
             rc = SHARD_ENOTFOUND;
         }
         if (rc == SHARD_ENOTFOUND)
-            rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
+            rc = shard__fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
         return rc;
     }
     /* FOR UPDATE runs in a transaction that checked the fence already. */
@@ -356,7 +356,7 @@ int object_select(shard_conn *c, const char *db, const char *table, uint64_t id,
     row = mysql_fetch_row(res);
     lens = mysql_fetch_lengths(res);
     if (!row || !row[0] || object_deleted(row[0], lens[0]))
-        rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found",
+        rc = shard__fail(SHARD_ENOTFOUND, "object %llu not found",
                         (unsigned long long)id);
     else
         rc = copy_out(row[0], lens[0], json, len);
@@ -410,11 +410,11 @@ int shard_object_create(shard_ctx *ctx, unsigned type, unsigned shard, const cha
     int rc;
 
     if (!ctx || !id)
-        return shard_fail(SHARD_EINVAL, "shard_object_create: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_object_create: NULL argument");
     if (type < 1 || type > SHARD_MAX_TYPE)
-        return shard_fail(SHARD_EINVAL, "type %u out of range (1..1023)", type);
+        return shard__fail(SHARD_EINVAL, "type %u out of range (1..1023)", type);
     if (shard != SHARD_ANY && shard > SHARD_MAX_SHARD)
-        return shard_fail(SHARD_EINVAL, "shard %u out of range (0..65535)", shard);
+        return shard__fail(SHARD_EINVAL, "shard %u out of range (0..65535)", shard);
     if ((rc = object_parse(json, len, &v)))
         return rc;
     json_decref(v);
@@ -457,9 +457,9 @@ int shard_object_get(shard_ctx *ctx, uint64_t id, char **json, size_t *len)
     int rc;
 
     if (!ctx || !json)
-        return shard_fail(SHARD_EINVAL, "shard_object_get: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_object_get: NULL argument");
     if (!shard_id_valid(id))
-        return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
+        return shard__fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
     if ((rc = ctx_exec(ctx, shard_id_shard(id), EXEC_OP(STATS_OBJECT_GET), get_fn, &a)))
         return rc;
     *json = a.json;
@@ -493,12 +493,12 @@ static int rmw_body(exec_env *env, rmw_args *a, const char *table)
     obj = json_loadb(old, oldlen, JSON_ALLOW_NUL, NULL);
     free(old);
     if (!obj)
-        return shard_fail(SHARD_ESERVER, "object %llu holds invalid JSON",
+        return shard__fail(SHARD_ESERVER, "object %llu holds invalid JSON",
                           (unsigned long long)a->id);
     if ((rc = a->transform(&obj, a->arg)))
         goto out;
     if (!json_is_object(obj)) {
-        rc = shard_fail(SHARD_EINVAL, "the update would make object %llu a non-object",
+        rc = shard__fail(SHARD_EINVAL, "the update would make object %llu a non-object",
                         (unsigned long long)a->id);
         goto out;
     }
@@ -533,7 +533,7 @@ static int rmw(shard_ctx *ctx, stats_op op, uint64_t id, transform_fn t, void *a
     int rc;
 
     if (!shard_id_valid(id))
-        return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
+        return shard__fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
     rc = ctx_exec(ctx, shard_id_shard(id), EXEC_WRITE | EXEC_OP(op), rmw_fn, &a);
     if (rc == 0 && result) {
         rc = copy_out(a.result, a.result_len, result, result_len);
@@ -546,7 +546,7 @@ static int apply_patch(json_t **obj, void *arg)
 {
     json_t *merged = merge_patch(*obj, arg);
     if (!merged)
-        return shard_fail(SHARD_ENOMEM, "out of memory applying a merge patch");
+        return shard__fail(SHARD_ENOMEM, "out of memory applying a merge patch");
     json_decref(*obj);
     *obj = merged;
     return 0;
@@ -559,7 +559,7 @@ int shard_object_patch(shard_ctx *ctx, uint64_t id, const char *patch, size_t le
     int rc;
 
     if (!ctx)
-        return shard_fail(SHARD_EINVAL, "shard_object_patch: NULL context");
+        return shard__fail(SHARD_EINVAL, "shard_object_patch: NULL context");
     if ((rc = object_parse_patch(patch, len, &p)))
         return rc;
     rc = rmw(ctx, STATS_OBJECT_PATCH, id, apply_patch, p, result, result_len);
@@ -592,10 +592,10 @@ int shard_object_update(shard_ctx *ctx, uint64_t id, shard_update_fn fn, void *p
     int rc;
 
     if (!ctx || !fn)
-        return shard_fail(SHARD_EINVAL, "shard_object_update: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_object_update: NULL argument");
     rc = rmw(ctx, STATS_OBJECT_UPDATE, id, call_update, &u, NULL, NULL);
     if (u.aborted)
-        return shard_fail(u.aborted, "the update callback aborted with %d", u.aborted);
+        return shard__fail(u.aborted, "the update callback aborted with %d", u.aborted);
     return rc;
 }
 
@@ -605,7 +605,7 @@ static int soft_delete(json_t **obj, void *arg)
 {
     (void)arg;
     return json_object_set_new(*obj, "active", json_false())
-               ? shard_fail(SHARD_ENOMEM, "out of memory")
+               ? shard__fail(SHARD_ENOMEM, "out of memory")
                : 0;
 }
 
@@ -626,18 +626,18 @@ static int hard_delete_fn(exec_env *env, void *arg)
     rc = conn_query(env->conn, &q);
     sql_free(&q);
     if (rc == 0 && mysql_affected_rows(env->conn->my) == 0)
-        rc = shard_fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
+        rc = shard__fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
     return rc;
 }
 
 int shard_object_delete(shard_ctx *ctx, uint64_t id, int flags)
 {
     if (!ctx)
-        return shard_fail(SHARD_EINVAL, "shard_object_delete: NULL context");
+        return shard__fail(SHARD_EINVAL, "shard_object_delete: NULL context");
     if (flags & ~SHARD_DELETE_HARD)
-        return shard_fail(SHARD_EINVAL, "shard_object_delete: unknown flags 0x%x", flags);
+        return shard__fail(SHARD_EINVAL, "shard_object_delete: unknown flags 0x%x", flags);
     if (!shard_id_valid(id))
-        return shard_fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
+        return shard__fail(SHARD_EINVAL, "invalid ID %llu", (unsigned long long)id);
     if (flags & SHARD_DELETE_HARD)
         return ctx_exec(ctx, shard_id_shard(id),
                         EXEC_WRITE | EXEC_IDEMPOTENT | EXEC_OP(STATS_OBJECT_DELETE),
@@ -655,7 +655,7 @@ int shard_object_create_json(shard_ctx *ctx, unsigned type, unsigned shard,
     int rc;
 
     if (!json_is_object(obj))
-        return shard_fail(SHARD_EINVAL, "shard_object_create_json: not a JSON object");
+        return shard__fail(SHARD_EINVAL, "shard_object_create_json: not a JSON object");
     if ((rc = object_dump(obj, &text, &len)))
         return rc;
     rc = shard_object_create(ctx, type, shard, text, len, id);
@@ -670,11 +670,11 @@ int shard_object_get_json(shard_ctx *ctx, uint64_t id, json_t **out)
     int rc;
 
     if (!out)
-        return shard_fail(SHARD_EINVAL, "shard_object_get_json: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_object_get_json: NULL argument");
     if ((rc = shard_object_get(ctx, id, &text, &len)))
         return rc;
     *out = json_loadb(text, len, JSON_ALLOW_NUL, NULL);
     free(text);
-    return *out ? 0 : shard_fail(SHARD_ESERVER, "object %llu holds invalid JSON",
+    return *out ? 0 : shard__fail(SHARD_ESERVER, "object %llu holds invalid JSON",
                                  (unsigned long long)id);
 }

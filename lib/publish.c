@@ -13,7 +13,7 @@ int publish_edit(shard_store *store, publish_edit_fn edit, void *arg, uint64_t *
         shard_map *cur = NULL, *next = NULL;
 
         if ((rc = shard_store_load(store, &cur)))
-            return shard_fail_prefix(rc, "reading the stored map: ");
+            return shard__fail_prefix(rc, "reading the stored map: ");
         rc = edit(cur, &next, arg);
         if (rc == PUBLISH_UNCHANGED) {
             if (version)

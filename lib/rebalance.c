@@ -55,9 +55,9 @@ static int add_step(planner *pl, unsigned first, unsigned last, size_t to, bool 
 
     if (pl->nsteps == pl->cap) {
         size_t cap = pl->cap ? 2 * pl->cap : 16;
-        rebal_step *n = shard_realloc(pl->steps, cap * sizeof *n);
+        rebal_step *n = shard__realloc(pl->steps, cap * sizeof *n);
         if (!n)
-            return shard_fail(SHARD_ENOMEM, "out of memory planning moves");
+            return shard__fail(SHARD_ENOMEM, "out of memory planning moves");
         pl->steps = n;
         pl->cap = cap;
     }
@@ -100,7 +100,7 @@ static int drain_pair(planner *pl, size_t d)
         for (b = s; b + 1 < in->nshards && pl->assign[b + 1] == (long)d; b++)
             ;
         if ((dst = extreme_pair(pl, false)) < 0)
-            return shard_fail(SHARD_EINVAL, "no pair is left to take the shards of the "
+            return shard__fail(SHARD_EINVAL, "no pair is left to take the shards of the "
                               "drained pair %ld", (long)d);
         need = pl->mean - pl->pair_load[dst];
         /* Every pair is at the mean already (or nothing weighs anything):
@@ -228,11 +228,11 @@ int rebal_compute(const rebal_input *in, rebal_step **steps, size_t *nsteps)
 
     *steps = NULL;
     *nsteps = 0;
-    pl.assign = shard_malloc((in->nshards ? in->nshards : 1) * sizeof *pl.assign);
-    pl.pair_load = shard_calloc(in->npairs ? in->npairs : 1, sizeof *pl.pair_load);
-    P = shard_malloc(((size_t)in->nshards + 1) * sizeof *P);
+    pl.assign = shard__malloc((in->nshards ? in->nshards : 1) * sizeof *pl.assign);
+    pl.pair_load = shard__calloc(in->npairs ? in->npairs : 1, sizeof *pl.pair_load);
+    P = shard__malloc(((size_t)in->nshards + 1) * sizeof *P);
     if (!pl.assign || !pl.pair_load || !P) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory planning moves");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory planning moves");
         goto out;
     }
     if (in->nshards)
@@ -320,21 +320,21 @@ static int copy_options(const shard_rebalance_options *in, shard_rebalance_optio
     if (!in)
         return 0;
     if (in->version < 1 || in->version > SHARD_REBALANCE_OPTIONS_VERSION)
-        return shard_fail(SHARD_EINVAL, "shard_rebalance_options.version %u is not one this "
+        return shard__fail(SHARD_EINVAL, "shard_rebalance_options.version %u is not one this "
                           "library knows (1..%d)", in->version, SHARD_REBALANCE_OPTIONS_VERSION);
     *o = *in;
     o->version = SHARD_REBALANCE_OPTIONS_VERSION;
     if (o->by != SHARD_REBALANCE_BY_BYTES && o->by != SHARD_REBALANCE_BY_WRITES)
-        return shard_fail(SHARD_EINVAL, "shard_rebalance_options.by %d is neither "
+        return shard__fail(SHARD_EINVAL, "shard_rebalance_options.by %d is neither "
                           "SHARD_REBALANCE_BY_BYTES nor SHARD_REBALANCE_BY_WRITES", o->by);
     if (!(o->threshold > 0 && o->threshold <= 10))
-        return shard_fail(SHARD_EINVAL, "the rebalance threshold %g is not in (0, 10] (a "
+        return shard__fail(SHARD_EINVAL, "the rebalance threshold %g is not in (0, 10] (a "
                           "fraction of the mean load, e.g. 0.1)", o->threshold);
     if (o->by == SHARD_REBALANCE_BY_WRITES && (o->sample_ms < 100 || o->sample_ms > 3600000))
-        return shard_fail(SHARD_EINVAL, "the write sampling interval %u ms is not in "
+        return shard__fail(SHARD_EINVAL, "the write sampling interval %u ms is not in "
                           "100..3600000", o->sample_ms);
     if (o->move && (o->move->flags & SHARD_MOVE_DRY_RUN))
-        return shard_fail(SHARD_EINVAL, "the rebalance's move options ask for a dry run: a "
+        return shard__fail(SHARD_EINVAL, "the rebalance's move options ask for a dry run: a "
                           "plan is the rebalance's dry run");
     return 0;
 }
@@ -352,12 +352,12 @@ static int pair_list(const shard_map *map, const char *list, const char *what, b
         long i;
 
         if (len == 0 || len >= sizeof name)
-            return shard_fail(SHARD_EINVAL, "%s \"%.200s\": expected pair names separated by "
+            return shard__fail(SHARD_EINVAL, "%s \"%.200s\": expected pair names separated by "
                               "commas", what, list);
         memcpy(name, p, len);
         name[len] = '\0';
-        if ((i = shard_map_find_pair(map, name)) < 0)
-            return shard_fail(SHARD_EINVAL, "%s: no pair named \"%s\" in the map", what, name);
+        if ((i = shard__map_find_pair(map, name)) < 0)
+            return shard__fail(SHARD_EINVAL, "%s: no pair named \"%s\" in the map", what, name);
         set[i] = true;
         if (!end)
             return 0;
@@ -397,7 +397,7 @@ static long shard_of_db(const shard_map *map, const char *db)
     }
     if (n > SHARD_MAX_SHARD)
         return -1;
-    shard_dbfmt_name(f, (unsigned)n, again);
+    shard__dbfmt_name(f, (unsigned)n, again);
     return strcmp(again, db) == 0 ? (long)n : -1;
 }
 
@@ -486,12 +486,12 @@ static int measure_sizes(measure *m, size_t pair)
         rc = read_rows(m, pair, sql_sizes_stats, got_bytes);
     }
     if (rc)
-        return shard_fail_prefix(rc, "pair %s: cannot read the shard databases' sizes: ", name);
+        return shard__fail_prefix(rc, "pair %s: cannot read the shard databases' sizes: ", name);
     for (unsigned s = 0; s < m->nshards; s++)
         if (m->pair_of[s] == (long)pair && !m->seen[s]) {
             char db[SHARD_DBNAME_MAX];
-            shard_dbfmt_name(&m->map->dbfmt, s, db);
-            return shard_fail(SHARD_ENOTFOUND, "pair %s serves shard %u, but its master has "
+            shard__dbfmt_name(&m->map->dbfmt, s, db);
+            return shard__fail(SHARD_ENOTFOUND, "pair %s serves shard %u, but its master has "
                               "no tables in %s: run shardctl schema apply first", name, s, db);
         }
     return 0;
@@ -504,10 +504,10 @@ static int userstat_on(measure *m, size_t pair)
 
     if (rc) {
         m->conn_rc[pair] = rc;
-        return shard_fail_prefix(rc, "pair %s: ", m->map->pairs[pair].name);
+        return shard__fail_prefix(rc, "pair %s: ", m->map->pairs[pair].name);
     }
     if (strcmp(v, "1") != 0)
-        return shard_fail(SHARD_ESERVER, "pair %s: the master %s runs with userstat off, so "
+        return shard__fail(SHARD_ESERVER, "pair %s: the master %s runs with userstat off, so "
                           "it counts no writes per table (information_schema.TABLE_STATISTICS)"
                           ": turn it on (SET GLOBAL userstat = 1, and userstat = 1 in its "
                           "option file), or rebalance by bytes", m->map->pairs[pair].name,
@@ -519,8 +519,8 @@ static int userstat_on(measure *m, size_t pair)
 static int measure_writes(measure *m, const bool *considered, unsigned sample_ms)
 {
     size_t np = m->map->npairs;
-    double *t0 = shard_calloc(np, sizeof *t0);
-    int rc = t0 ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
+    double *t0 = shard__calloc(np, sizeof *t0);
+    int rc = t0 ? 0 : shard__fail(SHARD_ENOMEM, "out of memory");
 
     for (size_t p = 0; p < np && !rc; p++)
         if (considered[p] && !(rc = userstat_on(m, p)) &&
@@ -538,7 +538,7 @@ static int measure_writes(measure *m, const bool *considered, unsigned sample_ms
                 m->writes[s] = el > 0 ? m->writes[s] / el : 0;
     }
     if (rc)
-        rc = shard_fail_prefix(rc, "measuring the write rate: ");
+        rc = shard__fail_prefix(rc, "measuring the write rate: ");
     free(t0);
     return rc;
 }
@@ -573,9 +573,9 @@ static int unfinished_moves(shard_ctx *ctx, const shard_map *map, const bool *co
         if (!considered[p])
             continue;
         if ((u = move_unfinished_on(ctx, map, map->pairs[p].name, &id)) < 0)
-            return shard_fail_prefix(u, "cannot tell whether a move is unfinished: ");
+            return shard__fail_prefix(u, "cannot tell whether a move is unfinished: ");
         if (u)
-            return shard_fail(SHARD_EBUSY, "move %llu involving pair %s is unfinished: "
+            return shard__fail(SHARD_EBUSY, "move %llu involving pair %s is unfinished: "
                               "resume it (shardctl move resume %llu) or abort it first",
                               (unsigned long long)id, map->pairs[p].name,
                               (unsigned long long)id);
@@ -588,14 +588,14 @@ static int build_plan(const shard_map *map, const measure *m, const shard_rebala
                       const rebal_step *steps, size_t nsteps, shard_rebalance **out)
 {
     size_t np = map->npairs, k = 0;
-    shard_rebalance *pl = shard_calloc(1, sizeof *pl);
-    long *after = shard_malloc((m->nshards ? m->nshards : 1) * sizeof *after);
-    double *lb = shard_calloc(np, sizeof *lb), *la = shard_calloc(np, sizeof *la);
+    shard_rebalance *pl = shard__calloc(1, sizeof *pl);
+    long *after = shard__malloc((m->nshards ? m->nshards : 1) * sizeof *after);
+    double *lb = shard__calloc(np, sizeof *lb), *la = shard__calloc(np, sizeof *la);
     int rc = 0;
 
-    if (!pl || !after || !lb || !la || !(pl->moves = shard_calloc(nsteps, sizeof *pl->moves)) ||
-        !(pl->pairs = shard_calloc(np, sizeof *pl->pairs))) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+    if (!pl || !after || !lb || !la || !(pl->moves = shard__calloc(nsteps, sizeof *pl->moves)) ||
+        !(pl->pairs = shard__calloc(np, sizeof *pl->pairs))) {
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
         goto out;
     }
     pl->map_version = map->version;
@@ -667,29 +667,29 @@ static int plan_measured(shard_ctx *ctx, const shard_map *map, const shard_rebal
     for (size_t i = 0; i < map->nranges; i++)
         if (map->ranges[i].hi + 1 > m.nshards)
             m.nshards = map->ranges[i].hi + 1;
-    m.pair_of = shard_malloc((m.nshards ? m.nshards : 1) * sizeof *m.pair_of);
-    m.bytes = shard_calloc(m.nshards, sizeof *m.bytes);
-    m.writes = shard_calloc(m.nshards, sizeof *m.writes);
-    m.changed = shard_calloc(m.nshards, sizeof *m.changed);
-    m.seen = shard_calloc(m.nshards, sizeof *m.seen);
-    m.conns = shard_calloc(np, sizeof *m.conns);
-    m.conn_rc = shard_calloc(np, sizeof *m.conn_rc);
-    load = shard_calloc(m.nshards, sizeof *load);
+    m.pair_of = shard__malloc((m.nshards ? m.nshards : 1) * sizeof *m.pair_of);
+    m.bytes = shard__calloc(m.nshards, sizeof *m.bytes);
+    m.writes = shard__calloc(m.nshards, sizeof *m.writes);
+    m.changed = shard__calloc(m.nshards, sizeof *m.changed);
+    m.seen = shard__calloc(m.nshards, sizeof *m.seen);
+    m.conns = shard__calloc(np, sizeof *m.conns);
+    m.conn_rc = shard__calloc(np, sizeof *m.conn_rc);
+    load = shard__calloc(m.nshards, sizeof *load);
     if (!m.pair_of || !m.bytes || !m.writes || !m.changed || !m.seen || !m.conns ||
         !m.conn_rc || !load) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
         goto out;
     }
     for (unsigned s = 0; s < m.nshards; s++)
-        m.pair_of[s] = shard_map_pair_index(map, s);
+        m.pair_of[s] = shard__map_pair_index(map, s);
     for (size_t p = 0; p < np && !rc; p++) {
         shard_server *srv;
         if (!considered[p])
             continue;
         if (!(srv = ctx_server(ctx, map, p)))
-            rc = shard_fail(SHARD_ENOMEM, "out of memory");
+            rc = shard__fail(SHARD_ENOMEM, "out of memory");
         else if ((rc = conn_get(ctx, srv, &m.conns[p])))
-            rc = shard_fail_prefix(rc, "pair %s: ", map->pairs[p].name);
+            rc = shard__fail_prefix(rc, "pair %s: ", map->pairs[p].name);
         else
             rc = measure_sizes(&m, p);
     }
@@ -735,18 +735,18 @@ int shard_rebalance_plan(shard_ctx *ctx, const shard_rebalance_options *opts,
     int rc;
 
     if (!ctx || !out)
-        return shard_fail(SHARD_EINVAL, "shard_rebalance_plan: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_rebalance_plan: NULL argument");
     *out = NULL;
     if ((rc = copy_options(opts, &o)))
         return rc;
     if ((rc = shard_ctx_reload(ctx)))
         return rc;
     if (!(map = ctx_map(ctx)))
-        return shard_fail(SHARD_EINTERNAL, "the context has no map");
-    considered = shard_calloc(map->npairs, sizeof *considered);
-    drained = shard_calloc(map->npairs, sizeof *drained);
+        return shard__fail(SHARD_EINTERNAL, "the context has no map");
+    considered = shard__calloc(map->npairs, sizeof *considered);
+    drained = shard__calloc(map->npairs, sizeof *drained);
     if (!considered || !drained) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
         goto out;
     }
     if (o.pairs)
@@ -763,7 +763,7 @@ int shard_rebalance_plan(shard_ctx *ctx, const shard_rebalance_options *opts,
         nactive += considered[p] && !drained[p];
     }
     if (!nactive) {
-        rc = shard_fail(SHARD_EINVAL, "every pair considered is to be drained: no pair is "
+        rc = shard__fail(SHARD_EINVAL, "every pair considered is to be drained: no pair is "
                         "left to take their shards");
         goto out;
     }
@@ -782,12 +782,12 @@ out:
 static int still_on_source(shard_ctx *ctx, const shard_rebalance_move *mv)
 {
     shard_map *map = ctx_map(ctx);
-    int rc = map ? 0 : shard_fail(SHARD_EINTERNAL, "the context has no map");
+    int rc = map ? 0 : shard__fail(SHARD_EINTERNAL, "the context has no map");
 
     for (unsigned s = mv->first; !rc && s <= mv->last; s++) {
-        long p = shard_map_pair_index(map, s);
+        long p = shard__map_pair_index(map, s);
         if (p < 0 || strcmp(map->pairs[p].name, mv->from) != 0)
-            rc = shard_fail(SHARD_ECONFLICT, "shard %u is no longer on pair %s (the map "
+            rc = shard__fail(SHARD_ECONFLICT, "shard %u is no longer on pair %s (the map "
                             "changed since the plan): plan again", s, mv->from);
     }
     shard_map_free(map);
@@ -805,15 +805,15 @@ int shard_rebalance_run(shard_ctx *ctx, const shard_rebalance *plan,
     if (done)
         *done = 0;
     if (!ctx || !plan)
-        return shard_fail(SHARD_EINVAL, "shard_rebalance_run: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_rebalance_run: NULL argument");
     if ((rc = copy_options(opts, &o)) || (rc = shard_ctx_reload(ctx)))
         return rc;
     if (!(map = ctx_map(ctx)))
-        return shard_fail(SHARD_EINTERNAL, "the context has no map");
+        return shard__fail(SHARD_EINTERNAL, "the context has no map");
     version = map->version;
     shard_map_free(map);
     if (version != plan->map_version)
-        return shard_fail(SHARD_ECONFLICT, "the map is at version %llu, the plan was made on "
+        return shard__fail(SHARD_ECONFLICT, "the map is at version %llu, the plan was made on "
                           "version %llu: plan again", (unsigned long long)version,
                           (unsigned long long)plan->map_version);
     for (size_t i = 0; i < plan->nmoves; i++) {
@@ -829,12 +829,12 @@ int shard_rebalance_run(shard_ctx *ctx, const shard_rebalance *plan,
         memset(&report, 0, sizeof report);
         rc = shard_move(ctx, mv->first, mv->last, mv->to, o.move, &report, NULL);
         if (rc)
-            rc = shard_fail_prefix(rc, "move %zu of %zu (shards %u-%u from %s to %s): ", i + 1,
+            rc = shard__fail_prefix(rc, "move %zu of %zu (shards %u-%u from %s to %s): ", i + 1,
                                    plan->nmoves, mv->first, mv->last, mv->from, mv->to);
-        shard_error_save(&saved, rc);
+        shard__error_save(&saved, rc);
         stop = o.step ? o.step(mv, i, plan->nmoves, rc, &report, o.payload) : 0;
         if (rc)
-            return shard_error_restore(&saved);
+            return shard__error_restore(&saved);
         if (done)
             (*done)++;
         if (stop)

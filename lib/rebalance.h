@@ -31,7 +31,7 @@ typedef struct rebal_step {
  * other pairs, then moves from the fullest pair to the emptiest while a
  * pair lies outside threshold x mean of the mean and the move narrows the
  * gap between its two pairs by more than threshold x mean. *steps is
- * shard_malloc'd (free() it), *nsteps its length. SHARD_EINVAL when a pair
+ * shard__malloc'd (free() it), *nsteps its length. SHARD_EINVAL when a pair
  * is drained and no considered pair is left to take its shards.
  */
 int rebal_compute(const rebal_input *in, rebal_step **steps, size_t *nsteps);

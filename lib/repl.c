@@ -23,7 +23,7 @@ bool repl_gtid_valid(const char *pos)
 int repl_gtid_check(const char *pos)
 {
     if (!repl_gtid_valid(pos))
-        return shard_fail(SHARD_ESERVER, "unexpected GTID position \"%.100s\"", pos);
+        return shard__fail(SHARD_ESERVER, "unexpected GTID position \"%.100s\"", pos);
     return 0;
 }
 
@@ -141,8 +141,8 @@ int repl_gtid_merge(const char *cur, const char *snap, const unsigned long *keep
         sql_free(&b);
         return rc;
     }
-    *out = b.s ? b.s : shard_strdup("");
-    return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
+    *out = b.s ? b.s : shard__strdup("");
+    return *out ? 0 : shard__fail(SHARD_ENOMEM, "out of memory");
 }
 
 /* Append entry e to b, comma-separated. */
@@ -165,8 +165,8 @@ static int finish(sqlbuf *b, int rc, char **out)
         sql_free(b);
         return rc;
     }
-    *out = b->s ? b->s : shard_strdup("");
-    return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
+    *out = b->s ? b->s : shard__strdup("");
+    return *out ? 0 : shard__fail(SHARD_ENOMEM, "out of memory");
 }
 
 int repl_gtid_start(const char *cur, const char *pos, const unsigned long *from, size_t nfrom,
@@ -250,12 +250,12 @@ int repl_value(shard_conn *c, const char *sql, char **out)
     if ((rc = conn_query_str(c, sql)))
         return rc;
     if (!(res = mysql_store_result(c->my)))
-        return shard_fail(SHARD_ESERVER, "%s: %s", c->srv->label, mysql_error(c->my));
+        return shard__fail(SHARD_ESERVER, "%s: %s", c->srv->label, mysql_error(c->my));
     row = mysql_fetch_row(res);
     len = row ? mysql_fetch_lengths(res) : NULL;
-    *out = row && row[0] ? shard_strndup(row[0], len[0]) : shard_strdup("");
+    *out = row && row[0] ? shard__strndup(row[0], len[0]) : shard__strdup("");
     mysql_free_result(res);
-    return *out ? 0 : shard_fail(SHARD_ENOMEM, "out of memory");
+    return *out ? 0 : shard__fail(SHARD_ENOMEM, "out of memory");
 }
 
 int repl_value_u64(shard_conn *c, const char *sql, uint64_t *out)
@@ -314,8 +314,8 @@ int repl_wait_pos(shard_conn *c, const char *pos, double seconds, bool *reached)
 static char *field_dup(MYSQL_ROW row, unsigned long *len, int i)
 {
     if (i < 0 || !row[i])
-        return shard_strdup("");
-    return shard_strndup(row[i], len[i]);
+        return shard__strdup("");
+    return shard__strndup(row[i], len[i]);
 }
 
 static void link_free(repl_link *l)
@@ -349,7 +349,7 @@ int repl_status_read(shard_conn *c, repl_status *st)
     if ((rc = conn_query_str(c, "SHOW ALL SLAVES STATUS")))
         return rc;
     if (!(res = mysql_store_result(c->my)))
-        return mysql_errno(c->my) ? shard_fail(SHARD_ESERVER, "%s: %s", c->srv->label,
+        return mysql_errno(c->my) ? shard__fail(SHARD_ESERVER, "%s: %s", c->srv->label,
                                                mysql_error(c->my))
                                   : 0;
     f = mysql_fetch_fields(res);
@@ -361,14 +361,14 @@ int repl_status_read(shard_conn *c, repl_status *st)
     }
     if (at[NAME] < 0 || at[IO] < 0 || at[SQL] < 0) {
         mysql_free_result(res);
-        return shard_fail(SHARD_ESERVER, "%s: SHOW ALL SLAVES STATUS lacks the columns "
+        return shard__fail(SHARD_ESERVER, "%s: SHOW ALL SLAVES STATUS lacks the columns "
                           "libshard reads", c->srv->label);
     }
     cap = (size_t)mysql_num_rows(res);
-    st->links = shard_calloc(cap ? cap : 1, sizeof *st->links);
+    st->links = shard__calloc(cap ? cap : 1, sizeof *st->links);
     if (!st->links) {
         mysql_free_result(res);
-        return shard_fail(SHARD_ENOMEM, "out of memory");
+        return shard__fail(SHARD_ENOMEM, "out of memory");
     }
     while ((row = mysql_fetch_row(res)) && st->n < cap) {
         unsigned long *len = mysql_fetch_lengths(res);
@@ -391,7 +391,7 @@ int repl_status_read(shard_conn *c, repl_status *st)
             !l->io_state) {
             mysql_free_result(res);
             repl_status_free(st);
-            return shard_fail(SHARD_ENOMEM, "out of memory");
+            return shard__fail(SHARD_ENOMEM, "out of memory");
         }
     }
     mysql_free_result(res);

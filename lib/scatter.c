@@ -139,7 +139,7 @@ int shard_scatter_scan(shard_ctx *ctx, unsigned type, shard_scan_fn fn, void *pa
     int rc;
 
     if (!ctx || !fn)
-        return shard_fail(SHARD_EINVAL, "shard_scatter_scan: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_scatter_scan: NULL argument");
     started = now_seconds();
     rc = each_shard(ctx, scan_shard, &j);
     stats_call(&ctx->stats, STATS_SCATTER_SCAN, started, rc);
@@ -215,7 +215,7 @@ int shard_scatter_count(shard_ctx *ctx, unsigned type, uint64_t *count)
     int rc;
 
     if (!ctx || !count)
-        return shard_fail(SHARD_EINVAL, "shard_scatter_count: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_scatter_count: NULL argument");
     started = now_seconds();
     rc = each_shard(ctx, count_shard, &a);
     stats_call(&ctx->stats, STATS_SCATTER_COUNT, started, rc);

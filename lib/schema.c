@@ -146,7 +146,7 @@ int schema_fence_table(shard_ctx *ctx, shard_server *srv)
         if (rc == 0 || !c)
             continue;
         if (i == 0 && rc == SHARD_EPRIV)
-            shard_fail_prefix(rc, "the schema account needs BINLOG ADMIN to create "
+            shard__fail_prefix(rc, "the schema account needs BINLOG ADMIN to create "
                               FENCE_TABLE " unlogged: ");
     }
     sql_free(&q);
@@ -154,7 +154,7 @@ int schema_fence_table(shard_ctx *ctx, shard_server *srv)
         c->broken = true; /* sql_log_bin = 0 must not serve the application */
     conn_release(c, rc);
     if (rc)
-        shard_fail_prefix(rc, "%s: ", srv->label);
+        shard__fail_prefix(rc, "%s: ", srv->label);
     return rc;
 }
 
@@ -177,10 +177,10 @@ static int read_fenced(schema_job *j, shard_conn *c)
     sql_free(&q);
     if (rc)
         return rc;
-    j->fenced = shard_calloc(mysql_num_rows(res) + 1, sizeof *j->fenced);
+    j->fenced = shard__calloc(mysql_num_rows(res) + 1, sizeof *j->fenced);
     if (!j->fenced) {
         mysql_free_result(res);
-        return shard_fail(SHARD_ENOMEM, "out of memory");
+        return shard__fail(SHARD_ENOMEM, "out of memory");
     }
     while ((row = mysql_fetch_row(res)))
         if (row[0] && strlen(row[0]) < SHARD_DBNAME_MAX)
@@ -203,7 +203,7 @@ static int apply_id_shard(schema_job *j, shard_conn **c, sqlbuf *q, unsigned sha
     char db[SHARD_DBNAME_MAX];
     int rc;
 
-    shard_dbfmt_name(&m->dbfmt, shard, db);
+    shard__dbfmt_name(&m->dbfmt, shard, db);
     /* A database fenced by a move must stay as the move left it: new
      * tables there would take writes the target never sees. */
     if (j->nfenced && bsearch(db, j->fenced, j->nfenced, sizeof *j->fenced, cmp_db)) {
@@ -240,7 +240,7 @@ static int apply_mod_shard(schema_job *j, shard_conn **c, sqlbuf *q, unsigned sh
     char db[SHARD_DBNAME_MAX];
     int rc;
 
-    shard_dbfmt_name(&m->mod_dbfmt, shard, db);
+    shard__dbfmt_name(&m->mod_dbfmt, shard, db);
     if ((rc = create_db(j, c, q, db)))
         return rc;
     for (size_t i = 0; i < m->nmod_tables; i++) {
@@ -261,7 +261,7 @@ static int apply_pair(schema_job *j)
     int rc;
 
     if (!srv)
-        return shard_fail(SHARD_ENOMEM, "out of memory");
+        return shard__fail(SHARD_ENOMEM, "out of memory");
     if ((rc = schema_fence_table(j->ctx, srv)) || (rc = conn_get(j->ctx, srv, &c)))
         return rc;
     if ((rc = read_fenced(j, c))) {
@@ -290,14 +290,14 @@ static int job_run(void *arg, size_t i, unsigned worker)
     (void)worker;
     if (j->standby) {
         shard_server *srv = ctx_server_at(j->ctx, j->standby);
-        rc = srv ? schema_fence_table(j->ctx, srv) : shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = srv ? schema_fence_table(j->ctx, srv) : shard__fail(SHARD_ENOMEM, "out of memory");
         if (rc)
-            shard_fail_prefix(rc, "schema on pair %s (standby): ",
+            shard__fail_prefix(rc, "schema on pair %s (standby): ",
                               j->map->pairs[j->pair].name);
         return rc;
     }
     if ((rc = apply_pair(j)))
-        shard_fail_prefix(rc, "schema on pair %s: ", j->map->pairs[j->pair].name);
+        shard__fail_prefix(rc, "schema on pair %s: ", j->map->pairs[j->pair].name);
     return rc;
 }
 
@@ -310,15 +310,15 @@ int shard_schema_apply(shard_ctx *ctx, shard_progress_fn progress, void *payload
     int rc;
 
     if (!ctx)
-        return shard_fail(SHARD_EINVAL, "shard_schema_apply: NULL context");
+        return shard__fail(SHARD_EINVAL, "shard_schema_apply: NULL context");
     map = ctx_map(ctx);
     /* One job per pair (its master's fence table, databases and tables),
      * and one per standby (its fence table): a standby becomes the master
      * at failover, and must have one by then. */
-    jobs = shard_calloc(2 * map->npairs + 1, sizeof *jobs);
+    jobs = shard__calloc(2 * map->npairs + 1, sizeof *jobs);
     if (!jobs) {
         shard_map_free(map);
-        return shard_fail(SHARD_ENOMEM, "out of memory");
+        return shard__fail(SHARD_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < map->npairs; i++) {
         schema_job base = {.ctx = ctx, .map = map, .pair = i, .progress_lock = &lock,

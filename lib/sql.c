@@ -41,7 +41,7 @@ static bool reserve(sqlbuf *b, size_t extra)
     size_t cap = b->cap ? b->cap : 256;
     while (cap < need)
         cap *= 2;
-    ns = shard_realloc(b->s, cap);
+    ns = shard__realloc(b->s, cap);
     if (!ns) {
         b->oom = true;
         return false;
@@ -139,5 +139,5 @@ void sql_hex(sqlbuf *b, const void *data, size_t len)
 
 int sql_check(const sqlbuf *b)
 {
-    return b->oom ? shard_fail(SHARD_ENOMEM, "out of memory building a statement") : 0;
+    return b->oom ? shard__fail(SHARD_ENOMEM, "out of memory building a statement") : 0;
 }

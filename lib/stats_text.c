@@ -185,7 +185,7 @@ int shard_ctx_stats(shard_ctx *ctx, char **text)
     int rc;
 
     if (!ctx || !text)
-        return shard_fail(SHARD_EINVAL, "shard_ctx_stats: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_ctx_stats: NULL argument");
     *text = NULL;
     st = &ctx->stats;
     sql_init(&b);

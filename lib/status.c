@@ -315,12 +315,12 @@ int shard_fleet_status(shard_ctx *ctx, char **json)
     int rc = 0;
 
     if (!ctx || !json)
-        return shard_fail(SHARD_EINVAL, "shard_fleet_status: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_fleet_status: NULL argument");
     *json = NULL;
     map = ctx_map(ctx);
-    if (!(s = shard_calloc(2 * map->npairs, sizeof *s))) {
+    if (!(s = shard__calloc(2 * map->npairs, sizeof *s))) {
         shard_map_free(map);
-        return shard_fail(SHARD_ENOMEM, "out of memory");
+        return shard__fail(SHARD_ENOMEM, "out of memory");
     }
     for (size_t p = 0; p < map->npairs; p++) {
         s[n++] = (st_server){.pair = p, .ep = &map->pairs[p].master};
@@ -332,7 +332,7 @@ int shard_fleet_status(shard_ctx *ctx, char **json)
     fanout_run(n, (unsigned)n, ask_server, &job);
     doc = build(map, s, n);
     if (!doc || !(text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER)))
-        rc = shard_fail(SHARD_ENOMEM, "out of memory building the status report");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory building the status report");
     else
         rc = copy_out(text, strlen(text), json, NULL);
     if (text) {

@@ -28,15 +28,15 @@ int shard_store_open(shard_store **out, const char *location)
     const char *path = location;
 
     if (!out || !location)
-        return shard_fail(SHARD_EINVAL, "shard_store_open: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_store_open: NULL argument");
     if (strncmp(location, "mysql://", 8) == 0) {
         store_mysql *m = NULL;
         int rc = store_mysql_open(location, &m);
         if (rc)
             return rc;
-        if (!(s = shard_calloc(1, sizeof *s))) {
+        if (!(s = shard__calloc(1, sizeof *s))) {
             store_mysql_free(m);
-            return shard_fail(SHARD_ENOMEM, "out of memory opening the map store");
+            return shard__fail(SHARD_ENOMEM, "out of memory opening the map store");
         }
         s->mysql = m;
         *out = s;
@@ -45,14 +45,14 @@ int shard_store_open(shard_store **out, const char *location)
     if (strncmp(location, "file:", 5) == 0)
         path = location + 5;
     else if (strstr(location, "://"))
-        return shard_fail(SHARD_EINVAL, "map store \"%.200s\": unknown scheme "
+        return shard__fail(SHARD_EINVAL, "map store \"%.200s\": unknown scheme "
                           "(use a path, file:PATH or mysql://...)", location);
     if (!*path)
-        return shard_fail(SHARD_EINVAL, "map store: empty path");
-    s = shard_calloc(1, sizeof *s);
-    if (!s || !(s->path = shard_strdup(path))) {
+        return shard__fail(SHARD_EINVAL, "map store: empty path");
+    s = shard__calloc(1, sizeof *s);
+    if (!s || !(s->path = shard__strdup(path))) {
         free(s);
-        return shard_fail(SHARD_ENOMEM, "out of memory opening the map store");
+        return shard__fail(SHARD_ENOMEM, "out of memory opening the map store");
     }
     *out = s;
     return SHARD_OK;
@@ -70,7 +70,7 @@ void shard_store_free(shard_store *store)
 int shard_store_load(shard_store *store, shard_map **out)
 {
     if (!store || !out)
-        return shard_fail(SHARD_EINVAL, "shard_store_load: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_store_load: NULL argument");
     if (store->mysql)
         return store_mysql_load(store->mysql, out);
     return shard_map_load(out, store->path);
@@ -114,7 +114,7 @@ static int current_version(const char *path, uint64_t *version)
     }
     rc = shard_map_load(&cur, path);
     if (rc)
-        return shard_fail_prefix(rc, "the stored map cannot be read, refusing to "
+        return shard__fail_prefix(rc, "the stored map cannot be read, refusing to "
                                  "replace it: ");
     *version = cur->version;
     shard_map_free(cur);
@@ -125,13 +125,13 @@ static int replace_file(const char *path, const char *text)
 {
     size_t plen = strlen(path);
     /* Allocate everything first: once renamed, only I/O may fail. */
-    char *tmp = shard_malloc(plen + 16), *dir = shard_strdup(path);
+    char *tmp = shard__malloc(plen + 16), *dir = shard__strdup(path);
     int fd, err;
 
     if (!tmp || !dir) {
         free(tmp);
         free(dir);
-        return shard_fail(SHARD_ENOMEM, "out of memory publishing the map");
+        return shard__fail(SHARD_ENOMEM, "out of memory publishing the map");
     }
     snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
     fd = mkstemp(tmp);
@@ -139,7 +139,7 @@ static int replace_file(const char *path, const char *text)
         err = errno;
         free(tmp);
         free(dir);
-        return shard_fail(SHARD_EIO, "map store %s: cannot create temporary file: %s",
+        return shard__fail(SHARD_EIO, "map store %s: cannot create temporary file: %s",
                           path, strerror(err));
     }
     if (write_all(fd, text, strlen(text)) || write_all(fd, "\n", 1) || fsync(fd) ||
@@ -149,7 +149,7 @@ static int replace_file(const char *path, const char *text)
         unlink(tmp);
         free(tmp);
         free(dir);
-        return shard_fail(SHARD_EIO, "map store %s: cannot write: %s", path,
+        return shard__fail(SHARD_EIO, "map store %s: cannot write: %s", path,
                           strerror(err));
     }
     close(fd);
@@ -158,14 +158,14 @@ static int replace_file(const char *path, const char *text)
         unlink(tmp);
         free(tmp);
         free(dir);
-        return shard_fail(SHARD_EIO, "map store %s: cannot rename into place: %s", path,
+        return shard__fail(SHARD_EIO, "map store %s: cannot rename into place: %s", path,
                           strerror(err));
     }
     free(tmp);
     err = sync_dir(dir) != 0 ? errno : 0;
     free(dir);
     if (err)
-        return shard_fail(SHARD_EIO, "map store %s: cannot sync directory: %s", path,
+        return shard__fail(SHARD_EIO, "map store %s: cannot sync directory: %s", path,
                           strerror(err));
     return SHARD_OK;
 }
@@ -178,9 +178,9 @@ int shard_store_publish(shard_store *store, const shard_map *map,
     int lockfd = -1, rc;
 
     if (!store || !map)
-        return shard_fail(SHARD_EINVAL, "shard_store_publish: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_store_publish: NULL argument");
     if (map->version <= expected_version)
-        return shard_fail(SHARD_EINVAL, "map version %llu must be greater than the "
+        return shard__fail(SHARD_EINVAL, "map version %llu must be greater than the "
                           "version it replaces (%llu)",
                           (unsigned long long)map->version,
                           (unsigned long long)expected_version);
@@ -188,22 +188,22 @@ int shard_store_publish(shard_store *store, const shard_map *map,
         return store_mysql_publish(store->mysql, map, expected_version);
     if ((rc = shard_map_to_json(map, &text)))
         return rc;
-    lockpath = shard_malloc(strlen(store->path) + 6);
+    lockpath = shard__malloc(strlen(store->path) + 6);
     if (!lockpath) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory publishing the map");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory publishing the map");
         goto out;
     }
     sprintf(lockpath, "%s.lock", store->path);
     lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lockfd < 0 || flock(lockfd, LOCK_EX) != 0) {
-        rc = shard_fail(SHARD_EIO, "map store %s: cannot lock %s: %s", store->path,
+        rc = shard__fail(SHARD_EIO, "map store %s: cannot lock %s: %s", store->path,
                         lockpath, strerror(errno));
         goto out;
     }
     if ((rc = current_version(store->path, &cur)))
         goto out;
     if (cur != expected_version) {
-        rc = shard_fail(SHARD_ECONFLICT, "map store %s: version is %llu, expected %llu "
+        rc = shard__fail(SHARD_ECONFLICT, "map store %s: version is %llu, expected %llu "
                         "(another change was published first)", store->path,
                         (unsigned long long)cur, (unsigned long long)expected_version);
         goto out;

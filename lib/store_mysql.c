@@ -37,7 +37,7 @@ static int bad(const char *uri, const char *why)
     /* Quote only what follows USER@: a location that (wrongly) carries a
      * password there must not put it in a message. */
     const char *at = strchr(uri, '@');
-    return shard_fail(SHARD_EINVAL, "map store \"mysql://%s%.200s\": %s (expected "
+    return shard__fail(SHARD_EINVAL, "map store \"mysql://%s%.200s\": %s (expected "
                       "mysql://USER@HOST:PORT/DATABASE/TABLE?password_env=VAR)",
                       at ? "...@" : "", at ? at + 1 : "", why);
 }
@@ -113,13 +113,13 @@ static int parse_uri(store_mysql *m, const char *uri)
     p = slash + 1;
     if (!(slash = strchr(p, '/')) ||
         !take(m->db, sizeof m->db, p, (size_t)(slash - p), ALNUM "_") ||
-        !shard_ident_valid(m->db))
+        !shard__ident_valid(m->db))
         return bad(uri, "DATABASE must be [a-z][a-z0-9_]*");
     p = slash + 1;
     q = strchr(p, '?');
     end = q ? q : p + strlen(p);
     if (!take(m->table, sizeof m->table, p, (size_t)(end - p), ALNUM "_") ||
-        !shard_ident_valid(m->table))
+        !shard__ident_valid(m->table))
         return bad(uri, "TABLE must be [a-z][a-z0-9_]*");
     while (q && *q) {
         const char *opt = q + 1, *amp = strchr(opt, '&');
@@ -140,11 +140,11 @@ static int parse_uri(store_mysql *m, const char *uri)
 
 int store_mysql_open(const char *uri, store_mysql **out)
 {
-    store_mysql *m = shard_calloc(1, sizeof *m);
+    store_mysql *m = shard__calloc(1, sizeof *m);
     int rc;
 
     if (!m)
-        return shard_fail(SHARD_ENOMEM, "out of memory opening the map store");
+        return shard__fail(SHARD_ENOMEM, "out of memory opening the map store");
     if ((rc = parse_uri(m, uri))) {
         free(m);
         return rc;
@@ -168,7 +168,7 @@ static int fail_my(store_mysql *m, MYSQL *my)
                        e == ER_TABLEACCESS_DENIED_ERROR
                  ? SHARD_EPRIV
                  : SHARD_ESERVER;
-    return shard_fail(code, "%s: error %u: %s", m->label, e, mysql_error(my));
+    return shard__fail(code, "%s: error %u: %s", m->label, e, mysql_error(my));
 }
 
 static int connect_store(store_mysql *m, MYSQL **out)
@@ -178,10 +178,10 @@ static int connect_store(store_mysql *m, MYSQL **out)
     MYSQL *my;
 
     if (m->password_env[0] && !(pw = getenv(m->password_env)))
-        return shard_fail(SHARD_EINVAL, "%s: password_env names %s, which is not set",
+        return shard__fail(SHARD_EINVAL, "%s: password_env names %s, which is not set",
                           m->label, m->password_env);
     if (!(my = mysql_init(NULL)))
-        return shard_fail(SHARD_ENOMEM, "out of memory connecting to the map store");
+        return shard__fail(SHARD_ENOMEM, "out of memory connecting to the map store");
     mysql_optionsv(my, MYSQL_OPT_CONNECT_TIMEOUT, &t);
     mysql_optionsv(my, MYSQL_OPT_READ_TIMEOUT, &t);
     mysql_optionsv(my, MYSQL_OPT_WRITE_TIMEOUT, &t);
@@ -227,9 +227,9 @@ int store_mysql_load(store_mysql *m, shard_map **out)
     if (rc == 0) {
         row = mysql_fetch_row(res);
         if (!row)
-            rc = shard_fail(SHARD_ENOTFOUND, "%s: no map has been published", m->label);
+            rc = shard__fail(SHARD_ENOTFOUND, "%s: no map has been published", m->label);
         else if ((rc = shard_map_parse(out, row[0], mysql_fetch_lengths(res)[0])))
-            shard_fail_prefix(rc, "%s: ", m->label);
+            shard__fail_prefix(rc, "%s: ", m->label);
     }
     if (res)
         mysql_free_result(res);
@@ -287,7 +287,7 @@ static int lock_store(store_mysql *m, MYSQL *my, bool take)
     got = row && row[0] && row[0][0] == '1';
     mysql_free_result(res);
     if (take && !got)
-        return shard_fail(SHARD_EBUSY, "%s: another publisher held the store for %u s",
+        return shard__fail(SHARD_EBUSY, "%s: another publisher held the store for %u s",
                           m->label, STORE_TIMEOUT_S);
     return 0;
 }
@@ -323,7 +323,7 @@ int store_mysql_publish(store_mysql *m, const shard_map *map, uint64_t expected_
     if ((rc = current_version(m, my, &cur)))
         goto out;
     if (cur != expected_version) {
-        rc = shard_fail(SHARD_ECONFLICT, "%s: version is %llu, expected %llu", m->label,
+        rc = shard__fail(SHARD_ECONFLICT, "%s: version is %llu, expected %llu", m->label,
                         (unsigned long long)cur, (unsigned long long)expected_version);
         goto out;
     }
@@ -340,7 +340,7 @@ int store_mysql_publish(store_mysql *m, const shard_map *map, uint64_t expected_
         rc = run(m, my, q.s, q.len);
 out:
     if (rc == SHARD_ESERVER && mysql_errno(my) == ER_DUP_ENTRY)
-        rc = shard_fail(SHARD_ECONFLICT, "%s: version %llu was published concurrently",
+        rc = shard__fail(SHARD_ECONFLICT, "%s: version %llu was published concurrently",
                         m->label, (unsigned long long)map->version);
     if (locked && rc != SHARD_ECONNECT)
         lock_store(m, my, false); /* closing the connection would release it too */

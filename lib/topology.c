@@ -34,7 +34,7 @@ static int doc_map(json_t *doc, uint64_t version, shard_map **out)
 
     if (json_object_set_new(doc, "version", json_integer((json_int_t)version)) ||
         !(text = json_dumps(doc, JSON_SORT_KEYS)))
-        return shard_fail(SHARD_ENOMEM, "out of memory editing the shard map");
+        return shard__fail(SHARD_ENOMEM, "out of memory editing the shard map");
     rc = shard_map_parse(out, text, strlen(text));
     dumps_free(text);
     return rc;
@@ -47,9 +47,9 @@ static int topology_publish(shard_ctx *ctx, publish_edit_fn edit, void *arg, uin
 
     if (rc == 0) {
         shard_errsave keep;
-        shard_error_save(&keep, 0);
+        shard__error_save(&keep, 0);
         shard_ctx_reload(ctx); /* the context's own next call sees the new map */
-        shard_error_restore(&keep);
+        shard__error_restore(&keep);
     }
     return rc;
 }
@@ -92,7 +92,7 @@ static int missing_fail(const shard_map *map, size_t pair, const fleet_inventory
     if (bad > 1)
         snprintf(more, sizeof more, " (%llu of its %llu databases are missing or incomplete)",
                  (unsigned long long)bad, (unsigned long long)v->databases);
-    return shard_fail(SHARD_EMAP, "%s shard %u of pair %s %s %s on its master %s%s",
+    return shard__fail(SHARD_EMAP, "%s shard %u of pair %s %s %s on its master %s%s",
                       v->first_mod ? "mod" : "open", v->first_shard, p->name,
                       dot ? "lacks table" : "has no database", v->first_what, p->master.text,
                       more);
@@ -103,14 +103,14 @@ static int missing_fail(const shard_map *map, size_t pair, const fleet_inventory
 static int check_pairs(shard_ctx *ctx, const shard_map *map, const bool *only)
 {
     size_t n = map->npairs;
-    fleet_inventory *inv = shard_calloc(n, sizeof *inv);
-    int *rcs = shard_calloc(n, sizeof *rcs);
-    char (*err)[600] = shard_calloc(n, sizeof *err);
+    fleet_inventory *inv = shard__calloc(n, sizeof *inv);
+    int *rcs = shard__calloc(n, sizeof *rcs);
+    char (*err)[600] = shard__calloc(n, sizeof *err);
     check_job j = {ctx, map, only, inv, rcs, err};
     int rc = 0;
 
     if (!inv || !rcs || !err) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
         goto out;
     }
     fanout_run(n, (unsigned)n, check_pair, &j);
@@ -120,7 +120,7 @@ static int check_pairs(shard_ctx *ctx, const shard_map *map, const bool *only)
             rc = missing_fail(map, i, &inv[i]);
     for (size_t i = 0; i < n && !rc; i++)
         if ((!only || only[i]) && rcs[i])
-            rc = shard_fail(rcs[i], "cannot check the databases of pair %s: %s",
+            rc = shard__fail(rcs[i], "cannot check the databases of pair %s: %s",
                             map->pairs[i].name, err[i]);
 out:
     free(inv);
@@ -135,7 +135,7 @@ int shard_schema_check(shard_ctx *ctx, const shard_map *map)
     int rc;
 
     if (!ctx)
-        return shard_fail(SHARD_EINVAL, "shard_schema_check: NULL context");
+        return shard__fail(SHARD_EINVAL, "shard_schema_check: NULL context");
     if (!map)
         map = own = ctx_map(ctx);
     rc = check_pairs(ctx, map, NULL);
@@ -170,10 +170,10 @@ static int check_addresses(const shard_map *m, size_t pi)
             continue;
         for (int k = 0; k < 2; k++) {
             if (same_endpoint(mine[k], &q->master))
-                return shard_fail(SHARD_EINVAL, "%s is already the master of pair %s",
+                return shard__fail(SHARD_EINVAL, "%s is already the master of pair %s",
                                   mine[k]->text, q->name);
             if (q->has_standby && same_endpoint(mine[k], &q->standby))
-                return shard_fail(SHARD_EINVAL, "%s is already the standby of pair %s",
+                return shard__fail(SHARD_EINVAL, "%s is already the standby of pair %s",
                                   mine[k]->text, q->name);
         }
     }
@@ -186,22 +186,22 @@ static int edit_add(const shard_map *cur, shard_map **next, void *arg)
     json_t *doc, *pairs, *pair;
     int rc;
 
-    if (shard_map_find_pair(cur, a->name) >= 0)
-        return shard_fail(SHARD_EEXISTS, "pair %.64s is already in the map", a->name);
+    if (shard__map_find_pair(cur, a->name) >= 0)
+        return shard__fail(SHARD_EEXISTS, "pair %.64s is already in the map", a->name);
     /* NULL only for text that is not UTF-8 (or out of memory). */
     if (!(pair = json_pack("{s:s,s:s}", "master", a->master, "standby", a->standby)))
-        return shard_fail(SHARD_EINVAL, "the addresses must be UTF-8 text");
+        return shard__fail(SHARD_EINVAL, "the addresses must be UTF-8 text");
     doc = json_deep_copy(cur->doc);
     pairs = doc ? json_object_get(doc, "pairs") : NULL;
     if (!pairs || json_object_set_new(pairs, a->name, pair)) {
         if (!pairs)
             json_decref(pair);
         json_decref(doc);
-        return shard_fail(SHARD_EINVAL, "pair %.64s: the name must be UTF-8 text", a->name);
+        return shard__fail(SHARD_EINVAL, "pair %.64s: the name must be UTF-8 text", a->name);
     }
     rc = doc_map(doc, cur->version + 1, next);
     json_decref(doc);
-    if (rc == 0 && (rc = check_addresses(*next, (size_t)shard_map_find_pair(*next, a->name)))) {
+    if (rc == 0 && (rc = check_addresses(*next, (size_t)shard__map_find_pair(*next, a->name)))) {
         shard_map_free(*next);
         *next = NULL;
     }
@@ -212,13 +212,13 @@ static int edit_add(const shard_map *cur, shard_map **next, void *arg)
 static int check_settings(const fleet_server *s, const char *who, bool master)
 {
     if (!s->log_bin || !s->row_format)
-        return shard_fail(SHARD_EINVAL, "%s: needs log_bin=ON and binlog_format=ROW", who);
+        return shard__fail(SHARD_EINVAL, "%s: needs log_bin=ON and binlog_format=ROW", who);
     if (!s->log_slave_updates)
-        return shard_fail(SHARD_EINVAL, "%s: needs log_slave_updates=ON", who);
+        return shard__fail(SHARD_EINVAL, "%s: needs log_slave_updates=ON", who);
     if (!s->ignore_dups)
-        return shard_fail(SHARD_EINVAL, "%s: needs gtid_ignore_duplicates=ON", who);
+        return shard__fail(SHARD_EINVAL, "%s: needs gtid_ignore_duplicates=ON", who);
     if (master && s->read_only)
-        return shard_fail(SHARD_EINVAL, "%s: is read-only: the master of a pair takes writes",
+        return shard__fail(SHARD_EINVAL, "%s: is read-only: the master of a pair takes writes",
                           who);
     return 0;
 }
@@ -230,14 +230,14 @@ static int check_link(const fleet_server *to, const char *to_addr, const fleet_s
     const fleet_link *l;
 
     if (to->links_rc)
-        return shard_fail(SHARD_ESERVER, "%s: cannot read its replication links: %s", to_addr,
+        return shard__fail(SHARD_ESERVER, "%s: cannot read its replication links: %s", to_addr,
                           to->links_error);
     if (!(l = fleet_link_from(to, from->server_id)))
-        return shard_fail(SHARD_EINVAL, "the pair link %s -> %s is missing: %s does not "
+        return shard__fail(SHARD_EINVAL, "the pair link %s -> %s is missing: %s does not "
                           "replicate from %s (server_id %lu)", from_addr, to_addr, to_addr,
                           from_addr, from->server_id);
     if (!fleet_link_ok(l))
-        return shard_fail(SHARD_EINVAL, "the pair link %s -> %s is broken: io %s, sql %s%s%s%s%s",
+        return shard__fail(SHARD_EINVAL, "the pair link %s -> %s is broken: io %s, sql %s%s%s%s%s",
                           from_addr, to_addr, l->io, l->sql, l->io_error[0] ? "; " : "",
                           l->io_error, l->sql_error[0] ? "; " : "", l->sql_error);
     return 0;
@@ -269,17 +269,17 @@ static int probe_one(void *arg, size_t i, unsigned worker)
 static int check_new_pair(shard_ctx *ctx, const shard_map *cur, const shard_pairdef *p)
 {
     size_t n = 2 + 2 * cur->npairs, k = 2;
-    const shard_endpoint **eps = shard_calloc(n, sizeof *eps);
-    const char **owner = shard_calloc(n, sizeof *owner);
-    fleet_server *s = shard_calloc(n, sizeof *s);
-    int *rcs = shard_calloc(n, sizeof *rcs);
-    char (*err)[600] = shard_calloc(n, sizeof *err);
+    const shard_endpoint **eps = shard__calloc(n, sizeof *eps);
+    const char **owner = shard__calloc(n, sizeof *owner);
+    fleet_server *s = shard__calloc(n, sizeof *s);
+    int *rcs = shard__calloc(n, sizeof *rcs);
+    char (*err)[600] = shard__calloc(n, sizeof *err);
     probe_job j = {ctx, eps, s, rcs, err};
     char mw[400], sw[400];
     int rc = 0;
 
     if (!eps || !owner || !s || !rcs || !err) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
         goto out;
     }
     eps[0] = &p->master;
@@ -296,14 +296,14 @@ static int check_new_pair(shard_ctx *ctx, const shard_map *cur, const shard_pair
     snprintf(mw, sizeof mw, "master %s", p->master.text);
     snprintf(sw, sizeof sw, "standby %s", p->standby.text);
     if (rcs[0] || rcs[1]) {
-        rc = shard_fail(rcs[0] ? rcs[0] : rcs[1], "%s: %s", rcs[0] ? mw : sw,
+        rc = shard__fail(rcs[0] ? rcs[0] : rcs[1], "%s: %s", rcs[0] ? mw : sw,
                         err[rcs[0] ? 0 : 1]);
         goto out;
     }
     if ((rc = check_settings(&s[0], mw, true)) || (rc = check_settings(&s[1], sw, false)))
         goto out;
     if (s[0].server_id == s[1].server_id || s[0].domain == s[1].domain) {
-        rc = shard_fail(SHARD_EINVAL, "%s and %s share %s %lu: each server needs its own",
+        rc = shard__fail(SHARD_EINVAL, "%s and %s share %s %lu: each server needs its own",
                         mw, sw, s[0].server_id == s[1].server_id ? "server_id" :
                                                                      "gtid_domain_id",
                         s[0].server_id == s[1].server_id ? s[0].server_id : s[0].domain);
@@ -320,7 +320,7 @@ static int check_new_pair(shard_ctx *ctx, const shard_map *cur, const shard_pair
         }
         for (int x = 0; x < 2; x++) {
             if (s[i].server_id == s[x].server_id || s[i].domain == s[x].domain) {
-                rc = shard_fail(SHARD_EINVAL, "%s shares its %s with %s of pair %s",
+                rc = shard__fail(SHARD_EINVAL, "%s shares its %s with %s of pair %s",
                                 x ? sw : mw, s[i].server_id == s[x].server_id ?
                                                  "server_id" : "gtid_domain_id",
                                 eps[i]->text, owner[i]);
@@ -345,19 +345,19 @@ int shard_pair_add(shard_ctx *ctx, const char *name, const char *master, const c
     int rc;
 
     if (!ctx || !name || !master || !standby)
-        return shard_fail(SHARD_EINVAL, "shard_pair_add: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_pair_add: NULL argument");
     /* Check against the stored map as it is now; the publish below builds
      * on whatever it holds by then. */
     if ((rc = shard_store_load(ctx->store, &cur)))
-        return shard_fail_prefix(rc, "reading the stored map: ");
+        return shard__fail_prefix(rc, "reading the stored map: ");
     if ((rc = edit_add(cur, &next, &a)) == 0)
-        rc = check_new_pair(ctx, cur, &next->pairs[shard_map_find_pair(next, name)]);
+        rc = check_new_pair(ctx, cur, &next->pairs[shard__map_find_pair(next, name)]);
     shard_map_free(next);
     shard_map_free(cur);
     if (rc)
-        return shard_fail_prefix(rc, "pair add %.64s: ", name);
+        return shard__fail_prefix(rc, "pair add %.64s: ", name);
     rc = topology_publish(ctx, edit_add, &a, version);
-    return rc ? shard_fail_prefix(rc, "pair add %.64s: ", name) : 0;
+    return rc ? shard__fail_prefix(rc, "pair add %.64s: ", name) : 0;
 }
 
 /* ---- pair remove ---------------------------------------------------------- */
@@ -365,25 +365,25 @@ int shard_pair_add(shard_ctx *ctx, const char *name, const char *master, const c
 static int edit_remove(const shard_map *cur, shard_map **next, void *arg)
 {
     const char *name = arg;
-    long pi = shard_map_find_pair(cur, name);
+    long pi = shard__map_find_pair(cur, name);
     json_t *doc;
     int rc;
 
     if (pi < 0)
-        return shard_fail(SHARD_EINVAL, "no pair named \"%.64s\" in the map", name);
+        return shard__fail(SHARD_EINVAL, "no pair named \"%.64s\" in the map", name);
     for (size_t i = 0; i < cur->nranges; i++)
         if (cur->ranges[i].pair == (size_t)pi)
-            return shard_fail(SHARD_EINVAL, "pair %s still serves ID shards %u-%u: move them "
+            return shard__fail(SHARD_EINVAL, "pair %s still serves ID shards %u-%u: move them "
                               "to another pair first", name, cur->ranges[i].lo,
                               cur->ranges[i].hi);
     for (size_t i = 0; i < cur->nmod_ranges; i++)
         if (cur->mod_ranges[i].pair == (size_t)pi)
-            return shard_fail(SHARD_EINVAL, "pair %s still serves mod shards %u-%u", name,
+            return shard__fail(SHARD_EINVAL, "pair %s still serves mod shards %u-%u", name,
                               cur->mod_ranges[i].lo, cur->mod_ranges[i].hi);
     if (!(doc = json_deep_copy(cur->doc)) ||
         json_object_del(json_object_get(doc, "pairs"), name)) {
         json_decref(doc);
-        return shard_fail(SHARD_ENOMEM, "out of memory editing the shard map");
+        return shard__fail(SHARD_ENOMEM, "out of memory editing the shard map");
     }
     rc = doc_map(doc, cur->version + 1, next);
     json_decref(doc);
@@ -424,24 +424,24 @@ static int moves_on(void *arg, size_t i, unsigned worker)
  * that cannot be read might hold one, so that refuses too. */
 static int check_no_moves(shard_ctx *ctx, const shard_map *cur, const char *name)
 {
-    uint64_t *found = shard_calloc(cur->npairs, sizeof *found);
-    int *rcs = shard_calloc(cur->npairs, sizeof *rcs);
-    char (*err)[600] = shard_calloc(cur->npairs, sizeof *err);
+    uint64_t *found = shard__calloc(cur->npairs, sizeof *found);
+    int *rcs = shard__calloc(cur->npairs, sizeof *rcs);
+    char (*err)[600] = shard__calloc(cur->npairs, sizeof *err);
     moves_job j = {ctx, cur, name, found, rcs, err};
     int rc = 0;
 
     if (!found || !rcs || !err) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
         goto out;
     }
     fanout_run(cur->npairs, (unsigned)cur->npairs, moves_on, &j);
     for (size_t i = 0; i < cur->npairs && !rc; i++)
         if (found[i])
-            rc = shard_fail(SHARD_EBUSY, "move %llu involving %s is unfinished: resume or "
+            rc = shard__fail(SHARD_EBUSY, "move %llu involving %s is unfinished: resume or "
                             "abort it first", (unsigned long long)found[i], name);
     for (size_t i = 0; i < cur->npairs && !rc; i++)
         if (rcs[i])
-            rc = shard_fail(rcs[i], "cannot tell whether a move involving %s is unfinished: "
+            rc = shard__fail(rcs[i], "cannot tell whether a move involving %s is unfinished: "
                             "the move journal on pair %s cannot be read: %s", name,
                             cur->pairs[i].name, err[i]);
 out:
@@ -457,16 +457,16 @@ int shard_pair_remove(shard_ctx *ctx, const char *name, uint64_t *version)
     int rc;
 
     if (!ctx || !name)
-        return shard_fail(SHARD_EINVAL, "shard_pair_remove: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_pair_remove: NULL argument");
     if ((rc = shard_store_load(ctx->store, &cur)))
-        return shard_fail_prefix(rc, "reading the stored map: ");
+        return shard__fail_prefix(rc, "reading the stored map: ");
     if ((rc = edit_remove(cur, &next, (void *)name)) == 0)
         rc = check_no_moves(ctx, cur, name);
     shard_map_free(next);
     shard_map_free(cur);
     if (rc == 0)
         rc = topology_publish(ctx, edit_remove, (void *)name, version);
-    return rc ? shard_fail_prefix(rc, "pair remove %.64s: ", name) : 0;
+    return rc ? shard__fail_prefix(rc, "pair remove %.64s: ", name) : 0;
 }
 
 /* ---- shards open ---------------------------------------------------------- */
@@ -503,16 +503,16 @@ static int open_map(const shard_map *cur, const open_arg *a, shard_map **next)
     int rc = 0;
 
     if (a->n <= cur->open_shards)
-        return shard_fail(SHARD_EINVAL, "shards 0-%u are open already: give a number above %u",
+        return shard__fail(SHARD_EINVAL, "shards 0-%u are open already: give a number above %u",
                           cur->open_shards - 1, cur->open_shards);
     if (a->n > SHARD_MAX_SHARD + 1)
-        return shard_fail(SHARD_EINVAL, "at most %u shards", SHARD_MAX_SHARD + 1);
-    if (a->pair && shard_map_find_pair(cur, a->pair) < 0)
-        return shard_fail(SHARD_EINVAL, "no pair named \"%.64s\" in the map", a->pair);
+        return shard__fail(SHARD_EINVAL, "at most %u shards", SHARD_MAX_SHARD + 1);
+    if (a->pair && shard__map_find_pair(cur, a->pair) < 0)
+        return shard__fail(SHARD_EINVAL, "no pair named \"%.64s\" in the map", a->pair);
     for (unsigned s = cur->open_shards; a->pair && s < a->n && s <= last->hi; s++) {
-        long p = shard_map_pair_index(cur, s);
+        long p = shard__map_pair_index(cur, s);
         if (strcmp(cur->pairs[p].name, a->pair) != 0)
-            return shard_fail(SHARD_EINVAL, "shard %u is in a range of pair %s already, not "
+            return shard__fail(SHARD_EINVAL, "shard %u is in a range of pair %s already, not "
                               "of %s", s, cur->pairs[p].name, a->pair);
     }
     if (!(doc = json_deep_copy(cur->doc)) ||
@@ -533,7 +533,7 @@ static int open_map(const shard_map *cur, const open_arg *a, shard_map **next)
     if (rc == 0)
         rc = doc_map(doc, cur->version + 1, next);
     else
-        rc = shard_fail(SHARD_ENOMEM, "out of memory editing the shard map");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory editing the shard map");
     json_decref(doc);
     return rc;
 }
@@ -569,7 +569,7 @@ static int create_shard(create_job *j, size_t pair, shard_conn *c, sqlbuf *q, un
     char db[SHARD_DBNAME_MAX];
     int rc;
 
-    shard_dbfmt_name(&m->dbfmt, s, db);
+    shard__dbfmt_name(&m->dbfmt, s, db);
     sql_addf(q, "CREATE DATABASE IF NOT EXISTS `%s` CHARACTER SET utf8mb4", db);
     if ((rc = create_run(j, pair, c, q)))
         return rc;
@@ -594,11 +594,11 @@ static int create_shard(create_job *j, size_t pair, shard_conn *c, sqlbuf *q, un
 static int pair_fence_tables(shard_ctx *ctx, const shard_pairdef *p)
 {
     shard_server *srv = ctx_server_at(ctx, &p->master);
-    int rc = srv ? schema_fence_table(ctx, srv) : shard_fail(SHARD_ENOMEM, "out of memory");
+    int rc = srv ? schema_fence_table(ctx, srv) : shard__fail(SHARD_ENOMEM, "out of memory");
 
     if (rc == 0 && p->has_standby) {
         srv = ctx_server_at(ctx, &p->standby);
-        rc = srv ? schema_fence_table(ctx, srv) : shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = srv ? schema_fence_table(ctx, srv) : shard__fail(SHARD_ENOMEM, "out of memory");
     }
     return rc;
 }
@@ -615,16 +615,16 @@ static int create_on_pair(void *arg, size_t pair, unsigned worker)
         return 0;
     /* Clients check the move fence on every server of the pair. */
     if ((rc = pair_fence_tables(j->ctx, &j->map->pairs[pair])))
-        return shard_fail_prefix(rc, "pair %s: ", j->map->pairs[pair].name);
+        return shard__fail_prefix(rc, "pair %s: ", j->map->pairs[pair].name);
     if ((rc = fleet_connect(j->ctx, &j->map->pairs[pair].master, &c)))
-        return shard_fail_prefix(rc, "pair %s: ", j->map->pairs[pair].name);
+        return shard__fail_prefix(rc, "pair %s: ", j->map->pairs[pair].name);
     sql_init(&q);
     for (unsigned s = j->from; rc == 0 && s < j->to; s++)
-        if (shard_map_pair_index(j->map, s) == (long)pair)
+        if (shard__map_pair_index(j->map, s) == (long)pair)
             rc = create_shard(j, pair, c, &q, s);
     sql_free(&q);
     conn_put(c, rc == 0);
-    return rc ? shard_fail_prefix(rc, "creating the schema of pair %s: ",
+    return rc ? shard__fail_prefix(rc, "creating the schema of pair %s: ",
                                   j->map->pairs[pair].name) : 0;
 }
 
@@ -635,20 +635,20 @@ static int create_range(shard_ctx *ctx, const shard_map *next, unsigned from,
 {
     size_t n = next->npairs;
     uint64_t per_db = 1 + next->nobjects;
-    create_job j = {ctx, next, from, a->n, shard_calloc(n, sizeof(uint64_t)),
-                    shard_calloc(n, sizeof(uint64_t)), PTHREAD_MUTEX_INITIALIZER,
+    create_job j = {ctx, next, from, a->n, shard__calloc(n, sizeof(uint64_t)),
+                    shard__calloc(n, sizeof(uint64_t)), PTHREAD_MUTEX_INITIALIZER,
                     a->progress, a->payload};
-    bool *only = shard_calloc(n, sizeof *only);
+    bool *only = shard__calloc(n, sizeof *only);
     int rc;
 
     for (size_t i = 0; i < next->nmappings; i++)
         per_db += next->mappings[i].reverse ? 2 : 1;
     if (!j.total || !j.done || !only) {
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
         goto out;
     }
     for (unsigned s = from; s < a->n; s++) {
-        long p = shard_map_pair_index(next, s);
+        long p = shard__map_pair_index(next, s);
         j.total[p] += per_db;
         only[p] = true;
     }
@@ -680,7 +680,7 @@ int shard_shards_open(shard_ctx *ctx, unsigned n, const char *pair,
     int rc;
 
     if (!ctx)
-        return shard_fail(SHARD_EINVAL, "shard_shards_open: NULL context");
+        return shard__fail(SHARD_EINVAL, "shard_shards_open: NULL context");
     rc = topology_publish(ctx, edit_open, &a, version);
-    return rc ? shard_fail_prefix(rc, "shards open %u: ", n) : 0;
+    return rc ? shard__fail_prefix(rc, "shards open %u: ", n) : 0;
 }

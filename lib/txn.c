@@ -17,7 +17,7 @@ struct shard_txn {
 static int txn_fail(shard_txn *t, int rc)
 {
     if (rc == SHARD_ESERVER) {
-        long pi = shard_map_pair_index(t->map, t->shard);
+        long pi = shard__map_pair_index(t->map, t->shard);
         rc = ctx_check_moved(t->ctx, t->conn, t->db, t->shard, false,
                              pi >= 0 ? t->map->pairs[pi].name : "", rc);
     }
@@ -54,7 +54,7 @@ static int begin_fn(exec_env *env, void *arg)
     if (rc)
         return rc;
     t->conn = env->conn;
-    t->map = shard_map_ref((shard_map *)env->map);
+    t->map = shard__map_ref((shard_map *)env->map);
     snprintf(t->db, sizeof t->db, "%s", env->db);
     env->keep = true;
     return 0;
@@ -66,12 +66,12 @@ int shard_txn_begin(shard_ctx *ctx, unsigned shard, shard_txn **out)
     int rc;
 
     if (!ctx || !out)
-        return shard_fail(SHARD_EINVAL, "shard_txn_begin: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_txn_begin: NULL argument");
     if (shard > SHARD_MAX_SHARD)
-        return shard_fail(SHARD_EINVAL, "shard %u out of range (0..65535)", shard);
-    t = shard_calloc(1, sizeof *t);
+        return shard__fail(SHARD_EINVAL, "shard %u out of range (0..65535)", shard);
+    t = shard__calloc(1, sizeof *t);
     if (!t)
-        return shard_fail(SHARD_ENOMEM, "out of memory");
+        return shard__fail(SHARD_ENOMEM, "out of memory");
     t->ctx = ctx;
     t->shard = shard;
     /* Routed like any call: a fenced shard waits for the new map, a lost
@@ -95,9 +95,9 @@ static int txn_counted(shard_ctx *ctx, stats_op op, double started, int rc)
 static int check_usable(shard_txn *t, const char *what)
 {
     if (!t)
-        return shard_fail(SHARD_EINVAL, "%s: NULL transaction", what);
+        return shard__fail(SHARD_EINVAL, "%s: NULL transaction", what);
     if (t->failed)
-        return shard_fail(t->failed, "%s: the transaction already failed (%s); roll it back",
+        return shard__fail(t->failed, "%s: the transaction already failed (%s); roll it back",
                           what, shard_strerror(t->failed));
     return 0;
 }
@@ -105,9 +105,9 @@ static int check_usable(shard_txn *t, const char *what)
 static int check_on_shard(shard_txn *t, uint64_t id, const char *what)
 {
     if (!shard_id_valid(id))
-        return shard_fail(SHARD_EINVAL, "%s: invalid ID %llu", what, (unsigned long long)id);
+        return shard__fail(SHARD_EINVAL, "%s: invalid ID %llu", what, (unsigned long long)id);
     if (shard_id_shard(id) != t->shard)
-        return shard_fail(SHARD_EINVAL, "%s: ID %llu is on shard %u, the transaction on "
+        return shard__fail(SHARD_EINVAL, "%s: ID %llu is on shard %u, the transaction on "
                           "shard %u", what, (unsigned long long)id, shard_id_shard(id),
                           t->shard);
     return 0;
@@ -123,7 +123,7 @@ static int txn_object_create(shard_txn *t, unsigned type, const char *json, size
     if ((rc = check_usable(t, "shard_txn_object_create")))
         return rc;
     if (!id)
-        return shard_fail(SHARD_EINVAL, "shard_txn_object_create: NULL id output");
+        return shard__fail(SHARD_EINVAL, "shard_txn_object_create: NULL id output");
     if ((rc = object_table(t->map, type, &table)) || (rc = object_parse(json, len, &v)))
         return rc;
     json_decref(v);
@@ -142,12 +142,12 @@ static int create_many(shard_txn *t, unsigned type, const char *const *json,
     if ((rc = check_usable(t, "txn_object_create_many")))
         return rc;
     if (n && (!json || !len || !ids))
-        return shard_fail(SHARD_EINVAL, "txn_object_create_many: NULL argument");
+        return shard__fail(SHARD_EINVAL, "txn_object_create_many: NULL argument");
     if ((rc = object_table(t->map, type, &table)))
         return rc;
     for (size_t i = 0; i < n; i++) {
         if ((rc = object_parse(json[i], len[i], &v)))
-            return shard_fail_prefix(rc, "object %zu of %zu: ", i + 1, n);
+            return shard__fail_prefix(rc, "object %zu of %zu: ", i + 1, n);
         json_decref(v);
     }
     /* Refused before anything is written: the transaction stays usable. */
@@ -173,7 +173,7 @@ static int txn_object_get(shard_txn *t, uint64_t id, char **json, size_t *len)
     if ((rc = check_usable(t, "shard_txn_object_get")))
         return rc;
     if (!json)
-        return shard_fail(SHARD_EINVAL, "shard_txn_object_get: NULL output");
+        return shard__fail(SHARD_EINVAL, "shard_txn_object_get: NULL output");
     if ((rc = check_on_shard(t, id, "shard_txn_object_get")) ||
         (rc = object_check_id(t->map, id, &table)))
         return rc;
@@ -216,16 +216,16 @@ static int txn_mapping_add(shard_txn *t, const char *name, uint64_t from, uint64
     if ((rc = check_usable(t, "shard_txn_mapping_add")))
         return rc;
     if (!name)
-        return shard_fail(SHARD_EINVAL, "shard_txn_mapping_add: NULL name");
-    def = shard_map_find_mapping(t->map, name);
+        return shard__fail(SHARD_EINVAL, "shard_txn_mapping_add: NULL name");
+    def = shard__map_find_mapping(t->map, name);
     if (!def)
-        return shard_fail(SHARD_EINVAL, "no mapping named \"%.64s\" in map version %llu "
+        return shard__fail(SHARD_EINVAL, "no mapping named \"%.64s\" in map version %llu "
                           "(reverse mappings are written through their forward name)",
                           name, (unsigned long long)t->map->version);
     if ((rc = check_on_shard(t, from, "mapping from")))
         return rc;
     if (!shard_id_valid(to))
-        return shard_fail(SHARD_EINVAL, "invalid to ID %llu", (unsigned long long)to);
+        return shard__fail(SHARD_EINVAL, "invalid to ID %llu", (unsigned long long)to);
     if (def->reverse && (rc = check_on_shard(t, to, "reverse mapping: to")))
         return rc;
     if (seq == SHARD_SEQ_NOW)
@@ -277,16 +277,16 @@ static int txn_commit(shard_txn *t)
     int rc;
 
     if (!t)
-        return shard_fail(SHARD_EINVAL, "shard_txn_commit: NULL transaction");
+        return shard__fail(SHARD_EINVAL, "shard_txn_commit: NULL transaction");
     if (t->failed) {
-        rc = shard_fail(t->failed, "commit: the transaction failed earlier (%s) and was "
+        rc = shard__fail(t->failed, "commit: the transaction failed earlier (%s) and was "
                         "rolled back", shard_strerror(t->failed));
         txn_end(t, true);
         return rc;
     }
     rc = conn_query_str(t->conn, "COMMIT");
     if (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT)
-        shard_fail_prefix(rc, "commit outcome unknown: ");
+        shard__fail_prefix(rc, "commit outcome unknown: ");
     txn_fail(t, rc);
     txn_end(t, rc != 0);
     return rc;

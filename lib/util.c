@@ -32,9 +32,9 @@ void sleep_ms(double ms)
 
 int copy_out(const char *data, size_t len, char **out, size_t *outlen)
 {
-    char *buf = shard_malloc(len + 1);
+    char *buf = shard__malloc(len + 1);
     if (!buf)
-        return shard_fail(SHARD_ENOMEM, "out of memory for a %zu-byte result", len);
+        return shard__fail(SHARD_ENOMEM, "out of memory for a %zu-byte result", len);
     if (len)
         memcpy(buf, data, len);
     buf[len] = '\0';
@@ -44,15 +44,15 @@ int copy_out(const char *data, size_t len, char **out, size_t *outlen)
     return 0;
 }
 
-void shard_error_save(shard_errsave *s, int code)
+void shard__error_save(shard_errsave *s, int code)
 {
     s->code = code;
     snprintf(s->msg, sizeof s->msg, "%s", shard_errmsg());
 }
 
-int shard_error_restore(const shard_errsave *s)
+int shard__error_restore(const shard_errsave *s)
 {
-    return shard_fail(s->code, "%s", s->msg);
+    return shard__fail(s->code, "%s", s->msg);
 }
 
 /* ---- fan-out ---------------------------------------------------------------- */
@@ -88,7 +88,7 @@ static void *fanout_main(void *p)
         if ((rc = f->fn(f->arg, i, w->id))) {
             pthread_mutex_lock(&f->lock);
             if (!atomic_load(&f->failed)) {
-                shard_error_save(&f->first, rc);
+                shard__error_save(&f->first, rc);
                 atomic_store(&f->failed, true);
             }
             pthread_mutex_unlock(&f->lock);
@@ -133,5 +133,5 @@ int fanout_run(size_t n, unsigned threads, fanout_fn fn, void *arg)
         if (started[i])
             pthread_join(w[i].thread, NULL);
     pthread_mutex_destroy(&f.lock);
-    return atomic_load(&f.failed) ? shard_error_restore(&f.first) : 0;
+    return atomic_load(&f.failed) ? shard__error_restore(&f.first) : 0;
 }

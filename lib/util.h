@@ -27,9 +27,9 @@ typedef struct shard_errsave {
     char msg[1024];
 } shard_errsave;
 
-void shard_error_save(shard_errsave *s, int code);
+void shard__error_save(shard_errsave *s, int code);
 /* Put the saved message back on this thread; returns the saved code. */
-int shard_error_restore(const shard_errsave *s);
+int shard__error_restore(const shard_errsave *s);
 
 /*
  * Run fn(arg, i, worker) for every item i in [0, n), over at most `threads`

@@ -2418,7 +2418,7 @@ START_TEST(test_no_local_file_sent)
 
     free(sql_on("s3", "CREATE TABLE IF NOT EXISTS db00012.li (t LONGTEXT)"));
     OK(shard_ctx_map(C, &map));
-    srv = ctx_server(C, map, (size_t)shard_map_pair_index(map, 12));
+    srv = ctx_server(C, map, (size_t)shard__map_pair_index(map, 12));
     ck_assert_ptr_nonnull(srv);
     OK(conn_get(C, srv, &c));
     rc = conn_query_str(c, "LOAD DATA LOCAL INFILE '/etc/passwd' INTO TABLE db00012.li");

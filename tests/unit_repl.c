@@ -174,7 +174,7 @@ static int edit(const shard_map *cur, shard_map **next, void *arg)
 
     e->calls++;
     if (e->answer)
-        return e->answer == SHARD_ECONFLICT ? shard_fail(SHARD_ECONFLICT, "refused") : e->answer;
+        return e->answer == SHARD_ECONFLICT ? shard__fail(SHARD_ECONFLICT, "refused") : e->answer;
     if (e->rival) {
         shard_map *r = NULL;
         ck_assert_int_eq(map_reassign(cur, 1, 1, "MySQL002", cur->version + 1, &r), 0);
@@ -182,7 +182,7 @@ static int edit(const shard_map *cur, shard_map **next, void *arg)
         shard_map_free(r);
         e->rival = NULL;
     }
-    if (shard_map_pair_index(cur, 0) == shard_map_find_pair(cur, "MySQL002"))
+    if (shard__map_pair_index(cur, 0) == shard__map_find_pair(cur, "MySQL002"))
         return PUBLISH_UNCHANGED;
     return map_reassign(cur, 0, 0, "MySQL002", cur->version + 1, next);
 }
@@ -213,8 +213,8 @@ START_TEST(publish_compare_and_swap)
     ck_assert_uint_eq(v, 9);
     ck_assert_int_eq(shard_store_load(st, &m), 0);
     ck_assert_uint_eq(shard_map_version(m), 9);
-    ck_assert_int_eq(shard_map_pair_index(m, 0), shard_map_find_pair(m, "MySQL002"));
-    ck_assert_int_eq(shard_map_pair_index(m, 1), shard_map_find_pair(m, "MySQL002"));
+    ck_assert_int_eq(shard__map_pair_index(m, 0), shard__map_find_pair(m, "MySQL002"));
+    ck_assert_int_eq(shard__map_pair_index(m, 1), shard__map_find_pair(m, "MySQL002"));
     shard_map_free(m);
     /* Already as wanted: nothing published, the stored version reported. */
     e.calls = 0;

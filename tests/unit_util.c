@@ -27,7 +27,7 @@ static int count_fn(void *arg, size_t i, unsigned worker)
     atomic_fetch_or(&t->workers_used, 1u << worker);
     atomic_fetch_add(&t->ran, 1);
     if (i == t->fail_at)
-        return shard_fail(SHARD_ESERVER, "item %zu failed on purpose", i);
+        return shard__fail(SHARD_ESERVER, "item %zu failed on purpose", i);
     return 0;
 }
 
@@ -49,7 +49,7 @@ START_TEST(fanout_first_failure_comes_back)
     static tally t;
     memset(&t, 0, sizeof t);
     t.fail_at = 10;
-    shard_fail(0, "before");
+    shard__fail(0, "before");
     ck_assert_int_eq(fanout_run(ITEMS, 3, count_fn, &t), SHARD_ESERVER);
     ck_assert_str_eq(shard_errmsg(), "item 10 failed on purpose");
     /* Items stop being handed out: far fewer than all ran. */
@@ -70,10 +70,10 @@ END_TEST
 START_TEST(error_save_restore)
 {
     shard_errsave s;
-    shard_fail(SHARD_ETIMEOUT, "the real cause");
-    shard_error_save(&s, SHARD_ETIMEOUT);
-    shard_fail(SHARD_EIO, "cleanup failed too");
-    ck_assert_int_eq(shard_error_restore(&s), SHARD_ETIMEOUT);
+    shard__fail(SHARD_ETIMEOUT, "the real cause");
+    shard__error_save(&s, SHARD_ETIMEOUT);
+    shard__fail(SHARD_EIO, "cleanup failed too");
+    ck_assert_int_eq(shard__error_restore(&s), SHARD_ETIMEOUT);
     ck_assert_str_eq(shard_errmsg(), "the real cause");
 }
 END_TEST

@@ -36,7 +36,7 @@ static int batch_init(batch *b, unsigned n, unsigned rows_max)
     b->ind = calloc(cells ? cells : 1, 1);
     b->ptr = calloc(cells ? cells : 1, sizeof *b->ptr);
     if (!b->off || !b->len || !b->ind || !b->ptr)
-        return shard_fail(SHARD_ENOMEM, "out of memory for a batch of %u rows", rows_max);
+        return shard__fail(SHARD_ENOMEM, "out of memory for a batch of %u rows", rows_max);
     return 0;
 }
 
@@ -62,7 +62,7 @@ static int batch_add(batch *b, MYSQL_ROW row, const unsigned long *lens)
         while (cap < b->used + need + 1)
             cap *= 2;
         if (!(na = realloc(b->arena, cap)))
-            return shard_fail(SHARD_ENOMEM, "out of memory for a batch of %zu bytes", cap);
+            return shard__fail(SHARD_ENOMEM, "out of memory for a batch of %zu bytes", cap);
         b->arena = na;
         b->cap = cap;
     }
@@ -99,10 +99,10 @@ static int batch_send(mv *m, shard_conn *dst, MYSQL_STMT *st, MYSQL_BIND *bind, 
     }
     if (mysql_stmt_attr_set(st, STMT_ATTR_ARRAY_SIZE, &rows) || mysql_stmt_bind_param(st, bind) ||
         mysql_stmt_execute(st))
-        return shard_fail(SHARD_ESERVER, "%s: error %u: %s", dst->srv->label,
+        return shard__fail(SHARD_ESERVER, "%s: error %u: %s", dst->srv->label,
                           mysql_stmt_errno(st), mysql_stmt_error(st));
     if (mysql_stmt_affected_rows(st) != rows)
-        return shard_fail(SHARD_ESERVER, "%s: a batch of %u rows inserted %llu",
+        return shard__fail(SHARD_ESERVER, "%s: a batch of %u rows inserted %llu",
                           dst->srv->label, rows,
                           (unsigned long long)mysql_stmt_affected_rows(st));
     move_copied(m, rows, b->bytes);
@@ -138,7 +138,7 @@ int move_bulk_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
     sql_init(&q);
     rc = batch_init(&b, n, want);
     if (rc == 0 && !bind)
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
     sql_add(&q, "INSERT INTO ");
     sql_table(&q, t->db, t->name);
     sql_add(&q, " (");
@@ -150,9 +150,9 @@ int move_bulk_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
     sql_add(&q, ")");
     if (rc == 0 && (rc = sql_check(&q)) == 0) {
         if (!(st = mysql_stmt_init(dst->my)))
-            rc = shard_fail(SHARD_ENOMEM, "out of memory");
+            rc = shard__fail(SHARD_ENOMEM, "out of memory");
         else if (mysql_stmt_prepare(st, q.s, (unsigned long)q.len))
-            rc = shard_fail(SHARD_ESERVER, "%s: %s", dst->srv->label, mysql_stmt_error(st));
+            rc = shard__fail(SHARD_ESERVER, "%s: %s", dst->srv->label, mysql_stmt_error(st));
     }
     while (rc == 0 && (rc = b.rows ? 0 : move_throttle_gate(th, want)) == 0 &&
            (row = mysql_fetch_row(res))) {
@@ -170,7 +170,7 @@ int move_bulk_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
             break;
     }
     if (rc == 0 && mysql_errno(src->my))
-        rc = shard_fail(SHARD_ECONNECT, "reading from the source: %s", mysql_error(src->my));
+        rc = shard__fail(SHARD_ECONNECT, "reading from the source: %s", mysql_error(src->my));
     if (rc == 0 && b.rows)
         rc = batch_send(m, dst, st, bind, &b);
     if (st)

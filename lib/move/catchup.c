@@ -35,9 +35,9 @@ static int dbset_add(dbset *s, const char *db, size_t len)
             return 0;
     if (s->n == s->cap) {
         size_t nc = s->cap ? s->cap * 2 : 16;
-        void *nv = shard_realloc(s->v, nc * sizeof *s->v);
+        void *nv = shard__realloc(s->v, nc * sizeof *s->v);
         if (!nv)
-            return shard_fail(SHARD_ENOMEM, "out of memory");
+            return shard__fail(SHARD_ENOMEM, "out of memory");
         s->v = nv;
         s->cap = nc;
     }
@@ -165,7 +165,7 @@ static int link_lock(shard_conn *c)
     int rc = repl_value_u64(c, "SELECT GET_LOCK('libshard replication', 120)", &got);
 
     if (rc == 0 && got != 1)
-        rc = shard_fail(SHARD_EBUSY, "another mover held the replication setup of %s for "
+        rc = shard__fail(SHARD_EBUSY, "another mover held the replication setup of %s for "
                         "120 s", c->srv->label);
     return rc;
 }
@@ -175,10 +175,10 @@ static void link_unlock(shard_conn *c)
     char *v = NULL;
     shard_errsave saved;
 
-    shard_error_save(&saved, 0);
+    shard__error_save(&saved, 0);
     repl_value(c, "SELECT RELEASE_LOCK('libshard replication')", &v);
     free(v);
-    shard_error_restore(&saved);
+    shard__error_restore(&saved);
 }
 
 int move_cut_lock(mv *m, bool on)
@@ -224,7 +224,7 @@ static int registry(mv *m, const move_link *l, dbset *s)
     if (rc)
         return rc;
     if (!(res = mysql_store_result(m->ctl->my)))
-        return shard_fail(SHARD_ESERVER, "move journal: %s", mysql_error(m->ctl->my));
+        return shard__fail(SHARD_ESERVER, "move journal: %s", mysql_error(m->ctl->my));
     while (rc == 0 && (row = mysql_fetch_row(res)))
         rc = dbset_add_range(s, m, (unsigned)strtoul(row[0], NULL, 10),
                              (unsigned)strtoul(row[1], NULL, 10));
@@ -260,7 +260,7 @@ static int set_filter(shard_conn *c, const char *name, dbset *s)
     int rc;
 
     if (!s->n)
-        return shard_fail(SHARD_EINTERNAL, "replication connection %s: empty filter", name);
+        return shard__fail(SHARD_EINTERNAL, "replication connection %s: empty filter", name);
     if ((rc = dbset_text(s, &want))) {
         sql_free(&want);
         return rc;
@@ -275,7 +275,7 @@ static int set_filter(shard_conn *c, const char *name, dbset *s)
     if (rc == 0)
         rc = repl_value(c, sql, &have);
     if (rc == 0 && strcmp(have, want.s) != 0)
-        rc = shard_fail(SHARD_EINTERNAL, "replication filter of %s is \"%.200s\", expected "
+        rc = shard__fail(SHARD_EINTERNAL, "replication filter of %s is \"%.200s\", expected "
                         "\"%.200s\"", name, have, want.s);
     free(have);
     sql_free(&q);
@@ -292,7 +292,7 @@ static int start_connection(shard_conn *t, const repl_link *l)
     if (!io && !sql)
         return 0;
     if (!move_name_ok(l->name))
-        return shard_fail(SHARD_ESERVER, "unexpected replication connection name");
+        return shard__fail(SHARD_ESERVER, "unexpected replication connection name");
     return move_runf(t, "START SLAVE '%s'%s", l->name, which);
 }
 
@@ -307,9 +307,9 @@ static int add_tls(shard_conn *t, sqlbuf *q, const shard_tlsdef *tls)
         char *esc;
         if (!vals[i])
             continue;
-        esc = shard_malloc(strlen(vals[i]) * 2 + 1);
+        esc = shard__malloc(strlen(vals[i]) * 2 + 1);
         if (!esc)
-            return shard_fail(SHARD_ENOMEM, "out of memory");
+            return shard__fail(SHARD_ENOMEM, "out of memory");
         mysql_real_escape_string(t->my, esc, vals[i], (unsigned long)strlen(vals[i]));
         sql_addf(q, ", %s = '", names[i]);
         sql_add(q, esc);
@@ -331,17 +331,17 @@ static int change_master(mv *m, const move_link *l)
 
     if ((rc = ctx_password_copy(m->ctx, &pw)))
         return rc;
-    esc = shard_malloc(strlen(user) * 2 + 1);
-    pesc = shard_malloc((pw ? strlen(pw) : 0) * 2 + 1);
+    esc = shard__malloc(strlen(user) * 2 + 1);
+    pesc = shard__malloc((pw ? strlen(pw) : 0) * 2 + 1);
     if (!esc || !pesc) {
         free(esc);
         free(pesc);
-        shard_wipe_free(pw);
-        return shard_fail(SHARD_ENOMEM, "out of memory");
+        shard__wipe_free(pw);
+        return shard__fail(SHARD_ENOMEM, "out of memory");
     }
     mysql_real_escape_string(l->c->my, esc, user, (unsigned long)strlen(user));
     mysql_real_escape_string(l->c->my, pesc, pw ? pw : "", pw ? (unsigned long)strlen(pw) : 0);
-    shard_wipe_free(pw);
+    shard__wipe_free(pw);
     sql_init(&q);
     sql_addf(&q, "CHANGE MASTER '%s' TO master_host = '%s', master_port = %u,"
                  " master_user = '", l->name, l->from->master.host, l->from->master.port);
@@ -349,7 +349,7 @@ static int change_master(mv *m, const move_link *l)
     sql_add(&q, "', master_password = '");
     sql_add(&q, pesc);
     sql_add(&q, "', master_use_gtid = slave_pos, master_connect_retry = 1");
-    shard_wipe_free(pesc);
+    shard__wipe_free(pesc);
     free(esc);
     /* The map's TLS settings apply to the moved rows' trip too (the paths
      * must be valid on the replicating server). */
@@ -387,7 +387,7 @@ static int same_master_elsewhere(const repl_status *st, const move_link *l)
         const repl_link *k = &st->links[i];
         if (strcasecmp(k->name, l->name) != 0 && k->master_port == l->from->master.port &&
             strcmp(k->master_host, l->from->master.host) == 0)
-            return shard_fail(SHARD_EBUSY, "%s's master already replicates from %s through "
+            return shard__fail(SHARD_EBUSY, "%s's master already replicates from %s through "
                               "connection \"%s\": finish (or revert) the move that uses it "
                               "first", l->pair->name, l->from->name, k->name);
     }
@@ -450,7 +450,7 @@ static bool wait_standby_has(mv *m, const move_link *l, const unsigned long *own
 
     if (!l->pair->has_standby)
         return true;
-    shard_error_save(&saved, 0);
+    shard__error_save(&saved, 0);
     /* The master's position now: under a steady stream the standby is
      * always a little behind the latest one. */
     if (repl_value(l->c, "SELECT @@gtid_binlog_pos", &want) == 0 &&
@@ -473,7 +473,7 @@ static bool wait_standby_has(mv *m, const move_link *l, const unsigned long *own
                 "stop with error 1236 (then START SLAVE on %s again)", l->pair->name,
                 l->pair->standby.text, seconds, l->pair->master.text);
     move_close(&sb);
-    shard_error_restore(&saved);
+    shard__error_restore(&saved);
     return done;
 }
 
@@ -535,7 +535,7 @@ static int others_reached(mv *m, const move_link *l, const repl_status *st, cons
             if (!repl_link_stopped(k))
                 rc = repl_wait_pos(l->c, one, MOVE_PAIR_WAIT_S, &reached);
             if (rc == 0 && !reached)
-                rc = shard_fail(SHARD_EBUSY, "replication connection %s on %s (%s, from %s) has "
+                rc = shard__fail(SHARD_EBUSY, "replication connection %s on %s (%s, from %s) has "
                                 "applied domain %lu up to %llu only, and this move's start "
                                 "(%s) would make it skip what lies before it: let it catch up "
                                 "(resume its move), then try again", k->name, l->pair->name,
@@ -574,7 +574,7 @@ int move_link_join(mv *m, const move_link *l, const char *pos)
      * takes turns instead (libshard-move(7), "Many moves at once").
      */
     if (exists && other.n) {
-        rc = shard_fail(SHARD_EBUSY, "replication connection %s carries other moves' "
+        rc = shard__fail(SHARD_EBUSY, "replication connection %s carries other moves' "
                         "databases (%s...)", l->name, other.v[0]);
         goto out;
     }
@@ -635,7 +635,7 @@ out:
     dbset_free(&mine);
     free(cur);
     free(merged);
-    return rc ? shard_fail_prefix(rc, "replication connection %s on %s: ", l->name,
+    return rc ? shard__fail_prefix(rc, "replication connection %s on %s: ", l->name,
                                   l->pair->name) : 0;
 }
 
@@ -661,7 +661,7 @@ out:
     link_unlock(l->c);
     repl_status_free(&st);
     dbset_free(&other);
-    return rc ? shard_fail_prefix(rc, "replication connection %s on %s: ", l->name,
+    return rc ? shard__fail_prefix(rc, "replication connection %s on %s: ", l->name,
                                   l->pair->name) : 0;
 }
 
@@ -676,7 +676,7 @@ int move_link_ensure(mv *m, const move_link *l)
     if ((rc = repl_status_read(l->c, &st)))
         goto out;
     if (!repl_status_find(&st, l->name)) {
-        rc = shard_fail(SHARD_EINTERNAL, "replication connection %s is gone from %s",
+        rc = shard__fail(SHARD_EINTERNAL, "replication connection %s is gone from %s",
                         l->name, l->pair->name);
         goto out;
     }
@@ -750,7 +750,7 @@ int move_repl_setup(mv *m)
     move_link_forward(m, &l);
     if ((rc = move_link_join(m, &l, m->snap)) == 0)
         m->repl_checked = true;
-    return rc ? shard_fail_prefix(rc, "replication to target %s: ", move_dp(m)->name) : 0;
+    return rc ? shard__fail_prefix(rc, "replication to target %s: ", move_dp(m)->name) : 0;
 }
 
 int move_repl_start(mv *m)
@@ -811,12 +811,12 @@ static void pair_link_start(mv *m, const move_link *l)
      * stopped: start it (a server without one is fine), once its standby
      * holds what the master applied from elsewhere (wait_standby_has). */
     if ((k = repl_status_find(&st, "")) && !repl_link_running(k)) {
-        shard_error_save(&saved, 0);
+        shard__error_save(&saved, 0);
         /* Both threads stopped: START SLAVE asks from gtid_slave_pos again. */
         if (strcmp(k->io_running, "No") == 0 && strcmp(k->sql_running, "No") == 0 &&
             move_pair_domains(m, l->pair, own, &nown) == 0)
             wait_standby_has(m, l, own, nown, STANDBY_WAIT_S);
-        shard_error_restore(&saved);
+        shard__error_restore(&saved);
         move_runf(l->c, "START SLAVE");
     }
     repl_status_free(&st);
@@ -842,17 +842,17 @@ static int repl_health(mv *m)
     if ((rc = repl_status_read(m->t, &st)))
         return rc;
     if (!(l = repl_status_find(&st, m->name)))
-        rc = shard_fail(SHARD_EINTERNAL, "replication connection %s is gone from the target",
+        rc = shard__fail(SHARD_EINTERNAL, "replication connection %s is gone from the target",
                         m->name);
     else if (!l->do_db[0])
-        rc = shard_fail(SHARD_EINTERNAL, "replication connection %s runs without its "
+        rc = shard__fail(SHARD_EINTERNAL, "replication connection %s runs without its "
                         "filter (was the target restarted without skip-slave-start?): "
                         "stop it and abort the move", m->name);
     else {
         const char *errs[] = {l->last_sql_error, l->last_io_error};
         for (int i = 0; i < 2 && rc == 0; i++)
             if (lasting_error(errs[i]))
-                rc = shard_fail(SHARD_ESERVER, "replication connection %s: %s", m->name,
+                rc = shard__fail(SHARD_ESERVER, "replication connection %s: %s", m->name,
                                 errs[i]);
     }
     repl_status_free(&st);
@@ -902,7 +902,7 @@ int move_catch_up(mv *m)
         if ((rc = repl_health(m)))
             return rc;
         if (now_seconds() - t0 > m->o.catchup_timeout_s && (m->final = true))
-            return shard_fail(SHARD_ETIMEOUT, "the target did not catch up within %u s",
+            return shard__fail(SHARD_ETIMEOUT, "the target did not catch up within %u s",
                               m->o.catchup_timeout_s);
         move_progress(m, m->swapped ? SHARD_MOVE_REVERSIBLE : SHARD_MOVE_CATCHUP, 0, 0);
     }

@@ -86,7 +86,7 @@ int move_target_pair_ready(mv *m)
             break;
         }
         if (pl.master_stopped || pl.standby_stopped || now_seconds() > end) {
-            rc = shard_fail(SHARD_EBUSY, "target %s is not a healthy pair: standby %s %s "
+            rc = shard__fail(SHARD_EBUSY, "target %s is not a healthy pair: standby %s %s "
                             "everything up to the flip (its link: %s; master %s's link: %s); "
                             "the source copy is kept: repair the pair's replication, then "
                             "resume move %llu", dp->name, dp->standby.text,
@@ -114,7 +114,7 @@ void move_check_target_pair(mv *m)
     m->r->target_pair_healthy = 1;
     if (!dp->has_standby)
         return;
-    shard_error_save(&saved, 0);
+    shard__error_save(&saved, 0);
     if (move_conn(m, &dp->standby, &sb) ||
         ((!m->flip || !m->flip[0]) && move_read_pos(m->t, &m->flip)) || look(m, m->t, sb, &pl)) {
         m->r->target_pair_healthy = 0;
@@ -129,7 +129,7 @@ void move_check_target_pair(mv *m)
                 pl.master);
     }
     move_close(&sb);
-    shard_error_restore(&saved);
+    shard__error_restore(&saved);
 }
 
 int move_drop_source(mv *m)

@@ -35,7 +35,7 @@ static int add_row(sqlbuf *q, MYSQL_ROW row, unsigned long *lens, MYSQL_FIELD *f
             sql_add(q, "NULL");
         else if (IS_NUM(f[i].type) && f[i].type != MYSQL_TYPE_TIMESTAMP) {
             if (!numeric_text(row[i], lens[i]))
-                return shard_fail(SHARD_ESERVER, "column %s: unexpected numeric text",
+                return shard__fail(SHARD_ESERVER, "column %s: unexpected numeric text",
                                   f[i].name);
             sql_add(q, row[i]);
         } else {
@@ -54,7 +54,7 @@ static int insert_head(sqlbuf *q, const mtable *t, MYSQL_FIELD *f, unsigned n)
     sql_add(q, " (");
     for (unsigned i = 0; i < n; i++) {
         if (!move_name_ok(f[i].name))
-            return shard_fail(SHARD_ESERVER, "%s.%s: unexpected column name", t->db, t->name);
+            return shard__fail(SHARD_ESERVER, "%s.%s: unexpected column name", t->db, t->name);
         sql_addf(q, "%s`%s`", i ? "," : "", f[i].name);
     }
     sql_add(q, ") VALUES ");
@@ -114,7 +114,7 @@ static int insert_rows(mv *m, shard_conn *src, shard_conn *dst, const mtable *t,
             break;
     }
     if (rc == 0 && mysql_errno(src->my))
-        rc = shard_fail(SHARD_ECONNECT, "reading from the source: %s", mysql_error(src->my));
+        rc = shard__fail(SHARD_ECONNECT, "reading from the source: %s", mysql_error(src->my));
     if (rc == 0 && rows)
         rc = flush_batch(m, dst, &q, head, &rows, &bytes);
     sql_free(&q);
@@ -133,7 +133,7 @@ static int order_by_key(shard_conn *src, const mtable *t, char *out, size_t size
     if ((rc = move_runf(src, "SELECT * FROM `%s`.`%s` LIMIT 0", t->db, t->name)))
         return rc;
     if (!(res = mysql_store_result(src->my)))
-        return shard_fail(SHARD_ESERVER, "%s", mysql_error(src->my));
+        return shard__fail(SHARD_ESERVER, "%s", mysql_error(src->my));
     n = mysql_num_fields(res);
     f = mysql_fetch_fields(res);
     while (k < n && k < 16 && (f[k].flags & PRI_KEY_FLAG))
@@ -159,12 +159,12 @@ static int copy_table(mv *m, shard_conn *src, shard_conn *dst, const mtable *t)
         (rc = move_runf(src, "SELECT * FROM `%s`.`%s` ORDER BY %s", t->db, t->name, order)))
         return rc;
     if (!(res = mysql_use_result(src->my)))
-        return shard_fail(SHARD_ESERVER, "%s", mysql_error(src->my));
+        return shard__fail(SHARD_ESERVER, "%s", mysql_error(src->my));
     n = mysql_num_fields(res);
     f = mysql_fetch_fields(res);
     for (unsigned i = 0; rc == 0 && i < n; i++)
         if (!move_name_ok(f[i].name))
-            rc = shard_fail(SHARD_ESERVER, "unexpected column name");
+            rc = shard__fail(SHARD_ESERVER, "unexpected column name");
     if (rc == 0)
         rc = m->feed == MOVE_FEED_INFILE ? move_infile_copy(m, m->th, src, dst, t, res)
              : m->feed == MOVE_FEED_BULK ? move_bulk_copy(m, m->th, src, dst, t, res)
@@ -172,7 +172,7 @@ static int copy_table(mv *m, shard_conn *src, shard_conn *dst, const mtable *t)
     mysql_free_result(res); /* reads what is left: a failed copy may wait here */
     if (rc)
         move_throttle_fail(m->th);
-    return rc ? shard_fail_prefix(rc, "copying %s.%s: ", t->db, t->name) : 0;
+    return rc ? shard__fail_prefix(rc, "copying %s.%s: ", t->db, t->name) : 0;
 }
 
 static int count_table(shard_conn *src, mtable *t)
@@ -256,7 +256,7 @@ static int open_snapshots(mv *m, unsigned n)
             move_runf(ctl, "BACKUP STAGE END");
         move_close(&ctl);
         if (rc == 0)
-            rc = shard_fail(SHARD_ESERVER, "snapshots opened under BACKUP STAGE BLOCK_COMMIT "
+            rc = shard__fail(SHARD_ESERVER, "snapshots opened under BACKUP STAGE BLOCK_COMMIT "
                             "differ in their binary-log position");
     }
     if (rc < 0)
@@ -265,7 +265,7 @@ static int open_snapshots(mv *m, unsigned n)
     /* "FILE,POSITION", both server-made */
     if (!at || !(pos = strrchr(at, ',')) || !move_name_ok(pos + 1) || !pos[1] ||
         strpbrk(at, "'\\")) {
-        rc = shard_fail(SHARD_ESERVER, "unexpected binlog snapshot %.200s", at ? at : "");
+        rc = shard__fail(SHARD_ESERVER, "unexpected binlog snapshot %.200s", at ? at : "");
         goto out;
     }
     *pos++ = '\0';
@@ -285,7 +285,7 @@ static int open_snapshots(mv *m, unsigned n)
         rc = repl_gtid_check(m->snap);
 out:
     free(at);
-    return rc ? shard_fail_prefix(rc, "source snapshot: ") : 0;
+    return rc ? shard__fail_prefix(rc, "source snapshot: ") : 0;
 }
 
 /*
@@ -336,7 +336,7 @@ static int choose_feed(mv *m)
         return 0;
     yes = move_infile_probe(m, dst, &m->tables[0]);
     if (yes < 0)
-        return shard_fail_prefix(yes, "trying LOAD DATA LOCAL INFILE on the target: ");
+        return shard__fail_prefix(yes, "trying LOAD DATA LOCAL INFILE on the target: ");
     if (yes) {
         m->feed = MOVE_FEED_INFILE;
         ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: copying with LOAD DATA LOCAL INFILE",
@@ -395,14 +395,14 @@ int move_copy(mv *m)
         m->total = m->done;
         move_progress(m, SHARD_MOVE_COPYING, m->done, m->total);
     }
-    shard_error_save(&saved, rc);
+    shard__error_save(&saved, rc);
     if (m->th)
         move_throttle_stop(m->th);
     m->th = NULL;
     for (unsigned w = 0; w < n; w++)
         if (m->wsrc[w])
             move_runf(m->wsrc[w], "COMMIT"); /* ends the snapshot; may fail on a dead source */
-    shard_error_restore(&saved);
+    shard__error_restore(&saved);
     move_close_workers(m);
     m->r->copy_seconds = now_seconds() - t0;
     return rc;

@@ -31,18 +31,18 @@ int move_fence_set(mv *m, bool on)
         return rc;
     rc = move_fence_update(m, m->src, on, &matched);
     m->fence_statements = 1;
-    shard_error_save(&saved, rc);
+    shard__error_save(&saved, rc);
     urc = move_runf(m->src, "SET SESSION lock_wait_timeout = DEFAULT,"
                     " innodb_lock_wait_timeout = DEFAULT");
     if (rc)
-        return shard_error_restore(&saved);
+        return shard__error_restore(&saved);
     if (urc)
         return urc;
     if (on && matched != want) {
         /* Rows missing: the fence would not hold for every shard (a
          * missing row is unfenced, so lifting needs no such check). */
         move_fence_update(m, m->src, false, &matched);
-        return shard_fail(SHARD_EINTERNAL, "the fence found %llu of the %llu fence rows of "
+        return shard__fail(SHARD_EINTERNAL, "the fence found %llu of the %llu fence rows of "
                           "shards %u-%u on source %s; a resume creates them again",
                           (unsigned long long)matched, (unsigned long long)want, m->first,
                           m->last, move_sp(m)->name);
@@ -77,9 +77,9 @@ int move_flipped_in_store(mv *m)
     int rc;
 
     if ((rc = shard_store_load(m->ctx->store, &cur)))
-        return shard_fail_prefix(rc, "reading the map store: ");
+        return shard__fail_prefix(rc, "reading the map store: ");
     for (unsigned s = m->first; s <= m->last && all; s++) {
-        long p = shard_map_pair_index(cur, s);
+        long p = shard__map_pair_index(cur, s);
         all = p >= 0 && strcmp(cur->pairs[p].name, move_dp(m)->name) == 0;
     }
     shard_map_free(cur);
@@ -93,15 +93,15 @@ static int flip_edit(const shard_map *cur, shard_map **next, void *arg)
     bool all_target = true, some_source = false;
 
     for (unsigned s = m->first; s <= m->last; s++) {
-        long p = shard_map_pair_index(cur, s);
+        long p = shard__map_pair_index(cur, s);
         const char *pn = p >= 0 ? cur->pairs[p].name : "";
         all_target &= strcmp(pn, move_dp(m)->name) == 0;
         some_source |= strcmp(pn, move_sp(m)->name) == 0;
     }
     if (all_target) /* a resumed move whose flip already happened */
         return PUBLISH_UNCHANGED;
-    if (!some_source || shard_map_find_pair(cur, move_dp(m)->name) < 0)
-        return shard_fail(SHARD_ECONFLICT, "the stored map no longer has shards %u-%u on %s: "
+    if (!some_source || shard__map_find_pair(cur, move_dp(m)->name) < 0)
+        return shard__fail(SHARD_ECONFLICT, "the stored map no longer has shards %u-%u on %s: "
                           "another change moved them", m->first, m->last, move_sp(m)->name);
     return map_reassign(cur, m->first, m->last, move_dp(m)->name, cur->version + 1, next);
 }
@@ -109,7 +109,7 @@ static int flip_edit(const shard_map *cur, shard_map **next, void *arg)
 int move_publish(mv *m)
 {
     int rc = publish_edit(m->ctx->store, flip_edit, m, &m->r->map_version);
-    return rc ? shard_fail_prefix(rc, "publishing the map: ") : 0;
+    return rc ? shard__fail_prefix(rc, "publishing the map: ") : 0;
 }
 
 int move_publish_landed(mv *m, int rc, int (*lift)(mv *m, int rc), const char *flipped,
@@ -118,15 +118,15 @@ int move_publish_landed(mv *m, int rc, int (*lift)(mv *m, int rc), const char *f
     shard_errsave why;
     int landed;
 
-    shard_error_save(&why, rc);
+    shard__error_save(&why, rc);
     landed = move_flipped_in_store(m);
     if (landed == 0) {
-        shard_error_restore(&why);
+        shard__error_restore(&why);
         return lift(m, rc);
     }
     if (landed < 0) {
         move_close_vsnaps(m);
-        return shard_fail(rc, "%.400s; and whether the map %s is unknown (%.400s): %s stays "
+        return shard__fail(rc, "%.400s; and whether the map %s is unknown (%.400s): %s stays "
                           "on; resume the move", why.msg, flipped, shard_errmsg(), fence);
     }
     return 0;
@@ -204,7 +204,7 @@ static void swap_view(mv *m, mv *rv)
     rv->swapped = true;
     snprintf(rv->name, sizeof rv->name, "%s", m->rname);
     rv->snap = rv->fence = rv->flip = NULL;
-    rv->rev = m->rev ? shard_strdup(m->rev) : NULL;
+    rv->rev = m->rev ? shard__strdup(m->rev) : NULL;
     rv->tables = NULL;
     rv->ntables = 0;
     rv->listed = false;
@@ -216,8 +216,8 @@ static void swap_view(mv *m, mv *rv)
     rv->done = rv->total = 0;
     rv->fence_t0 = 0;
     if (m->phase == MOVE_REVERTING) { /* an interrupted revert's positions */
-        rv->fence = m->fence ? shard_strdup(m->fence) : NULL;
-        rv->flip = m->flip ? shard_strdup(m->flip) : NULL;
+        rv->fence = m->fence ? shard__strdup(m->fence) : NULL;
+        rv->flip = m->flip ? shard__strdup(m->flip) : NULL;
     }
     snprintf(rv->r->source, sizeof rv->r->source, "%s", move_sp(rv)->name);
     snprintf(rv->r->target, sizeof rv->r->target, "%s", move_dp(rv)->name);
@@ -243,19 +243,19 @@ static int revert_lift(mv *rv, int rc)
     char msg[1100];
     int urc;
 
-    shard_error_save(&why, rc);
+    shard__error_save(&why, rc);
     move_close_vsnaps(rv);
     if ((urc = move_fence_set(rv, false))) {
         snprintf(msg, sizeof msg, "revert failed (%.500s) and the fence on the target could "
                  "not be lifted: %.500s; resume the move", why.msg, shard_errmsg());
         move_note(rv, msg);
-        return shard_fail(urc, "%s", msg);
+        return shard__fail(urc, "%s", msg);
     }
     move_set_str(&rv->fence, "");
     snprintf(msg, sizeof msg, "revert failed: the target's fence lifted (%.1000s)", why.msg);
     if ((urc = move_enter(rv, MOVE_REVERSIBLE, msg)))
         return urc;
-    return shard_fail(rc, "%s (the target's fence lifted; the move stays reversible)",
+    return shard__fail(rc, "%s (the target's fence lifted; the move stays reversible)",
                       why.msg);
 }
 
@@ -283,7 +283,7 @@ static int revert_cutover(mv *m, mv *rv)
             return rc;
     }
     if (rc == SHARD_EBUSY)
-        return shard_fail(rc, "revert: a transaction held a moved shard on the target longer "
+        return shard__fail(rc, "revert: a transaction held a moved shard on the target longer "
                           "than %u s, %u times", rv->o.fence_timeout_s, rv->r->fence_attempts);
     if (rc)
         return rc;
@@ -293,7 +293,7 @@ static int revert_cutover(mv *m, mv *rv)
         return revert_lift(rv, rc);
     rc = move_wait_applied(rv, rv->fence, MOVE_FENCE_WAIT_S, &reached);
     if (rc == 0 && !reached)
-        rc = shard_fail(SHARD_EBUSY, "the source did not apply up to the target's fence "
+        rc = shard__fail(SHARD_EBUSY, "the source did not apply up to the target's fence "
                         "within %d s", MOVE_FENCE_WAIT_S);
     if (rc == 0)
         rc = move_open_vsnaps(rv); /* the source as the target left it */
@@ -308,7 +308,7 @@ static int revert_cutover(mv *m, mv *rv)
     rv->r->pause_ms = (now_seconds() - t0) * 1000.0;
     rv->r->cutover_seconds = now_seconds() - t0;
     if (rc)
-        return shard_fail_prefix(rc, "the map is back on %s but its fence could not be "
+        return shard__fail_prefix(rc, "the map is back on %s but its fence could not be "
                                  "lifted (resume the move): ", move_dp(rv)->name);
     if ((rc = move_read_pos(rv->t, &rv->flip)) ||
         (rc = move_enter(rv, MOVE_REVERTING, "flipped back")))
@@ -358,7 +358,7 @@ int move_revert(mv *m)
             return bad;
         if (bad) {
             m->final = true;
-            return shard_fail(SHARD_EBUSY, "move %llu cannot be reverted: %s; a revert now "
+            return shard__fail(SHARD_EBUSY, "move %llu cannot be reverted: %s; a revert now "
                               "would lose the writes made on %s since the flip. Repair the "
                               "stream (or resume the move to start it again), or finish "
                               "the move", (unsigned long long)m->id, why, move_dp(m)->name);
@@ -380,7 +380,7 @@ int move_revert(mv *m)
                  "target's copy is kept (fenced) for inspection",
                  (unsigned long long)rv.r->mismatches);
         if ((rc = move_enter(&rv, MOVE_REVERTED, why)) == 0)
-            rc = shard_fail(SHARD_EVERIFY, "move %llu: %s", (unsigned long long)m->id, why);
+            rc = shard__fail(SHARD_EVERIFY, "move %llu: %s", (unsigned long long)m->id, why);
     } else if (rc == 0) {
         /* The target's copies go once both halves of the source hold
          * everything (the same rule as forward). */

@@ -23,7 +23,7 @@ int (*shard__move_hook)(uint64_t move_id, const char *point);
 static int move_hook(mv *m, const char *point)
 {
     int rc = shard__move_hook ? shard__move_hook(m->id, point) : 0;
-    return rc ? shard_fail(rc, "move %llu: stopped by a test hook at \"%s\"",
+    return rc ? shard__fail(rc, "move %llu: stopped by a test hook at \"%s\"",
                            (unsigned long long)m->id, point)
               : 0;
 }
@@ -49,20 +49,20 @@ static int lift_fence(mv *m, int rc)
     char msg[1100];
     int urc;
 
-    shard_error_save(&why, rc);
+    shard__error_save(&why, rc);
     move_close_vsnaps(m);
     urc = move_fence_set(m, false);
     if (urc) {
         snprintf(msg, sizeof msg, "cut-over failed (%.500s) and the fence could not be lifted: %.500s; "
                  "resume or abort the move", why.msg, shard_errmsg());
         move_note(m, msg);
-        return shard_fail(urc, "%s", msg);
+        return shard__fail(urc, "%s", msg);
     }
     move_set_str(&m->fence, "");
     snprintf(msg, sizeof msg, "cut-over failed: fence lifted (%.1000s)", why.msg);
     if ((urc = move_enter(m, MOVE_CATCHUP, msg)))
         return urc;
-    shard_fail(rc, "%s (fence lifted)", why.msg);
+    shard__fail(rc, "%s (fence lifted)", why.msg);
     return retry_later(m, rc);
 }
 
@@ -89,9 +89,9 @@ static int state_planned(mv *m)
     rc = move_create_target(m);
     if (rc == SHARD_EEXISTS && !m->target_ours) {
         /* Not ours: end the move here, so that no resume ever drops it. */
-        shard_error_save(&why, rc);
+        shard__error_save(&why, rc);
         move_enter(m, MOVE_ABORTED, why.msg);
-        return shard_error_restore(&why);
+        return shard__error_restore(&why);
     }
     return rc ? rc : move_enter(m, MOVE_COPYING, NULL);
 }
@@ -133,7 +133,7 @@ static int wait_turn(mv *m)
             last = before;
         }
         if (now_seconds() - t0 > m->o.catchup_timeout_s && (m->final = true))
-            return shard_fail(SHARD_ETIMEOUT, "move %llu between the same pairs did not flip "
+            return shard__fail(SHARD_ETIMEOUT, "move %llu between the same pairs did not flip "
                               "within %u s: resume or abort it", (unsigned long long)before,
                               m->o.catchup_timeout_s);
         move_progress(m, SHARD_MOVE_COPYING, 0, 0);
@@ -182,7 +182,7 @@ static int state_catchup(mv *m)
     if (rc)
         move_cut_lock(m, false);
     if (rc == SHARD_EBUSY) { /* lock wait timeout: a long transaction */
-        shard_fail(SHARD_EBUSY, "fence attempt %u: a transaction held a moved shard longer "
+        shard__fail(SHARD_EBUSY, "fence attempt %u: a transaction held a moved shard longer "
                    "than %u s", m->r->fence_attempts, m->o.fence_timeout_s);
         return retry_later(m, SHARD_EBUSY);
     }
@@ -250,7 +250,7 @@ static int fenced_flip(mv *m)
     }
     rc = move_wait_applied(m, m->fence, MOVE_FENCE_WAIT_S, &reached);
     if (rc == 0 && !reached)
-        rc = shard_fail(SHARD_EBUSY, "the target did not apply up to the fence within %d s",
+        rc = shard__fail(SHARD_EBUSY, "the target did not apply up to the fence within %d s",
                         MOVE_FENCE_WAIT_S);
     /* The target now holds exactly the source's final state: snapshot it
      * for verification before any client can write there. */
@@ -315,7 +315,7 @@ static int state_verifying(mv *m)
     move_check_target_pair(m);
     if ((rc = move_enter(m, MOVE_DONE, msg)))
         return rc;
-    return shard_fail(SHARD_EVERIFY, "move %llu: %s", (unsigned long long)m->id, msg);
+    return shard__fail(SHARD_EVERIFY, "move %llu: %s", (unsigned long long)m->id, msg);
 }
 
 /* cleaning: once both halves of the target hold everything, the source goes. */
@@ -440,7 +440,7 @@ static int reconnect(mv *m)
         if ((rc = repl_value_u64(m->ctl, sql, &got)))
             return rc;
         if (got != 1)
-            return shard_fail(SHARD_EBUSY, "move %llu is being run by another mover right "
+            return shard__fail(SHARD_EBUSY, "move %llu is being run by another mover right "
                               "now", (unsigned long long)m->id);
     }
     if ((rc = move_conn(m, &move_sp(m)->master, &m->src)) ||
@@ -485,7 +485,7 @@ static int run_phases(mv *m)
             rc = move_revert(m);
             break;
         default:
-            rc = shard_fail(SHARD_EINTERNAL, "move %llu: unknown phase %d",
+            rc = shard__fail(SHARD_EINTERNAL, "move %llu: unknown phase %d",
                             (unsigned long long)m->id, (int)m->phase);
         }
     }
@@ -505,7 +505,7 @@ static int drive(mv *m)
     }
     while (retryable(m, rc)) {
         m->retries++;
-        shard_error_save(&why, rc);
+        shard__error_save(&why, rc);
         ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: %s: %s; trying again (%u of %u)",
                 (unsigned long long)m->id, shard_move_phase_name((int)m->phase), why.msg,
                 m->retries, MOVE_RETRIES);
@@ -515,9 +515,9 @@ static int drive(mv *m)
             rc = run_phases(m);
     }
     if (rc) {
-        shard_error_save(&why, rc);
+        shard__error_save(&why, rc);
         move_note(m, why.msg);
-        shard_error_restore(&why);
+        shard__error_restore(&why);
     }
     return rc;
 }
@@ -530,7 +530,7 @@ static int options(mv *m, const shard_move_options *opts)
 
     m->o = defaults;
     if (opts && (opts->version < 1 || opts->version > SHARD_MOVE_OPTIONS_VERSION))
-        return shard_fail(SHARD_EINVAL, "shard_move_options.version %u is not supported "
+        return shard__fail(SHARD_EINVAL, "shard_move_options.version %u is not supported "
                           "(this library knows 1..%d)", opts->version,
                           SHARD_MOVE_OPTIONS_VERSION);
     /* Only the caller's version's fields: an older caller's struct is shorter. */
@@ -594,7 +594,7 @@ static int no_overlap(mv *m)
                             (rows[i].window_s && rows[i].phase < MOVE_CLEANING)) &&
             strcmp(rows[i].source, move_sp(m)->name) == 0 &&
             strcmp(rows[i].target, move_dp(m)->name) == 0)
-            rc = shard_fail(SHARD_EBUSY, "move %llu from %s to %s keeps a reverse window: "
+            rc = shard__fail(SHARD_EBUSY, "move %llu from %s to %s keeps a reverse window: "
                             "finish or revert it before another move between the same pairs "
                             "takes one (or move without --reverse-window)",
                             (unsigned long long)rows[i].id, rows[i].source, rows[i].target);
@@ -604,13 +604,13 @@ static int no_overlap(mv *m)
                   (m->window_s && rows[i].phase <= MOVE_FLIPPED)))
             /* Its reverse stream, or its catch-up, would be this move's
              * connection from the same master. */
-            rc = shard_fail(SHARD_EBUSY, "move %llu from %s to %s (phase %s) replicates "
+            rc = shard__fail(SHARD_EBUSY, "move %llu from %s to %s (phase %s) replicates "
                             "between the same two masters: %s it first",
                             (unsigned long long)rows[i].id, rows[i].source, rows[i].target,
                             shard_move_phase_name(rows[i].phase),
                             rows[i].phase >= MOVE_REVERSIBLE ? "finish or revert" : "let it flip");
         else if (rows[i].first <= m->last && m->first <= rows[i].last)
-            rc = shard_fail(SHARD_EBUSY, "shards %u-%u overlap unfinished move %llu (shards "
+            rc = shard__fail(SHARD_EBUSY, "shards %u-%u overlap unfinished move %llu (shards "
                             "%u-%u, %s to %s, phase %s): resume, finish or abort it first "
                             "(shardctl move status)", m->first, m->last,
                             (unsigned long long)rows[i].id, rows[i].first, rows[i].last,
@@ -628,7 +628,7 @@ int shard_move(shard_ctx *ctx, unsigned first, unsigned last, const char *target
     int rc;
 
     if (!ctx || !target)
-        return shard_fail(SHARD_EINVAL, "shard_move: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_move: NULL argument");
     mv_init(&m, ctx, report ? report : &scratch);
     m.first = first;
     m.last = last;
@@ -636,7 +636,7 @@ int shard_move(shard_ctx *ctx, unsigned first, unsigned last, const char *target
         goto out;
     if (m.o.flags & SHARD_MOVE_DRY_RUN) {
         rc = plan ? move_plan_text(&m, plan)
-                  : shard_fail(SHARD_EINVAL, "a dry run needs somewhere to put the plan");
+                  : shard__fail(SHARD_EINVAL, "a dry run needs somewhere to put the plan");
         goto out;
     }
     if ((rc = move_preflight(&m, NULL)) || (rc = move_journal_open(&m)) ||
@@ -657,7 +657,7 @@ int shard_move_resume(shard_ctx *ctx, uint64_t move_id, const shard_move_options
     int rc;
 
     if (!ctx)
-        return shard_fail(SHARD_EINVAL, "shard_move_resume: NULL context");
+        return shard__fail(SHARD_EINVAL, "shard_move_resume: NULL context");
     mv_init(&m, ctx, report ? report : &scratch);
     if ((rc = options(&m, opts)) == 0 && (rc = move_load(ctx, move_id, &m)) == 0 &&
         (rc = move_recheck(&m)) == 0) {
@@ -677,14 +677,14 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
     int rc;
 
     if (!ctx)
-        return shard_fail(SHARD_EINVAL, "shard_move_abort: NULL context");
+        return shard__fail(SHARD_EINVAL, "shard_move_abort: NULL context");
     mv_init(&m, ctx, &r);
     if ((rc = options(&m, NULL)) || (rc = move_load(ctx, move_id, &m)))
         goto out;
     if (m.phase < MOVE_FLIPPED && (rc = move_flipped_in_store(&m)) < 0)
         goto out; /* cannot tell: never give the source back after a flip */
     if (m.phase >= MOVE_FLIPPED || rc == 1) {
-        rc = shard_fail(SHARD_EBUSY, "move %llu already switched the map to %s: it can only "
+        rc = shard__fail(SHARD_EBUSY, "move %llu already switched the map to %s: it can only "
                         "be resumed%s", (unsigned long long)m.id, move_dp(&m)->name,
                         m.phase == MOVE_REVERSIBLE ? ", reverted or finished" : "");
         goto out;
@@ -719,7 +719,7 @@ static int reversible_call(shard_ctx *ctx, uint64_t move_id, const shard_move_op
     int rc;
 
     if (!ctx)
-        return shard_fail(SHARD_EINVAL, "%s: NULL context", what);
+        return shard__fail(SHARD_EINVAL, "%s: NULL context", what);
     mv_init(&m, ctx, report ? report : &scratch);
     if ((rc = options(&m, opts)) || (rc = move_load(ctx, move_id, &m)) ||
         (rc = move_recheck(&m)))
@@ -729,7 +729,7 @@ static int reversible_call(shard_ctx *ctx, uint64_t move_id, const shard_move_op
         goto out;
     }
     if (m.phase != MOVE_REVERSIBLE && !(revert && m.phase == MOVE_REVERTING)) {
-        rc = shard_fail(m.phase == MOVE_REVERTING ? SHARD_EBUSY : SHARD_EINVAL,
+        rc = shard__fail(m.phase == MOVE_REVERTING ? SHARD_EBUSY : SHARD_EINVAL,
                         "move %llu is in phase %s: only a reversible move (run with a "
                         "reverse window, flipped and verified) can be %s",
                         (unsigned long long)m.id, shard_move_phase_name((int)m.phase),

@@ -75,7 +75,7 @@ static int feed_put(feed *f, MYSQL_ROW row, const unsigned long *lens)
     if (need > f->cap) {
         char *nb = realloc(f->buf, need);
         if (!nb)
-            return feed_fail(f, shard_fail(SHARD_ENOMEM, "out of memory for a row of %zu "
+            return feed_fail(f, shard__fail(SHARD_ENOMEM, "out of memory for a row of %zu "
                                            "bytes", need / 2));
         f->buf = nb;
         f->cap = need;
@@ -146,7 +146,7 @@ static int feed_row(feed *f, bool inside)
         /* A source that fails mid-table must not end the statement as if
          * the table were complete: the statement fails and rolls back. */
         if (f->src && mysql_errno(f->src->my))
-            return feed_fail(f, shard_fail(SHARD_ECONNECT, "reading from the source: %s",
+            return feed_fail(f, shard__fail(SHARD_ECONNECT, "reading from the source: %s",
                                            mysql_error(f->src->my)));
         return 0;
     }
@@ -277,7 +277,7 @@ static int check_info(shard_conn *dst, const mtable *t, uint64_t rows)
                      row[2]);
         mysql_free_result(res);
     }
-    return shard_fail(SHARD_ESERVER, "LOAD DATA of %llu rows into %s.%s: the server says %s "
+    return shard__fail(SHARD_ESERVER, "LOAD DATA of %llu rows into %s.%s: the server says %s "
                       "(expected every row, no warnings)", (unsigned long long)rows, t->db,
                       t->name, what);
 }
@@ -315,16 +315,16 @@ int move_infile_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
             break;
         rc = conn_query(dst, &q);
         if (f.rc) /* the feed failed, not the target: its reason */
-            rc = shard_fail(f.rc, "%s", f.msg);
+            rc = shard__fail(f.rc, "%s", f.msg);
         if (rc == 0)
             rc = check_info(dst, t, f.stmt_rows);
         if (rc == 0)
             rc = conn_query_str(dst, "COMMIT");
         if (rc) {
             shard_errsave why;
-            shard_error_save(&why, rc);
+            shard__error_save(&why, rc);
             conn_query_str(dst, "ROLLBACK"); /* may fail on a lost connection */
-            shard_error_restore(&why);
+            shard__error_restore(&why);
             break;
         }
         feed_count(&f);

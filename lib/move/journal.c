@@ -29,7 +29,7 @@ int move_journal_open(mv *m)
     int rc;
 
     if ((rc = move_conn(m, &move_dp(m)->master, &m->ctl)))
-        return shard_fail_prefix(rc, "target %s: ", label);
+        return shard__fail_prefix(rc, "target %s: ", label);
     if ((rc = move_runf(m->ctl, "CREATE DATABASE IF NOT EXISTS " CONTROL_DB)) ||
         (rc = move_runf(m->ctl,
                    "CREATE TABLE IF NOT EXISTS " MOVES_TABLE " ("
@@ -63,7 +63,7 @@ int move_journal_open(mv *m)
                    " created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
                    " updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
                    " ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")))
-        return shard_fail_prefix(rc, "move journal on %s: ", label);
+        return shard__fail_prefix(rc, "move journal on %s: ", label);
     for (size_t i = 0; i < sizeof journal_columns / sizeof journal_columns[0]; i++) {
         char sql[300];
         uint64_t has = 0;
@@ -74,7 +74,7 @@ int move_journal_open(mv *m)
             (!has && (rc = move_runf(m->ctl, "ALTER TABLE " MOVES_TABLE " ADD"
                                      " COLUMN IF NOT EXISTS %s %s", journal_columns[i][0],
                                      journal_columns[i][1]))))
-            return shard_fail_prefix(rc, "move journal on %s: ", label);
+            return shard__fail_prefix(rc, "move journal on %s: ", label);
     }
     {
         /* Journals made when positions were VARCHAR(1024): a source with
@@ -87,14 +87,14 @@ int move_journal_open(mv *m)
             (narrow && (rc = move_runf(m->ctl, "ALTER TABLE " MOVES_TABLE " MODIFY"
                                        " snapshot_gtid TEXT NOT NULL DEFAULT '', MODIFY"
                                        " fence_gtid TEXT NOT NULL DEFAULT ''"))))
-            return shard_fail_prefix(rc, "move journal on %s: ", label);
+            return shard__fail_prefix(rc, "move journal on %s: ", label);
     }
     /* Move IDs are unique across targets: each journal counts from its
      * server_id * 10^9 (ALTER only raises the counter, never lowers it). */
     if ((rc = repl_value_u64(m->ctl, "SELECT @@server_id", &id)) ||
         (rc = move_runf(m->ctl, "ALTER TABLE " MOVES_TABLE " AUTO_INCREMENT = %llu",
                         (unsigned long long)(id * 1000000000ULL + 1))))
-        return shard_fail_prefix(rc, "move journal on %s: ", label);
+        return shard__fail_prefix(rc, "move journal on %s: ", label);
     return 0;
 }
 
@@ -112,7 +112,7 @@ int move_journal_lock(mv *m)
     if ((rc = repl_value_u64(m->ctl, sql, &got)))
         return rc;
     if (got != 1)
-        return shard_fail(SHARD_EBUSY, "move %llu is being run by another mover right now",
+        return shard__fail(SHARD_EBUSY, "move %llu is being run by another mover right now",
                           (unsigned long long)m->id);
     return 0;
 }
@@ -164,7 +164,7 @@ static int journal_write(mv *m, const char *message)
         rc = conn_query(m->ctl, &q);
     sql_free(&q);
     if (rc)
-        return shard_fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);
+        return shard__fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);
     return 0;
 }
 
@@ -193,9 +193,9 @@ void move_note(mv *m, const char *msg)
 
     if (!m->ctl || !m->id)
         return;
-    shard_error_save(&saved, 0);
+    shard__error_save(&saved, 0);
     journal_write(m, msg); /* best effort: the failure being noted matters more */
-    shard_error_restore(&saved);
+    shard__error_restore(&saved);
 }
 
 int move_journal_insert(mv *m)
@@ -230,9 +230,9 @@ static int rows_add(move_row **rows, size_t *n, size_t *cap, MYSQL_ROW row)
 
     if (*n == *cap) {
         size_t nc = *cap ? *cap * 2 : 8;
-        move_row *nr = shard_realloc(*rows, nc * sizeof *nr);
+        move_row *nr = shard__realloc(*rows, nc * sizeof *nr);
         if (!nr)
-            return shard_fail(SHARD_ENOMEM, "out of memory");
+            return shard__fail(SHARD_ENOMEM, "out of memory");
         *rows = nr;
         *cap = nc;
     }
@@ -268,11 +268,11 @@ int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows
         char sql[500];
 
         if (!s) {
-            rc = shard_fail(SHARD_ENOMEM, "out of memory");
+            rc = shard__fail(SHARD_ENOMEM, "out of memory");
             break;
         }
         if ((rc = conn_get(ctx, s, &c))) {
-            rc = shard_fail_prefix(rc, "pair %s's master %s holds a move journal that cannot "
+            rc = shard__fail_prefix(rc, "pair %s's master %s holds a move journal that cannot "
                                    "be read: ", map->pairs[p].name,
                                    map->pairs[p].master.text);
             break;
@@ -299,12 +299,12 @@ int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows
         }
         if (rc) {
             conn_put(c, false);
-            rc = shard_fail_prefix(rc, "move journal on pair %s's master %s: ",
+            rc = shard__fail_prefix(rc, "move journal on pair %s's master %s: ",
                                    map->pairs[p].name, map->pairs[p].master.text);
             break;
         }
         if (!(res = mysql_store_result(c->my))) {
-            rc = shard_fail(SHARD_ESERVER, "move journal on %s: %s", map->pairs[p].master.text,
+            rc = shard__fail(SHARD_ESERVER, "move journal on %s: %s", map->pairs[p].master.text,
                             mysql_error(c->my));
             conn_put(c, false);
             break;
@@ -355,7 +355,7 @@ static int load_positions(mv *m)
         free(*slots[i]);
         *slots[i] = NULL;
         if ((rc = repl_value(m->ctl, sql, slots[i])) || (rc = repl_gtid_check(*slots[i])))
-            return shard_fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);
+            return shard__fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);
     }
     return 0;
 }
@@ -370,16 +370,16 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m)
         return rc;
     if (n == 0) {
         free(rows);
-        return id ? shard_fail(SHARD_ENOTFOUND, "no unfinished move %llu",
+        return id ? shard__fail(SHARD_ENOTFOUND, "no unfinished move %llu",
                                (unsigned long long)id)
-                  : shard_fail(SHARD_ENOTFOUND, "no unfinished move");
+                  : shard__fail(SHARD_ENOTFOUND, "no unfinished move");
     }
     if (n > 1) {
         sqlbuf ids;
         sql_init(&ids);
         for (size_t i = 0; i < n && i < 20; i++)
             sql_addf(&ids, "%s%llu", i ? ", " : "", (unsigned long long)rows[i].id);
-        rc = shard_fail(SHARD_EINVAL, "%zu unfinished moves (%s%s): name one (shardctl move "
+        rc = shard__fail(SHARD_EINVAL, "%zu unfinished moves (%s%s): name one (shardctl move "
                         "status)", n, ids.s ? ids.s : "", n > 20 ? ", ..." : "");
         sql_free(&ids);
         free(rows);
@@ -396,10 +396,10 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m)
     m->window_s = j->window_s;
     m->reverse_until = j->reverse_until;
     m->reverse_state = j->reverse_state;
-    m->spi = shard_map_find_pair(m->map, j->source);
-    m->dpi = shard_map_find_pair(m->map, j->target);
+    m->spi = shard__map_find_pair(m->map, j->source);
+    m->dpi = shard__map_find_pair(m->map, j->target);
     if (m->spi < 0 || m->dpi < 0) {
-        rc = shard_fail(SHARD_EINVAL, "move %llu names pairs %s and %s; the map lacks one",
+        rc = shard__fail(SHARD_EINVAL, "move %llu names pairs %s and %s; the map lacks one",
                         (unsigned long long)m->id, j->source, j->target);
         free(rows);
         return rc;
@@ -423,7 +423,7 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m)
         snprintf(sql, sizeof sql, "SELECT target_made FROM " MOVES_TABLE " WHERE"
                  " id = %llu", (unsigned long long)m->id);
         if ((rc = repl_value_u64(m->ctl, sql, &made)))
-            return shard_fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);
+            return shard__fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);
         m->target_ours = made != 0 || m->phase != MOVE_PLANNED;
     }
     return 0;

@@ -21,7 +21,7 @@ const shard_pairdef *move_dp(const mv *m)
 
 void move_db(const mv *m, unsigned shard, char *db)
 {
-    shard_dbfmt_name(&m->map->dbfmt, shard, db);
+    shard__dbfmt_name(&m->map->dbfmt, shard, db);
 }
 
 int move_conn(mv *m, const shard_endpoint *ep, shard_conn **out)
@@ -30,7 +30,7 @@ int move_conn(mv *m, const shard_endpoint *ep, shard_conn **out)
     int rc;
 
     *out = NULL;
-    rc = s ? conn_get(m->ctx, s, out) : shard_fail(SHARD_ENOMEM, "out of memory");
+    rc = s ? conn_get(m->ctx, s, out) : shard__fail(SHARD_ENOMEM, "out of memory");
     /* Some sit idle through an hours-long copy: the server must not drop
      * them (the journal's lock lives on one). Never pooled, so no leak. */
     if (rc == 0 && (rc = conn_query_str(*out, "SET SESSION wait_timeout = 604800"))) {
@@ -100,7 +100,7 @@ int move_runf(shard_conn *c, const char *fmt, ...)
     n = vsnprintf(sql, sizeof sql, fmt, ap);
     va_end(ap);
     if (n < 0 || (size_t)n >= sizeof sql)
-        return shard_fail(SHARD_EINTERNAL, "statement too long");
+        return shard__fail(SHARD_EINTERNAL, "statement too long");
     return conn_query_str(c, sql);
 }
 
@@ -158,9 +158,9 @@ void move_link_names(mv *m)
 
 int move_set_str(char **slot, const char *s)
 {
-    char *c = shard_strdup(s ? s : "");
+    char *c = shard__strdup(s ? s : "");
     if (!c)
-        return shard_fail(SHARD_ENOMEM, "out of memory");
+        return shard__fail(SHARD_ENOMEM, "out of memory");
     free(*slot);
     *slot = c;
     return 0;

@@ -17,27 +17,27 @@ int move_resolve_pairs(mv *m, const char *target)
     long pi = -1;
 
     if (m->first > m->last || m->last > SHARD_MAX_SHARD)
-        return shard_fail(SHARD_EINVAL, "bad shard range %u-%u", m->first, m->last);
+        return shard__fail(SHARD_EINVAL, "bad shard range %u-%u", m->first, m->last);
     for (unsigned s = m->first; s <= m->last; s++) {
-        long p = shard_map_pair_index(map, s);
+        long p = shard__map_pair_index(map, s);
         if (p < 0)
-            return shard_fail(SHARD_EINVAL, "shard %u is not in any range of map version "
+            return shard__fail(SHARD_EINVAL, "shard %u is not in any range of map version "
                               "%llu", s, (unsigned long long)map->version);
         if (pi >= 0 && p != pi)
-            return shard_fail(SHARD_EINVAL, "shards %u-%u span pairs %s and %s: move each "
+            return shard__fail(SHARD_EINVAL, "shards %u-%u span pairs %s and %s: move each "
                               "pair's part separately", m->first, m->last,
                               map->pairs[pi].name, map->pairs[p].name);
         pi = p;
     }
     m->spi = pi;
-    m->dpi = shard_map_find_pair(map, target);
+    m->dpi = shard__map_find_pair(map, target);
     if (m->dpi < 0)
-        return shard_fail(SHARD_EINVAL, "no pair named \"%.64s\" in the map", target);
+        return shard__fail(SHARD_EINVAL, "no pair named \"%.64s\" in the map", target);
     if (m->dpi == m->spi)
-        return shard_fail(SHARD_EINVAL, "shards %u-%u are already on %s", m->first, m->last,
+        return shard__fail(SHARD_EINVAL, "shards %u-%u are already on %s", m->first, m->last,
                           target);
     if (move_sp(m)->master.socket[0])
-        return shard_fail(SHARD_EINVAL, "source %s's master %s is a unix socket: the "
+        return shard__fail(SHARD_EINVAL, "source %s's master %s is a unix socket: the "
                           "target replicates from it, so it needs a host:port address",
                           move_sp(m)->name, move_sp(m)->master.text);
     snprintf(m->r->source, sizeof m->r->source, "%s", move_sp(m)->name);
@@ -62,7 +62,7 @@ static int probe(mv *m, const shard_endpoint *ep, const char *label, srvinfo *si
 
     snprintf(si->label, sizeof si->label, "%s", label);
     if ((rc = move_conn(m, ep, &c)))
-        return shard_fail_prefix(rc, "%s: ", label);
+        return shard__fail_prefix(rc, "%s: ", label);
     rc = conn_query_str(c, "SELECT @@server_id, @@gtid_domain_id, @@log_bin,"
                            " @@binlog_format = 'ROW', @@gtid_ignore_duplicates,"
                            " @@auto_increment_increment, @@auto_increment_offset,"
@@ -78,10 +78,10 @@ static int probe(mv *m, const shard_endpoint *ep, const char *label, srvinfo *si
         si->log_slave_updates = atoi(row[7]);
         mysql_free_result(res);
     } else if (rc == 0) {
-        rc = shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
+        rc = shard__fail(SHARD_ESERVER, "%s", mysql_error(c->my));
     }
     move_close(&c);
-    return rc ? shard_fail_prefix(rc, "%s: ", label) : 0;
+    return rc ? shard__fail_prefix(rc, "%s: ", label) : 0;
 }
 
 /* The target pair's halves hand out disjoint local ids: the moved rows and
@@ -89,7 +89,7 @@ static int probe(mv *m, const shard_endpoint *ep, const char *label, srvinfo *si
 static int disjoint_ids(const srvinfo *a, const srvinfo *b)
 {
     if (a->inc < 2 || a->inc != b->inc || a->offset == b->offset)
-        return shard_fail(SHARD_EINVAL, "%s (auto_increment_increment %lu, offset %lu) and %s "
+        return shard__fail(SHARD_EINVAL, "%s (auto_increment_increment %lu, offset %lu) and %s "
                           "(%lu, %lu) could hand out the same local ids: give both halves "
                           "of the pair the same auto_increment_increment (2 or more) and "
                           "different auto_increment_offset values",
@@ -110,14 +110,14 @@ int move_preflight(mv *m, sqlbuf *plan)
     if ((rc = probe(m, &sp->master, label, &s[n++])))
         return rc;
     if (!s[0].log_bin || !s[0].row)
-        return shard_fail(SHARD_EINVAL, "%s: needs log_bin=ON and binlog_format=ROW", label);
+        return shard__fail(SHARD_EINVAL, "%s: needs log_bin=ON and binlog_format=ROW", label);
     /* A reverse window replicates into the source: the same rule as for a
      * target (the reverse-applied rows come back through its standby). */
     if (m->window_s && sp->has_standby && !s[0].ignore_dups)
-        return shard_fail(SHARD_EINVAL, "%s: a reverse window needs gtid_ignore_duplicates=ON "
+        return shard__fail(SHARD_EINVAL, "%s: a reverse window needs gtid_ignore_duplicates=ON "
                           "on both halves of the source", label);
     if (m->window_s && sp->has_standby && !s[0].log_slave_updates)
-        return shard_fail(SHARD_EINVAL, "%s: a reverse window needs log_slave_updates=ON, or "
+        return shard__fail(SHARD_EINVAL, "%s: a reverse window needs log_slave_updates=ON, or "
                           "the rows it replicates back never reach standby %s", label,
                           sp->standby.text);
     if (sp->has_standby) {
@@ -125,7 +125,7 @@ int move_preflight(mv *m, sqlbuf *plan)
         if ((rc = probe(m, &sp->standby, label, &s[n++])))
             return rc;
         if (m->window_s && !s[n - 1].ignore_dups)
-            return shard_fail(SHARD_EINVAL, "%s: a reverse window needs "
+            return shard__fail(SHARD_EINVAL, "%s: a reverse window needs "
                               "gtid_ignore_duplicates=ON", label);
     }
     snprintf(label, sizeof label, "target %s master %s", dp->name, dp->master.text);
@@ -136,13 +136,13 @@ int move_preflight(mv *m, sqlbuf *plan)
      * replication filters are not kept across a restart (the catch-up
      * notices a connection that came back without its filter). */
     if (dp->has_standby && !s[n].ignore_dups)
-        return shard_fail(SHARD_EINVAL, "%s: needs gtid_ignore_duplicates=ON, or the moved "
+        return shard__fail(SHARD_EINVAL, "%s: needs gtid_ignore_duplicates=ON, or the moved "
                           "rows coming back through its standby break the pair", label);
     /* The catch-up's rows reach the target's standby only through the
      * master's binary log, and the flip position cleanup waits for is
      * read from it: unlogged, they would live on one server only. */
     if (dp->has_standby && !s[n].log_slave_updates)
-        return shard_fail(SHARD_EINVAL, "%s: needs log_slave_updates=ON, or the rows the move "
+        return shard__fail(SHARD_EINVAL, "%s: needs log_slave_updates=ON, or the rows the move "
                           "replicates never reach standby %s", label, dp->standby.text);
     n++;
     if (dp->has_standby) {
@@ -150,7 +150,7 @@ int move_preflight(mv *m, sqlbuf *plan)
         if ((rc = probe(m, &dp->standby, label, &s[n])))
             return rc;
         if (!s[n].ignore_dups)
-            return shard_fail(SHARD_EINVAL, "%s: needs gtid_ignore_duplicates=ON", label);
+            return shard__fail(SHARD_EINVAL, "%s: needs gtid_ignore_duplicates=ON", label);
         n++;
         if ((rc = disjoint_ids(&s[tm], &s[tm + 1])))
             return rc;
@@ -158,10 +158,10 @@ int move_preflight(mv *m, sqlbuf *plan)
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++) {
             if (s[i].server_id == s[j].server_id)
-                return shard_fail(SHARD_EINVAL, "%s and %s share server_id %lu",
+                return shard__fail(SHARD_EINVAL, "%s and %s share server_id %lu",
                                   s[i].label, s[j].label, s[i].server_id);
             if (s[i].domain == s[j].domain)
-                return shard_fail(SHARD_EINVAL, "%s and %s share gtid_domain_id %lu",
+                return shard__fail(SHARD_EINVAL, "%s and %s share gtid_domain_id %lu",
                                   s[i].label, s[j].label, s[i].domain);
         }
     if (plan)
@@ -194,7 +194,7 @@ int move_recheck(mv *m)
         if ((rc = probe(m, &dp->master, label, &si)))
             return rc;
         if (!si.ignore_dups || !si.log_slave_updates)
-            return shard_fail(SHARD_EINVAL, "%s: needs gtid_ignore_duplicates=ON and "
+            return shard__fail(SHARD_EINVAL, "%s: needs gtid_ignore_duplicates=ON and "
                               "log_slave_updates=ON (it has %d and %d since the move began: "
                               "restarted with other settings?); set them, then resume move %llu",
                               label, si.ignore_dups, si.log_slave_updates,
@@ -205,7 +205,7 @@ int move_recheck(mv *m)
         if ((rc = probe(m, &sp->master, label, &si)))
             return rc;
         if (!si.ignore_dups || !si.log_slave_updates)
-            return shard_fail(SHARD_EINVAL, "%s: a reverse window needs gtid_ignore_duplicates=ON "
+            return shard__fail(SHARD_EINVAL, "%s: a reverse window needs gtid_ignore_duplicates=ON "
                               "and log_slave_updates=ON (it has %d and %d); set them, then "
                               "resume move %llu", label, si.ignore_dups, si.log_slave_updates,
                               (unsigned long long)m->id);
@@ -217,9 +217,9 @@ static int tables_add(mv *m, size_t *cap, const char *db, const char *name)
 {
     if (m->ntables == *cap) {
         size_t nc = *cap ? *cap * 2 : 64;
-        mtable *t = shard_realloc(m->tables, nc * sizeof *t);
+        mtable *t = shard__realloc(m->tables, nc * sizeof *t);
         if (!t)
-            return shard_fail(SHARD_ENOMEM, "out of memory");
+            return shard__fail(SHARD_ENOMEM, "out of memory");
         m->tables = t;
         *cap = nc;
     }
@@ -256,7 +256,7 @@ int move_list_tables(mv *m)
     if (rc)
         return rc;
     if (!(res = mysql_store_result(m->src->my)))
-        return shard_fail(SHARD_ESERVER, "%s", mysql_error(m->src->my));
+        return shard__fail(SHARD_ESERVER, "%s", mysql_error(m->src->my));
     while (rc == 0 && (row = mysql_fetch_row(res))) {
         if (!row[1][0] || row[1][0] == '_' || !move_name_ok(row[1]) || !move_name_ok(row[0]))
             continue; /* not ours: never put into a statement */
@@ -273,7 +273,7 @@ int move_list_tables(mv *m)
         for (size_t i = 0; i < m->ntables && !found; i++)
             found = strcmp(m->tables[i].db, db) == 0;
         if (!found)
-            return shard_fail(SHARD_ENOTFOUND, "source %s has no tables in %s (was the schema "
+            return shard__fail(SHARD_ENOTFOUND, "source %s has no tables in %s (was the schema "
                               "applied?)", move_sp(m)->name, db);
     }
     m->r->tables = m->ntables;
@@ -307,11 +307,11 @@ static int fence_rows(mv *m, shard_conn *c, const char *head, const char *tail,
             const char *at = info ? strstr(info, "matched: ") : NULL;
             *matched = at ? strtoull(at + 9, NULL, 10) : 0;
         }
-        shard_error_save(&saved, rc);
+        shard__error_save(&saved, rc);
         if (move_runf(c, "SET SESSION sql_log_bin = 1") && rc == 0)
             rc = SHARD_ESERVER; /* the session must not stay unlogged */
         else
-            rc = shard_error_restore(&saved);
+            rc = shard__error_restore(&saved);
     }
     sql_free(&q);
     return rc;
@@ -387,11 +387,11 @@ static int fence_target_rows(mv *m, shard_conn *c)
     if ((rc = sql_check(&ins)) == 0 && (rc = move_runf(c, "SET SESSION sql_log_bin = 0")) == 0) {
         shard_errsave saved;
         rc = conn_query(c, &ins);
-        shard_error_save(&saved, rc);
+        shard__error_save(&saved, rc);
         if (move_runf(c, "SET SESSION sql_log_bin = 1") && rc == 0)
             rc = SHARD_ESERVER;
         else
-            rc = shard_error_restore(&saved);
+            rc = shard__error_restore(&saved);
     }
     sql_free(&ins);
     return rc;
@@ -406,13 +406,13 @@ int move_fence_target_lift(mv *m)
     snprintf(head, sizeof head, "UPDATE " FENCE_TABLE " SET fenced = 0, move_id = %llu"
              " WHERE db IN (", (unsigned long long)m->id);
     rc = fence_rows(m, m->t, head, ")", &matched);
-    return rc ? shard_fail_prefix(rc, "lifting the fence on target %s: ", move_dp(m)->name) : 0;
+    return rc ? shard__fail_prefix(rc, "lifting the fence on target %s: ", move_dp(m)->name) : 0;
 }
 
 int move_fence_target_delete(mv *m)
 {
     int rc = fence_rows(m, m->t, "DELETE FROM " FENCE_TABLE " WHERE db IN (", ")", NULL);
-    return rc ? shard_fail_prefix(rc, "fence rows on target %s: ", move_dp(m)->name) : 0;
+    return rc ? shard__fail_prefix(rc, "fence rows on target %s: ", move_dp(m)->name) : 0;
 }
 
 /*
@@ -438,7 +438,7 @@ static int prepare_server(mv *m, const shard_endpoint *ep, const char *label, bo
         rc = 0;
     }
     move_close(&c); /* and its session's sql_log_bin with it */
-    return rc ? shard_fail_prefix(rc, "fence table on %s %s: ", label, ep->text) : 0;
+    return rc ? shard__fail_prefix(rc, "fence table on %s %s: ", label, ep->text) : 0;
 }
 
 int move_fence_rows_source(mv *m)
@@ -466,7 +466,7 @@ int move_fence_rows_source(mv *m)
             rc = SHARD_ESERVER;
     }
     sql_free(&ins);
-    return rc ? shard_fail_prefix(rc, "fence rows on source %s: ", move_sp(m)->name) : 0;
+    return rc ? shard__fail_prefix(rc, "fence rows on source %s: ", move_sp(m)->name) : 0;
 }
 
 int move_fence_prepare(mv *m)
@@ -496,7 +496,7 @@ int move_fence_update(mv *m, shard_conn *c, bool on, uint64_t *matched)
 int move_fence_delete(mv *m)
 {
     int rc = fence_rows(m, m->src, "DELETE FROM " FENCE_TABLE " WHERE db IN (", ")", NULL);
-    return rc ? shard_fail_prefix(rc, "fence rows on source %s: ", move_sp(m)->name) : 0;
+    return rc ? shard__fail_prefix(rc, "fence rows on source %s: ", move_sp(m)->name) : 0;
 }
 
 /* ---- the target's schema ---------------------------------------------------------- */
@@ -540,7 +540,7 @@ static int create_table_fn(void *arg, size_t i, unsigned w)
     if (!(res = mysql_store_result(src->my)) || !(row = mysql_fetch_row(res)) || !row[1]) {
         if (res)
             mysql_free_result(res);
-        return shard_fail(SHARD_ESERVER, "SHOW CREATE TABLE %s.%s gave nothing", tb->db,
+        return shard__fail(SHARD_ESERVER, "SHOW CREATE TABLE %s.%s gave nothing", tb->db,
                           tb->name);
     }
     snprintf(head, sizeof head, "CREATE TABLE `%s` ", tb->name);
@@ -556,7 +556,7 @@ static int create_table_fn(void *arg, size_t i, unsigned w)
         rc = conn_query_str(dst, row[1]);
     }
     mysql_free_result(res);
-    return rc ? shard_fail_prefix(rc, "creating %s.%s on the target: ", tb->db, tb->name) : 0;
+    return rc ? shard__fail_prefix(rc, "creating %s.%s on the target: ", tb->db, tb->name) : 0;
 }
 
 int move_create_target(mv *m)
@@ -577,7 +577,7 @@ int move_create_target(mv *m)
     if (rc)
         return rc;
     if (exists)
-        return shard_fail(SHARD_EEXISTS, "target %s already has %llu table(s) in shards %u-%u: "
+        return shard__fail(SHARD_EEXISTS, "target %s already has %llu table(s) in shards %u-%u: "
                           "drop them (or abort the move that left them) first",
                           move_dp(m)->name, (unsigned long long)exists, m->first, m->last);
     /* Journaled before the first is made: a resume (or a retry) drops only

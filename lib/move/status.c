@@ -56,17 +56,17 @@ static json_t *reverse_stream(shard_ctx *ctx, shard_map *map, MYSQL_ROW row)
     m.map = map;
     m.first = (unsigned)strtoul(row[3], NULL, 10);
     m.last = (unsigned)strtoul(row[4], NULL, 10);
-    m.spi = shard_map_find_pair(map, row[1]);
-    m.dpi = shard_map_find_pair(map, row[2]);
+    m.spi = shard__map_find_pair(map, row[1]);
+    m.dpi = shard__map_find_pair(map, row[2]);
     if (m.spi < 0 || m.dpi < 0)
         return json_string("unknown: the map lacks one of its pairs");
     if (strcmp(row[13], "1") != 0)
         return json_string("not started (resume the move to start it)");
     move_link_names(&m);
-    shard_error_save(&saved, 0);
+    shard__error_save(&saved, 0);
     if (!(s = ctx_server_at(ctx, &move_sp(&m)->master)) || conn_get(ctx, s, &c)) {
         snprintf(why, sizeof why, "unknown: %s", shard_errmsg());
-        shard_error_restore(&saved);
+        shard__error_restore(&saved);
         return json_string(why);
     }
     move_link_reverse(&m, &l);
@@ -76,10 +76,10 @@ static json_t *reverse_stream(shard_ctx *ctx, shard_map *map, MYSQL_ROW row)
     if (bad < 0) {
         char msg[600];
         snprintf(msg, sizeof msg, "unknown: %s", shard_errmsg());
-        shard_error_restore(&saved);
+        shard__error_restore(&saved);
         return json_string(msg);
     }
-    shard_error_restore(&saved);
+    shard__error_restore(&saved);
     if (!bad)
         return json_string("running");
     {
@@ -97,7 +97,7 @@ int shard_move_status(shard_ctx *ctx, char **text)
     bool partial = false;
 
     if (!ctx || !text)
-        return shard_fail(SHARD_EINVAL, "shard_move_status: NULL argument");
+        return shard__fail(SHARD_EINVAL, "shard_move_status: NULL argument");
     map = ctx_map(ctx);
     sql_init(&out);
     for (size_t p = 0; p < map->npairs; p++) {
@@ -161,7 +161,7 @@ int shard_move_status(shard_ctx *ctx, char **text)
         rc = copy_out(out.s ? out.s : "", out.len, text, NULL);
     sql_free(&out);
     if (rc == 0 && partial)
-        rc = shard_fail(SHARD_EPARTIAL, "some masters could not be asked: see their "
+        rc = shard__fail(SHARD_EPARTIAL, "some masters could not be asked: see their "
                         "\"error\" lines");
     return rc;
 }

@@ -34,21 +34,21 @@ int move_load_parse(const char *spec, move_loadvar *out, unsigned *n)
                p[len] == '_')
             len++;
         if (len == 0 || len > MOVE_LOAD_NAME_MAX || p[len] != '=')
-            return shard_fail(SHARD_EINVAL, "max_load \"%.100s\": expected VAR=N[,VAR=N...] "
+            return shard__fail(SHARD_EINVAL, "max_load \"%.100s\": expected VAR=N[,VAR=N...] "
                               "with VAR a status variable name (letters and _) and N a "
                               "positive integer", spec);
         num = p += len + 1;
         while (*p >= '0' && *p <= '9') {
             if (v > (UINT64_MAX - 9) / 10)
-                return shard_fail(SHARD_EINVAL, "max_load \"%.100s\": %.*s is too large", spec,
+                return shard__fail(SHARD_EINVAL, "max_load \"%.100s\": %.*s is too large", spec,
                                   (int)len, name);
             v = v * 10 + (uint64_t)(*p++ - '0');
         }
         if (p == num || v == 0 || (*p && *p != ','))
-            return shard_fail(SHARD_EINVAL, "max_load \"%.100s\": the limit of %.*s must be a "
+            return shard__fail(SHARD_EINVAL, "max_load \"%.100s\": the limit of %.*s must be a "
                               "positive integer", spec, (int)len, name);
         if (count == MOVE_LOAD_MAX)
-            return shard_fail(SHARD_EINVAL, "max_load \"%.100s\": at most %d variables", spec,
+            return shard__fail(SHARD_EINVAL, "max_load \"%.100s\": at most %d variables", spec,
                               MOVE_LOAD_MAX);
         if (out) {
             memcpy(out[count].name, name, len);
@@ -96,7 +96,7 @@ static int load_check(move_throttle *th, char *over, size_t size)
             v = row[1] ? strtoull(row[1], &end, 10) : 0;
             if (!row[1] || end == row[1] || *end || errno) {
                 mysql_free_result(res);
-                return shard_fail(SHARD_EINVAL, "max_load: the source's status variable %s is "
+                return shard__fail(SHARD_EINVAL, "max_load: the source's status variable %s is "
                                   "not a number (%.40s)", th->load[i].name,
                                   row[1] ? row[1] : "NULL");
             }
@@ -108,7 +108,7 @@ static int load_check(move_throttle *th, char *over, size_t size)
     mysql_free_result(res);
     for (unsigned i = 0; i < th->nload; i++)
         if (!seen[i])
-            return shard_fail(SHARD_EINVAL, "max_load: the source master has no status "
+            return shard__fail(SHARD_EINVAL, "max_load: the source master has no status "
                               "variable %s (SHOW GLOBAL STATUS)", th->load[i].name);
     return 0;
 }
@@ -194,10 +194,10 @@ int move_throttle_start(mv *m, move_throttle *th)
      * limit copies nothing until it is below. */
     if ((rc = move_conn(m, &move_sp(m)->master, &th->mon)) ||
         (rc = load_check(th, over, sizeof over)))
-        return shard_fail_prefix(rc, "max_load: ");
+        return shard__fail_prefix(rc, "max_load: ");
     load_apply(m, th, over);
     if (pthread_create(&th->monitor, NULL, monitor_main, th) != 0)
-        return shard_fail(SHARD_ENOMEM, "max_load: cannot start the thread that watches "
+        return shard__fail(SHARD_ENOMEM, "max_load: cannot start the thread that watches "
                           "the source");
     th->running = true;
     return 0;
@@ -248,7 +248,7 @@ int move_throttle_wait(move_throttle *th)
         pthread_cond_wait(&th->cond, &th->lock);
     pthread_mutex_unlock(&th->lock);
     /* Another worker failed: the copy is over, this one stops too. */
-    return th->failed ? shard_fail(SHARD_EINTERNAL, "another copy worker failed") : 0;
+    return th->failed ? shard__fail(SHARD_EINTERNAL, "another copy worker failed") : 0;
 }
 
 double move_throttle_take(move_throttle *th, uint64_t rows)

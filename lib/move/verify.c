@@ -181,7 +181,7 @@ static int stream(shard_conn *c, const vtable *vt, const char *where, MYSQL_RES 
     if (rc)
         return rc;
     if (!(*res = mysql_use_result(c->my)))
-        return shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
+        return shard__fail(SHARD_ESERVER, "%s", mysql_error(c->my));
     return 0;
 }
 
@@ -217,7 +217,7 @@ static int compare_rows(mv *m, shard_conn *src, shard_conn *v, const vtable *vt,
         }
     }
     if (mysql_errno(src->my) || mysql_errno(v->my))
-        rc = shard_fail(SHARD_ECONNECT, "verifying %s.%s: %s%s", vt->t->db, vt->t->name,
+        rc = shard__fail(SHARD_ECONNECT, "verifying %s.%s: %s%s", vt->t->db, vt->t->name,
                         mysql_error(src->my), mysql_error(v->my));
     mysql_free_result(rs);
     mysql_free_result(rt);
@@ -260,7 +260,7 @@ static int checksums(shard_conn *c, const vgroup *g, char (*sums)[112])
     if ((rc = conn_read(c)))
         return rc;
     if (!(res = mysql_store_result(c->my)))
-        return shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
+        return shard__fail(SHARD_ESERVER, "%s", mysql_error(c->my));
     while ((row = mysql_fetch_row(res))) {
         size_t k = row[0] ? strtoull(row[0], NULL, 10) : g->n;
         if (k < g->n)
@@ -283,25 +283,25 @@ static int group_fn(void *arg, size_t i, unsigned w)
     sqlbuf q;
     int rc;
 
-    ss = shard_calloc(g->n, sizeof *ss);
-    ts = shard_calloc(g->n, sizeof *ts);
+    ss = shard__calloc(g->n, sizeof *ss);
+    ts = shard__calloc(g->n, sizeof *ts);
     sql_init(&q);
     checksum_sql(&q, vr, g);
     /* Both servers compute their sums at once: sent to both, then read. */
     if (!ss || !ts)
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
     else if ((rc = move_wsrc(m, w, &src)) == 0 && (rc = conn_send(src, &q)) == 0) {
         if ((rc = conn_send(m->vsnap[w], &q)) == 0) {
             shard_errsave why;
-            shard_error_save(&why, checksums(src, g, ss));
+            shard__error_save(&why, checksums(src, g, ss));
             rc = checksums(m->vsnap[w], g, ts); /* read even after a failure */
             if (why.code)
-                rc = shard_error_restore(&why);
+                rc = shard__error_restore(&why);
         } else {
             shard_errsave why;
-            shard_error_save(&why, rc);
+            shard__error_save(&why, rc);
             checksums(src, g, ss); /* the source's answer is read, never left */
-            rc = shard_error_restore(&why);
+            rc = shard__error_restore(&why);
         }
     }
     sql_free(&q);
@@ -312,7 +312,7 @@ static int group_fn(void *arg, size_t i, unsigned w)
         if (ss[k][0] && strcmp(ss[k], ts[k]) == 0)
             n.verified += ch->rows;
         else if ((rc = compare_rows(m, src, m->vsnap[w], vt, ch->where, &n)))
-            shard_fail_prefix(rc, "verifying %s.%s: ", vt->t->db, vt->t->name);
+            shard__fail_prefix(rc, "verifying %s.%s: ", vt->t->db, vt->t->name);
     }
     free(ss);
     free(ts);
@@ -337,8 +337,8 @@ static int make_groups(vrun *vr)
 {
     size_t cap = vr->nchunks ? vr->nchunks : 1;
 
-    if (!(vr->groups = shard_calloc(cap, sizeof *vr->groups)))
-        return shard_fail(SHARD_ENOMEM, "out of memory");
+    if (!(vr->groups = shard__calloc(cap, sizeof *vr->groups)))
+        return shard__fail(SHARD_ENOMEM, "out of memory");
     for (size_t i = 0; i < vr->nchunks;) {
         uint64_t rows = vr->chunks[i].rows;
         size_t n = 1;
@@ -361,7 +361,7 @@ static int add_value(sqlbuf *q, const char *v, unsigned long len, bool num)
         return 0;
     }
     if (len == 0 || strspn(v, "0123456789.-+eE") != len)
-        return shard_fail(SHARD_ESERVER, "unexpected numeric key text");
+        return shard__fail(SHARD_ESERVER, "unexpected numeric key text");
     sql_add(q, v);
     return 0;
 }
@@ -393,15 +393,15 @@ static int add_bound(sqlbuf *q, const vtable *vt, MYSQL_ROW b, unsigned long *lb
 static int add_chunk(vrun *vr, size_t table, sqlbuf *where, uint64_t rows)
 {
     mv *m = vr->m;
-    char *w = shard_strdup(where->len ? where->s : "1");
+    char *w = shard__strdup(where->len ? where->s : "1");
     int rc = 0;
 
     if (!w)
-        return shard_fail(SHARD_ENOMEM, "out of memory");
+        return shard__fail(SHARD_ENOMEM, "out of memory");
     pthread_mutex_lock(&m->lock);
     if (vr->nchunks == vr->cap) {
         size_t nc = vr->cap ? vr->cap * 2 : 256;
-        vchunk *c = shard_realloc(vr->chunks, nc * sizeof *c);
+        vchunk *c = shard__realloc(vr->chunks, nc * sizeof *c);
         if (c) {
             vr->chunks = c;
             vr->cap = nc;
@@ -413,7 +413,7 @@ static int add_chunk(vrun *vr, size_t table, sqlbuf *where, uint64_t rows)
         m->total += rows;
     } else {
         free(w);
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
     }
     pthread_mutex_unlock(&m->lock);
     return rc;
@@ -455,7 +455,7 @@ static int walk_table(vrun *vr, size_t ti, shard_conn *src)
         if ((rc = sql_check(&q)) || (rc = conn_query(src, &q)))
             break;
         if (!(res = mysql_store_result(src->my))) {
-            rc = shard_fail(SHARD_ESERVER, "%s", mysql_error(src->my));
+            rc = shard__fail(SHARD_ESERVER, "%s", mysql_error(src->my));
             break;
         }
         rows = mysql_num_rows(res);
@@ -528,7 +528,7 @@ static int add_column(vtable *vt, const char *name, const char *type, const char
                       const char *nullable)
 {
     if (!move_name_ok(name))
-        return shard_fail(SHARD_ESERVER, "%s.%s: unexpected column name", vt->t->db,
+        return shard__fail(SHARD_ESERVER, "%s.%s: unexpected column name", vt->t->db,
                           vt->t->name);
     if (vt->ncols == vt->nkey && strcmp(key, "PRI") == 0 && vt->nkey < MOVE_VERIFY_MAX_KEY) {
         vt->key_num[vt->nkey] = numeric_type(type);
@@ -575,7 +575,7 @@ static int describe_tables(vrun *vr, shard_conn *c, bool target)
     if (rc)
         return rc;
     if (!(res = mysql_store_result(c->my)))
-        return shard_fail(SHARD_ESERVER, "%s", mysql_error(c->my));
+        return shard__fail(SHARD_ESERVER, "%s", mysql_error(c->my));
     while (rc == 0 && (row = mysql_fetch_row(res))) {
         vtable *vt = find_table(vr, row[0], row[1], &hint);
         if (!vt || !row[2] || !row[3] || !row[4] || !row[5])
@@ -608,13 +608,13 @@ static int finish_tables(vrun *vr)
             (rc = sql_check(&vt->tcols)))
             break;
         if (!vt->ncols)
-            rc = shard_fail(SHARD_ESERVER, "%s.%s: no columns on the source", vt->t->db,
+            rc = shard__fail(SHARD_ESERVER, "%s.%s: no columns on the source", vt->t->db,
                             vt->t->name);
         else if (!vt->tcols.len)
-            rc = shard_fail(SHARD_EVERIFY, "%s.%s is missing on the target", vt->t->db,
+            rc = shard__fail(SHARD_EVERIFY, "%s.%s is missing on the target", vt->t->db,
                             vt->t->name);
         else if (strcmp(vt->cols.s, vt->tcols.s) != 0)
-            rc = shard_fail(SHARD_EVERIFY, "%s.%s: the target's columns (%.200s) are not the "
+            rc = shard__fail(SHARD_EVERIFY, "%s.%s: the target's columns (%.200s) are not the "
                             "source's (%.200s)", vt->t->db, vt->t->name, vt->tcols.s,
                             vt->cols.s);
     }
@@ -659,7 +659,7 @@ static int table_group_fn(void *arg, size_t gi, unsigned w)
     if (rc)
         return rc;
     if (!(res = mysql_store_result(src->my)))
-        return shard_fail(SHARD_ESERVER, "%s", mysql_error(src->my));
+        return shard__fail(SHARD_ESERVER, "%s", mysql_error(src->my));
     while (rc == 0 && (row = mysql_fetch_row(res))) {
         size_t k = row[0] ? strtoull(row[0], NULL, 10) : n;
         uint64_t rows = row[1] ? strtoull(row[1], NULL, 10) : 0;
@@ -671,7 +671,7 @@ static int table_group_fn(void *arg, size_t gi, unsigned w)
         else
             rc = walk_table(vr, first + k, src); /* src's result is stored: free to use */
         if (rc)
-            shard_fail_prefix(rc, "verifying %s.%s: ", vt->t->db, vt->t->name);
+            shard__fail_prefix(rc, "verifying %s.%s: ", vt->t->db, vt->t->name);
     }
     mysql_free_result(res);
     sql_free(&all);
@@ -758,8 +758,8 @@ int move_verify(mv *m)
         if ((rc = move_wsrc(m, w, &c)) == 0)
             rc = move_runf(c, "SET SESSION time_zone = '+00:00'");
     }
-    if (rc == 0 && !(vr.tables = shard_calloc(m->ntables ? m->ntables : 1, sizeof *vr.tables)))
-        rc = shard_fail(SHARD_ENOMEM, "out of memory");
+    if (rc == 0 && !(vr.tables = shard__calloc(m->ntables ? m->ntables : 1, sizeof *vr.tables)))
+        rc = shard__fail(SHARD_ENOMEM, "out of memory");
     for (size_t i = 0; vr.tables && i < m->ntables; i++) {
         vtable *vt = &vr.tables[i];
         vt->t = &m->tables[i];
@@ -835,9 +835,9 @@ int move_vsnaps_open(mv *m, bool one_point)
     for (unsigned w = 0; rc == 0 && w < n; w++)
         rc = move_runf(m->vsnap[w], "START TRANSACTION WITH CONSISTENT SNAPSHOT");
     if (one_point) {
-        shard_error_save(&saved, rc);
+        shard__error_save(&saved, rc);
         move_runf(m->t, "BACKUP STAGE END");
-        shard_error_restore(&saved);
+        shard__error_restore(&saved);
     }
     if (rc)
         move_close_vsnaps(m);
