@@ -1407,9 +1407,9 @@ START_TEST(connections_killed)
         ck_assert_int_eq(shard_txn_object_get(t, victim, &cur, NULL), 0);
         shard_free(cur);
         ck_assert_int_eq(pthread_create(&th, NULL, bg_main, &b), 0);
-        killed = kill_running("INFO LIKE 'SELECT data FROM%FOR UPDATE'");
+        killed = kill_running("INFO LIKE 'SELECT%SELECT data FROM%FOR UPDATE%'");
         /* The retry waits for the lock again, on a new connection. */
-        again = killed > 0 && wait_running("INFO LIKE 'SELECT data FROM%FOR UPDATE'");
+        again = killed > 0 && wait_running("INFO LIKE 'SELECT%SELECT data FROM%FOR UPDATE%'");
         rc = shard_txn_object_put(t, victim, held, strlen(held));
         if (rc == 0)
             rc = shard_txn_commit(t);

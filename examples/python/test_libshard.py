@@ -593,6 +593,7 @@ class NoServerTests(Case):
         ".mod_database(", "shard_map_to_json": ".to_json(",
         "shard_map_summary": ".summary(", "shard_store_open": "ls.Store(",
         "shard_store_free": "store.closed", "shard_store_load": "store.load(",
+        "shard_store_load_version": "store.load_version(",
         "shard_store_publish": "store.publish(", "shard_ctx_open":
         "ls.Context(", "shard_ctx_free": "c.close(", "shard_ctx_reload":
         ".reload(", "shard_ctx_map": ".map(", "shard_ctx_stats": ".stats(",
@@ -852,6 +853,9 @@ class OnePairTests(ServerCase):
                 self.assertRaisesShard(ls.Conflict, -11, store.publish, m3, v)
             with store.load() as m4:
                 self.assertEqual(m4.version, v + 1)
+            with store.load_version(v + 1) as m5:  # a file store: its current one
+                self.assertEqual(m5.version, v + 1)
+            self.assertRaisesShard(ls.NotFound, -5, store.load_version, v)
         self.assertTrue(store.closed)
         with self.ctx.map() as before:
             self.assertEqual(before.version, v)

@@ -100,6 +100,14 @@ static int flip_edit(const shard_map *cur, shard_map **next, void *arg)
     }
     if (all_target) /* a resumed move whose flip already happened */
         return PUBLISH_UNCHANGED;
+    for (unsigned s = m->first; s <= m->last && (cur->lease_ms || cur->lease_max_ms); s++)
+        if (!map_shard_moving(cur, s))
+            /* A lease turned on while the move ran, unmarked: contexts may
+             * skip the fence on these shards. Lifted, marked, waited out,
+             * and tried again (libshard-move(7), "The lease"). */
+            return shard__fail(SHARD_EBUSY, "the map got a lease (lease_ms) during the "
+                               "cut-over and shards %u-%u are not marked moving: cutting "
+                               "over again after marking them", m->first, m->last);
     if (!some_source || shard__map_find_pair(cur, move_dp(m)->name) < 0)
         return shard__fail(SHARD_ECONFLICT, "the stored map no longer has shards %u-%u on %s: "
                           "another change moved them", m->first, m->last, move_sp(m)->name);

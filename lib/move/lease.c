@@ -41,7 +41,11 @@ static int mark_fn(const shard_map *cur, shard_map **next, void *arg)
 
     if (l > e->lease_ms)
         e->lease_ms = l;
-    e->changed = !(e->on ? all_marked(cur, e->m->first, e->m->last)
+    /* A map without a lease (none now, none that a context may still hold:
+     * lease_max_ms) has no context skipping the check: nothing to mark.
+     * Should one be published before the flip, the flip refuses to go
+     * without the mark (move_publish) and the cut-over is tried again. */
+    e->changed = !(e->on ? !l || all_marked(cur, e->m->first, e->m->last)
                          : !any_marked(cur, e->m->first, e->m->last));
     if (!e->changed)
         return PUBLISH_UNCHANGED;
@@ -62,7 +66,8 @@ int move_mark(mv *m, bool on)
          * ones that did not may skip the check for one more lease. A run
          * that finds the mark already there (resumed) cannot tell when it
          * was published, and counts from now. */
-        double ready = now_seconds() + (e.lease_ms * LEASE_DRIFT + LEASE_MARGIN_MS) / 1000.0;
+        double ready = now_seconds() +
+                       (e.lease_ms ? e.lease_ms * LEASE_DRIFT + LEASE_MARGIN_MS : 0) / 1000.0;
         if (ready > m->lease_ready)
             m->lease_ready = ready;
     }

@@ -232,6 +232,7 @@ PROTOTYPES = {
     "shard_store_open": (c_int, [_PP, c_char_p]),
     "shard_store_free": (None, [_P]),
     "shard_store_load": (c_int, [_P, _PP]),
+    "shard_store_load_version": (c_int, [_P, c_uint64, _PP]),
     "shard_store_publish": (c_int, [_P, _P, c_uint64]),
     "shard_ctx_open": (c_int, [_PP, c_char_p, POINTER(Options)]),
     "shard_ctx_free": (None, [_P]),

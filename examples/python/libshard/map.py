@@ -209,6 +209,15 @@ class Store(Handle):
         check(lib.shard_store_load(self._handle(), byref(out)))
         return Map(out_ptr(out))
 
+    def load_version(self, version: int) -> Map:
+        """Read published version `version` from the store's history
+        (shard_store_load(3)): a MySQL or ZooKeeper store keeps every
+        version, a file store only its current one; NotFound otherwise."""
+        out = c_void_p()
+        check(lib.shard_store_load_version(self._handle(), u64(version, "version"),
+                                           byref(out)))
+        return Map(out_ptr(out))
+
     def publish(self, map: Map, expected_version: int) -> None:
         """Publish map atomically if the store is at expected_version (0:
         empty) and map is newer; Conflict otherwise."""
