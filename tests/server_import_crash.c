@@ -257,6 +257,7 @@ static void expect_exact(shard_ctx *ctx, const char *trial)
                   r.deleted, r.unchanged);
     free(legacy);
     free(ids);
+    free(want);
     free(out);
 }
 
