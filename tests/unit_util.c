@@ -7,9 +7,11 @@
 
 #include <check.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define ITEMS 1000
 
@@ -18,6 +20,7 @@ typedef struct tally {
     atomic_uint workers_used; /* bit per worker */
     size_t fail_at;           /* ITEMS: never */
     atomic_int ran;
+    atomic_bool failed;       /* item fail_at has returned its failure */
 } tally;
 
 static int count_fn(void *arg, size_t i, unsigned worker)
@@ -26,8 +29,21 @@ static int count_fn(void *arg, size_t i, unsigned worker)
     atomic_fetch_add(&t->seen[i], 1);
     atomic_fetch_or(&t->workers_used, 1u << worker);
     atomic_fetch_add(&t->ran, 1);
-    if (i == t->fail_at)
+    if (i == t->fail_at) {
+        atomic_store(&t->failed, true);
         return shard__fail(SHARD_ESERVER, "item %zu failed on purpose", i);
+    }
+    /* Items after the failing one take a millisecond each once it failed,
+     * as real work does: the rest of the items would take a second, so the
+     * failing worker cannot lose the race to record the failure unless it
+     * is kept off the CPU for that long (on a loaded machine a trivial item
+     * let the others finish all of them first). Before the failure an item
+     * after it waits for it, so that it has happened by then. */
+    if (t->fail_at < ITEMS && i > t->fail_at) {
+        while (!atomic_load(&t->failed))
+            sched_yield();
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
     return 0;
 }
 
