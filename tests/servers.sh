@@ -236,7 +236,9 @@ show_log() {
 }
 
 random_port() {
-    echo $((20000 + (RANDOM * 32768 + RANDOM) % 40001))
+    # below the kernel's ephemeral range (32768-60999), where any client
+    # socket may take a port at any moment
+    echo $((10000 + (RANDOM * 32768 + RANDOM) % 22768))
 }
 
 port_busy() {
