@@ -179,6 +179,9 @@ $(B)/tests/%: tests/%.c tests/*.h $(B)/libshard_internal.a $(B)/tests/harness.o 
 deps:
 	@sh tests/deps.sh
 
+# JOBS: how many test programs run at once (each starts its own servers).
+JOBS ?= 2
+
 check: deps
 	@$(MAKE) --no-print-directory check-run
 
@@ -194,8 +197,8 @@ CHECK_RUN   := $(CHECK_PROGS) tests/abi_check.sh tests/doc_check.sh examples/pyt
 endif
 
 check-run: all $(CHECK_PROGS)
-	@LIBSHARD_TESTS_DIR=tests SHARDCTL=$(B)/shardctl B=$(B) RUN="$(RUN)" \
-	    sh tests/run.sh $(CHECK_RUN)
+	@LIBSHARD_TESTS_DIR=tests SHARDCTL=$(B)/shardctl B=$(B) RUN="$(RUN)" JOBS=$(JOBS) \
+	    bash tests/run.sh $(CHECK_RUN)
 
 # Parts of make check: the unit tests (no server), the server tests, the
 # exported-symbol check, the man pages against the header and shardctl.
@@ -210,12 +213,12 @@ doc-check:
 
 # ThreadSanitizer over the tests where threads share a context (not part of
 # make check: run it as make check-tsan).
-TSAN_TESTS := server_pool server_fence server_data server_store server_move server_failover
+TSAN_TESTS := server_pool server_fence server_lease server_data server_store server_move server_failover
 check-tsan: deps
 	@$(MAKE) --no-print-directory SANITIZE=thread all \
 	    $(addprefix build-thread/tests/,$(TSAN_TESTS))
 	@LIBSHARD_TESTS_DIR=tests TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
-	    sh tests/run.sh $(addprefix build-thread/tests/,$(TSAN_TESTS))
+	    JOBS=$(JOBS) bash tests/run.sh $(addprefix build-thread/tests/,$(TSAN_TESTS))
 
 # ---- demo and benchmarks ------------------------------------------------
 

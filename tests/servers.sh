@@ -168,6 +168,13 @@ server_args() {
         --character-set-server=utf8mb4
         --collation-server=utf8mb4_general_ci
     )
+    # LIBSHARD_TESTS_SERVER_OPTS: more mariadbd options, for experiments
+    # (e.g. "--innodb-autoinc-lock-mode=2")
+    if [[ -n ${LIBSHARD_TESTS_SERVER_OPTS:-} ]]; then
+        local -a extra
+        read -ra extra <<<"$LIBSHARD_TESTS_SERVER_OPTS"
+        ARGS+=("${extra[@]}")
+    fi
     if [[ -r $DIR/tls ]]; then
         local certs
         certs=$(cat "$DIR/tls")
