@@ -518,42 +518,45 @@ typedef struct rmw_args {
     size_t result_len;
 } rmw_args;
 
-/*
- * The read of a read-modify-write (EXEC_FENCE_FN): the fence row under a
+/* The read of a read-modify-write (EXEC_FENCE_FN): the fence row under a
  * shared lock and the object's row under an exclusive one, in the
- * transaction's first statement. One row always, whether or not either
- * exists.
- */
+ * transaction's first statement, prepared once per table as the get's is.
+ * One row always, whether or not either exists. */
+static void build_locked(sqlbuf *q, const void *arg)
+{
+    const get_sql *g = arg;
+    sql_add(q, "SELECT ");
+    sql_fence_lock_column(q, g->db);
+    sql_add(q, ", (SELECT data FROM ");
+    sql_table(q, g->db, g->table);
+    sql_add(q, " WHERE local_id = ? FOR UPDATE)");
+}
+
 static int select_locked(exec_env *env, const char *table, uint64_t id, char **json,
                          size_t *len)
 {
-    MYSQL_RES *res = NULL;
-    MYSQL_ROW row;
-    unsigned long *lens;
-    sqlbuf q;
+    get_sql g = {env->db, table};
+    bool fenced = false;
+    char key[160];
     int rc;
 
-    sql_init(&q);
-    sql_add(&q, "SELECT ");
-    sql_fence_lock_column(&q, env->db);
-    sql_add(&q, ", (SELECT data FROM ");
-    sql_table(&q, env->db, table);
-    sql_add(&q, " WHERE local_id = ");
-    sql_u64(&q, shard_id_local(id));
-    sql_add(&q, " FOR UPDATE)");
-    rc = conn_select(env->conn, &q, &res);
-    sql_free(&q);
-    if (rc)
-        return rc;
-    row = mysql_fetch_row(res);
-    lens = mysql_fetch_lengths(res);
-    if (row && row[0] && strcmp(row[0], "0") != 0)
-        rc = exec_fenced(env);
-    else if (!row || !row[1] || object_deleted(row[1], lens[1]))
-        rc = shard__fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
-    else
-        rc = copy_out(row[1], lens[1], json, len);
-    mysql_free_result(res);
+    stmt_key(key, sizeof key, "locked", env->db, table);
+    rc = conn_stmt_get(env->conn, key, build_locked, &g, shard_id_local(id), &fenced, json,
+                       len);
+    if (fenced) {
+        if (rc == 0) {
+            free(*json);
+            *json = NULL;
+        }
+        return exec_fenced(env);
+    }
+    if (rc == SHARD_ENOTFOUND || (rc == 0 && object_deleted(*json, *len))) {
+        if (rc == 0) {
+            free(*json);
+            *json = NULL;
+        }
+        return shard__fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
+    }
     return rc;
 }
 
