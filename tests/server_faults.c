@@ -1541,7 +1541,7 @@ START_TEST(stopped_master_times_out)
     pthread_t th;
     shard_item *items = NULL;
     char *json = NULL;
-    double t0, t_first, t_second, t_mget, t_patch, t_back;
+    double t0, t_first, t_second, t_mget, t_patch, t_back, t_warm, idle;
     int rc, rc_first, rc2, rc_mget, rc_patch;
     char first_msg[1024];
     size_t e = 0;
@@ -1551,6 +1551,7 @@ START_TEST(stopped_master_times_out)
     o.connect_timeout_ms = 1000;
     ck_assert_msg(shard_ctx_open(&c, harness_map_path(h), &o) == 0, "%s", shard_errmsg());
     ck_assert_int_eq(shard_object_get(c, p2, &json, NULL), 0); /* a pooled connection */
+    t_warm = now_s();
     shard_free(json);
     json = NULL;
     rd = (reader){.c = c, .id = p1, .want = statics[0].json, .stop = &stop};
@@ -1559,6 +1560,7 @@ START_TEST(stopped_master_times_out)
     ck_assert_int_eq(pthread_create(&th, NULL, read_loop, &rd), 0);
     /* On the pooled connection: the read timeout. */
     t0 = now_s();
+    idle = t0 - t_warm;
     rc = shard_object_get(c, p2, &json, NULL);
     t_first = now_s() - t0;
     rc_first = rc;
@@ -1595,7 +1597,11 @@ START_TEST(stopped_master_times_out)
     printf("  the other pair meanwhile: %ld gets, %ld failed, worst %.1f ms\n", rd.ok, rd.bad,
            rd.worst * 1000);
 
-    ck_assert_msg(rc_first == SHARD_ETIMEOUT, "%d %s", rc_first, first_msg);
+    /* A connection idle for over a second is pinged before use (lib/conn.c):
+     * on a loaded machine the pause may take that long, and then the ping
+     * times out, the connection is replaced and the new one cannot connect. */
+    ck_assert_msg(rc_first == SHARD_ETIMEOUT || (idle >= 1.0 && rc_first == SHARD_ECONNECT),
+                  "%d after %.2f s idle: %s", rc_first, idle, first_msg);
     ck_assert_msg(strstr(first_msg, "MySQL002") && strstr(first_msg, addr[3]), "%s",
                   first_msg);
     ck_assert_msg(rc2 == SHARD_ETIMEOUT || rc2 == SHARD_ECONNECT, "%d", rc2);
