@@ -290,6 +290,21 @@ MOVE_UTIL void load_stop(load *l, useconds_t settle_us)
     }
 }
 
+/* Move first..last to pair to with a reverse window of window_s: flipped,
+ * verified and reversible (the test fails otherwise). */
+MOVE_UTIL void move_reversible(shard_ctx *admin, unsigned first, unsigned last, const char *to,
+                               unsigned window_s, shard_move_report *r)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    int rc;
+
+    o.reverse_window_s = window_s;
+    rc = shard_move(admin, first, last, to, &o, r, NULL);
+    ck_assert_msg(rc == 0, "move %u-%u to %s: %s", first, last, to, shard_errmsg());
+    ck_assert_int_eq(r->phase, SHARD_MOVE_REVERSIBLE);
+    ck_assert_uint_eq(r->mismatches, 0);
+}
+
 /* ---- a mover in a child process, stopped, then SIGKILLed --------------------- */
 
 static int child_stop_fd; /* in the child: tells the parent where it stopped */

@@ -181,17 +181,13 @@ END_TEST
  * starts it again and finish ends the window. */
 START_TEST(broken_reverse_stream_refuses_revert)
 {
-    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_move_report r, rr;
     char *st = NULL;
     int rc;
 
     ck_assert_str_eq(pair_of(ctx, 8), "MySQL003");
     ledger_fill(ctx, 8, 9, 30);
-    o.reverse_window_s = 3600;
-    rc = shard_move(admin, 8, 9, "MySQL001", &o, &r, NULL);
-    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
-    ck_assert_int_eq(r.phase, SHARD_MOVE_REVERSIBLE);
+    move_reversible(admin, 8, 9, "MySQL001", 3600, &r);
     free(sql_ok(h, "s5", "STOP SLAVE 'libshard_revert_mysql001'"));
     ck_assert_int_eq(shard_move_status(admin, &st), 0);
     ck_assert_msg(strstr(st, "\"reverse_stream\":\"broken: "), "%s", st);

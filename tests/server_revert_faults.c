@@ -15,6 +15,7 @@
 
 #include <check.h>
 #include <libshard.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +37,10 @@ static int kill_seen;
 static int kill_hook(uint64_t id, const char *point)
 {
     (void)id;
-    if ((!kill_point || strcmp(point, kill_point) == 0) && ++kill_seen == kill_nth)
+    if ((!kill_point || strcmp(point, kill_point) == 0) && ++kill_seen == kill_nth) {
+        fprintf(stderr, "mover killed at step %d: \"%s\"\n", kill_nth, point);
         child_stop_here(); /* SIGKILLed here by the parent */
+    }
     return 0;
 }
 
@@ -102,6 +105,27 @@ static void reverted_clean(uint64_t id, unsigned first, unsigned last, const cha
     ck_assert_int_eq(shard_move_resume(admin, id, NULL, NULL), SHARD_ENOTFOUND);
 }
 
+/* ---- what the revert's cut-over holds ----------------------------------------------- */
+
+static const char *lock_server; /* where the hook looks at "fencing" */
+static int lock_held = -1;      /* what it saw: 1 held, 0 free, -1 never looked */
+
+/* At the fence: is the replication-setup lock (the cut-over lock) held on
+ * the revert's target? Another mover's setup there would stop the stream
+ * the revert waits on, between its fence and its flip. */
+static int lock_hook(uint64_t id, const char *point)
+{
+    char *out = NULL;
+    (void)id;
+    if (strcmp(point, "fencing") == 0 && lock_server) {
+        harness_sql(h, lock_server, "SELECT IS_USED_LOCK('libshard replication') IS NOT NULL",
+                    &out);
+        lock_held = out && strcmp(out, "1\n") == 0;
+        free(out);
+    }
+    return 0;
+}
+
 /* ---- tests -------------------------------------------------------------------------- */
 
 /*
@@ -143,8 +167,11 @@ START_TEST(killed_between_starting_the_reverse_stream_and_journaling_it)
         snprintf(st_after, sizeof st_after, "%s", st);
         shard_free(st);
     }
+    lock_server = "s1";
+    shard__move_hook = lock_hook;
     if (rc == 0 && (rrc = shard_move_revert(admin, id, NULL, &rr)) != 0)
         snprintf(err, sizeof err, "revert: %s", shard_errmsg());
+    shard__move_hook = NULL;
     load_stop(&l, 200000);
     ck_assert_msg(rc == 0, "%s", err);
     ck_assert_msg(rrc == 0, "%s", err);
@@ -155,6 +182,8 @@ START_TEST(killed_between_starting_the_reverse_stream_and_journaling_it)
     ck_assert_msg(rrc == 0, "%s", err);
     ck_assert_int_eq(rr.phase, SHARD_MOVE_REVERTED);
     ck_assert_uint_eq(rr.mismatches, 0);
+    /* The revert's fence went up under the cut-over lock of its target. */
+    ck_assert_int_eq(lock_held, 1);
     reverted_clean(id, 2, 3, "MySQL001", "s1", "s3");
 }
 END_TEST
@@ -169,24 +198,26 @@ END_TEST
  */
 START_TEST(revert_killed_at_every_step)
 {
-    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_move_report r, rr;
     int n, status = -1, killed = 1;
 
     ck_assert_str_eq(pair_of(ctx, 4), "MySQL002");
     ledger_fill(ctx, 4, 5, 30);
-    o.reverse_window_s = 600;
     for (n = 1; killed && n <= 80; n++) {
         job j = {0, 0, 0, NULL};
-        int rc = shard_move(admin, 4, 5, "MySQL003", &o, &r, NULL);
+        int rc;
 
-        ck_assert_msg(rc == 0, "step %d: move: %s", n, shard_errmsg());
-        ck_assert_int_eq(r.phase, SHARD_MOVE_REVERSIBLE);
+        shard_ctx_reload(admin); /* the map as the last step's processes left it */
+        move_reversible(admin, 4, 5, "MySQL003", 600, &r);
         ledger_fill(ctx, 4, 5, 3); /* on the target: the revert must bring them back */
         j.id = r.move_id;
         killed = run_killed(&j, NULL, n, &status);
         if (killed) {
             rc = shard_move_resume(admin, r.move_id, NULL, &rr);
+            if (rc == SHARD_ENOTFOUND) { /* killed once the journal said reverted */
+                reverted_clean(r.move_id, 4, 5, "MySQL002", "s3", "s5");
+                continue;
+            }
             ck_assert_msg(rc == 0, "revert killed at step %d: resume: %s", n, shard_errmsg());
             if (rr.phase == SHARD_MOVE_REVERSIBLE) {
                 ledger_fill(ctx, 4, 5, 1); /* the target serves: nothing was left fenced */
@@ -207,18 +238,77 @@ START_TEST(revert_killed_at_every_step)
 }
 END_TEST
 
+/* Another mover's replication setup on the target master, as it does it:
+ * the setup lock held, the pair's link stopped for a moment (longer here,
+ * so that the cleanup surely sees it), then started again. */
+static void *setup_elsewhere(void *arg)
+{
+    (void)arg;
+    harness_sql(h, "s1", "SELECT GET_LOCK('libshard replication', 60); STOP SLAVE;"
+                " SELECT SLEEP(4); START SLAVE; SELECT RELEASE_LOCK('libshard replication')",
+                NULL);
+    return NULL;
+}
+
+/*
+ * Cleanup (here a finish's) while another mover sets up a connection on
+ * the target master: the pair's own link is stopped for a moment under
+ * the setup lock. Cleanup waits for it (within its bound) instead of
+ * failing at once with "not a healthy pair".
+ */
+START_TEST(cleanup_waits_out_another_movers_setup)
+{
+    shard_move_report r, fr;
+    pthread_t t;
+    char *out = NULL;
+    int rc, seen = 0;
+
+    ck_assert_str_eq(pair_of(ctx, 6), "MySQL002");
+    ledger_fill(ctx, 6, 7, 20);
+    move_reversible(admin, 6, 7, "MySQL001", 600, &r);
+    ledger_fill(ctx, 6, 7, 2);
+    pthread_create(&t, NULL, setup_elsewhere, NULL);
+    for (int i = 0; i < 200 && !seen; i++) { /* until the link is stopped under the lock */
+        harness_sql(h, "s1", "SELECT IS_USED_LOCK('libshard replication') IS NOT NULL", &out);
+        seen = out && strcmp(out, "1\n") == 0;
+        free(out);
+        out = NULL;
+        if (!seen)
+            usleep(20000);
+    }
+    ck_assert_int_eq(seen, 1);
+    rc = shard_move_finish(admin, r.move_id, NULL, &fr);
+    pthread_join(t, NULL);
+    ck_assert_msg(rc == 0, "finish: %s", shard_errmsg());
+    ck_assert_int_eq(fr.phase, SHARD_MOVE_DONE);
+    ck_assert_int_eq(fr.source_dropped, 1);
+    ck_assert_int_eq(fr.target_pair_healthy, 1);
+    ledger_check_all(ctx);
+    check_both_halves(h, ctx, 6);
+    check_both_halves(h, ctx, 7);
+}
+END_TEST
+
+/* Each test on shards of its own, in a case of its own (CK_RUN_CASE=name
+ * runs one). */
+static void add_case(Suite *s, const char *name, const TTest *t)
+{
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, 1800);
+    tcase_add_test(tc, t);
+    suite_add_tcase(s, tc);
+}
+
 int main(void)
 {
     Suite *s = suite_create("server_revert_faults");
-    TCase *tc = tcase_create("revert_faults");
     int failed;
 
     if (move_test_start(&h, &ctx, &admin))
         return 1;
-    tcase_set_timeout(tc, 1800);
-    tcase_add_tests(tc, TESTS(killed_between_starting_the_reverse_stream_and_journaling_it,
-                              revert_killed_at_every_step));
-    suite_add_tcase(s, tc);
+    add_case(s, "stream_start", killed_between_starting_the_reverse_stream_and_journaling_it);
+    add_case(s, "every_step", revert_killed_at_every_step);
+    add_case(s, "cleanup_setup", cleanup_waits_out_another_movers_setup);
     failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(admin);
     shard_ctx_free(ctx);

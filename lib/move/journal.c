@@ -366,9 +366,24 @@ static int load_positions(mv *m)
     return 0;
 }
 
+/* One number of the move's journal row. */
+static int journal_u64(mv *m, const char *column, uint64_t *v)
+{
+    char sql[160];
+    int rc;
+
+    *v = 0;
+    snprintf(sql, sizeof sql, "SELECT %s FROM " MOVES_TABLE " WHERE id = %llu", column,
+             (unsigned long long)m->id);
+    if ((rc = repl_value_u64(m->ctl, sql, v)))
+        return shard__fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);
+    return 0;
+}
+
 int move_load(shard_ctx *ctx, uint64_t id, mv *m)
 {
     move_row *rows = NULL, *j;
+    uint64_t made = 0, step = 0;
     size_t n = 0;
     int rc;
 
@@ -420,27 +435,17 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m)
     m->r->phase = (int)m->phase;
     if ((rc = move_journal_open(m)) || (rc = move_journal_lock(m)) || (rc = load_positions(m)))
         return rc;
-    {
-        /* Whether the target's copies are this move's: a move that got
-         * past planning made them; one in planning says so before it makes
-         * them (what was there before is never dropped). */
-        char sql[160];
-        uint64_t made = 0;
-        snprintf(sql, sizeof sql, "SELECT target_made FROM " MOVES_TABLE " WHERE"
-                 " id = %llu", (unsigned long long)m->id);
-        if ((rc = repl_value_u64(m->ctl, sql, &made)))
-            return shard__fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);
-        m->target_ours = made != 0 || m->phase != MOVE_PLANNED;
-    }
+    /* Whether the target's copies are this move's: a move that got past
+     * planning made them; one in planning says so before it makes them
+     * (what was there before is never dropped). */
+    if ((rc = journal_u64(m, "target_made", &made)))
+        return rc;
+    m->target_ours = made != 0 || m->phase != MOVE_PLANNED;
     if (m->phase == MOVE_REVERTING) {
         /* A revert's step; a journal from before the steps knew none: from
          * the fence, whose resume finds out whether the flip back landed. */
-        char sql[160];
-        uint64_t step = 0;
-        snprintf(sql, sizeof sql, "SELECT revert_step FROM " MOVES_TABLE " WHERE"
-                 " id = %llu", (unsigned long long)m->id);
-        if ((rc = repl_value_u64(m->ctl, sql, &step)))
-            return shard__fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);
+        if ((rc = journal_u64(m, "revert_step", &step)))
+            return rc;
         m->dir = 1;
         m->phase = step >= MOVE_CATCHUP && step <= MOVE_CLEANING ? (move_phase)step
                                                                    : MOVE_FENCED;

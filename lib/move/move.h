@@ -2,8 +2,10 @@
  * The shard move's private header (libshard-move(7)): one move's state,
  * shared by the files of lib/move/:
  *
- *   mv.c       the helpers every file uses: pairs, database names, the
- *              mover's connections, statements, progress, reading a position
+ *   mv.c       the helpers every file uses: the two sides and the direction,
+ *              pairs, database names, the mover's connections, statements,
+ *              progress, reading a position, dropping one side's copies,
+ *              the test hook
  *   journal.c  the durable move record, entering a phase, finding moves,
  *              move_unfinished_on (face.h)
  *   plan.c     pairs, preflight checks, tables, the target's schema (made,
@@ -16,11 +18,13 @@
  *              master, forward and reverse), catching up, the target's
  *              replication-setup lock held over the cut-over
  *   cutover.c  the fence, the flip (publish), the verification snapshots at
- *              the fence, postponing the cut-over, and the revert
+ *              the fence, postponing the cut-over
  *   lease.c    the shards marked moving in the map, the lease wait before a fence
  *   verify.c   comparing every row; the target's snapshots
  *   cleanup.c  waiting for both halves of the target, dropping the source
- *   driver.c   the phase switch; shard_move, _resume, _abort, _revert, _finish
+ *   driver.c   the phase switch, in both directions (a revert is the same
+ *              phases with the sides exchanged); shard_move, _resume,
+ *              _abort, _revert, _finish
  *   status.c   shard_move_status, phase names
  *
  * No file calls one that calls it back: driver.c calls the phases' files,
