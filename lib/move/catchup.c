@@ -458,11 +458,7 @@ static bool wait_standby_has(mv *m, const move_link *l, const unsigned long *own
     if (repl_value(l->c, "SELECT @@gtid_binlog_pos", &want) == 0 &&
         move_conn(m, &l->pair->standby, &sb) == 0) {
         for (;;) {
-            char *have = NULL;
-            int rc = repl_value(sb, "SELECT CONCAT(@@gtid_binlog_pos, ',', @@gtid_slave_pos)",
-                                &have);
-            done = rc == 0 && repl_gtid_covers(have, want, own, nown);
-            free(have);
+            int rc = move_holds(sb, want, own, nown, &done);
             if (done || rc || now_seconds() > end)
                 break;
             sleep_ms(20);

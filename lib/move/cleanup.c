@@ -29,18 +29,6 @@ static void describe(const repl_status *st, bool *ok, bool *stopped, char *buf, 
         snprintf(buf, size, "no replication link");
 }
 
-/* Whether c's server holds the flip position: in its binary log
- * (log_slave_updates) or its replication position, whichever is further. */
-static int holds_flip(mv *m, shard_conn *c, bool *yes)
-{
-    char *have = NULL;
-    int rc = repl_value(c, "SELECT CONCAT(@@gtid_binlog_pos, ',', @@gtid_slave_pos)", &have);
-
-    *yes = rc == 0 && repl_gtid_covers(have, m->flip, NULL, 0);
-    free(have);
-    return rc;
-}
-
 /* Another mover changes the replication setup of c's server right now. */
 static bool in_setup(shard_conn *c)
 {
@@ -71,7 +59,8 @@ static int look(mv *m, shard_conn *t, shard_conn *sb, pair_look *pl)
     /* Both halves: the flip position was read on the master of its time,
      * and after a forced failover of the pair the master is the promoted
      * standby, which may lack what the old one had not sent it. */
-    if ((rc = holds_flip(m, sb, &on_standby)) || (rc = holds_flip(m, t, &on_master)))
+    if ((rc = move_holds(sb, m->flip, NULL, 0, &on_standby)) ||
+        (rc = move_holds(t, m->flip, NULL, 0, &on_master)))
         return rc;
     pl->caught = on_standby && on_master;
     return 0;

@@ -218,6 +218,11 @@ int move_set_str(char **slot, const char *s);
  * freed); *slot is left as it was on failure. The fence position, the
  * flip position, the reverse stream's start. */
 int move_read_pos(shard_conn *c, char **slot);
+/* Whether c's server holds pos (but for the domains skip): in its binary
+ * log (log_slave_updates) or its replication position, whichever is
+ * further. */
+int move_holds(shard_conn *c, const char *pos, const unsigned long *skip, size_t nskip,
+               bool *yes);
 /* The moved databases dropped on one side's master (its worker
  * connections), over the workers. */
 int move_drop_dbs(mv *m, move_side side);

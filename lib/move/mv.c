@@ -222,6 +222,17 @@ int move_read_pos(shard_conn *c, char **slot)
     return rc;
 }
 
+int move_holds(shard_conn *c, const char *pos, const unsigned long *skip, size_t nskip,
+               bool *yes)
+{
+    char *have = NULL;
+    int rc = repl_value(c, "SELECT CONCAT(@@gtid_binlog_pos, ',', @@gtid_slave_pos)", &have);
+
+    *yes = rc == 0 && repl_gtid_covers(have, pos, skip, nskip);
+    free(have);
+    return rc;
+}
+
 typedef struct drop_arg {
     mv *m;
     move_side side;
