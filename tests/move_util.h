@@ -58,6 +58,22 @@ MOVE_UTIL int db_exists_settled(harness *h, const char *server, unsigned shard, 
     return have;
 }
 
+/* How many replication connections of a server are named prefix... (the
+ * first column of SHOW ALL SLAVES STATUS). */
+MOVE_UTIL int repl_connections(harness *h, const char *server, const char *prefix)
+{
+    char *out = sql_ok(h, server, "SHOW ALL SLAVES STATUS");
+    size_t len = strlen(prefix);
+    int n = 0;
+    for (char *line = out; line && *line;) {
+        char *nl = strchr(line, '\n');
+        n += strncmp(line, prefix, len) == 0;
+        line = nl ? nl + 1 : NULL;
+    }
+    free(out);
+    return n;
+}
+
 /* ---- where the map puts a shard --------------------------------------------- */
 
 /* "MySQL00N" -> N */
@@ -162,6 +178,25 @@ MOVE_UTIL int ledger_rows(unsigned shard)
     return n;
 }
 
+/* Each remembered row of the shard on both halves of the pair the map
+ * names (the standby synced first), with equal checksums. */
+MOVE_UTIL void check_both_halves(harness *h, shard_ctx *ctx, unsigned shard)
+{
+    const char *pair = pair_of(ctx, shard);
+    int p = pair_no(pair), expect = ledger_rows(shard);
+    char sql[200], sb[16], *a, *b;
+
+    ck_assert_int_eq(harness_sync_standby(h, p, 60), 0);
+    snprintf(sql, sizeof sql, "SELECT COUNT(*), SUM(CRC32(data)) FROM db%05u.pins", shard);
+    snprintf(sb, sizeof sb, "s%d", 2 * p);
+    a = sql_ok(h, master_of(pair), sql);
+    b = sql_ok(h, sb, sql);
+    ck_assert_int_eq(atoi(a), expect);
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
+}
+
 /* ---- writers ------------------------------------------------------------------ */
 
 /* A thread of writes on two shards by turns, each one acknowledged into
@@ -253,6 +288,21 @@ MOVE_UTIL void load_stop(load *l, useconds_t settle_us)
                       l->wr[i].errors, l->wr[i].err);
         ck_assert_int_gt(l->wr[i].ops, 0);
     }
+}
+
+/* Move first..last to pair to with a reverse window of window_s: flipped,
+ * verified and reversible (the test fails otherwise). */
+MOVE_UTIL void move_reversible(shard_ctx *admin, unsigned first, unsigned last, const char *to,
+                               unsigned window_s, shard_move_report *r)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    int rc;
+
+    o.reverse_window_s = window_s;
+    rc = shard_move(admin, first, last, to, &o, r, NULL);
+    ck_assert_msg(rc == 0, "move %u-%u to %s: %s", first, last, to, shard_errmsg());
+    ck_assert_int_eq(r->phase, SHARD_MOVE_REVERSIBLE);
+    ck_assert_uint_eq(r->mismatches, 0);
 }
 
 /* ---- a mover in a child process, stopped, then SIGKILLed --------------------- */

@@ -30,40 +30,6 @@ static harness *h;
 static shard_ctx *ctx;   /* the application's context (the map's account) */
 static shard_ctx *admin; /* the operator's (shardadmin): schema apply, moves, reverts */
 
-/* How many replication connections of a server are named prefix... (the
- * first column of SHOW ALL SLAVES STATUS). */
-static int connections(const char *server, const char *prefix)
-{
-    char *out = sql_ok(h, server, "SHOW ALL SLAVES STATUS");
-    size_t len = strlen(prefix);
-    int n = 0;
-    for (char *line = out; line && *line;) {
-        char *nl = strchr(line, '\n');
-        n += strncmp(line, prefix, len) == 0;
-        line = nl ? nl + 1 : NULL;
-    }
-    free(out);
-    return n;
-}
-
-/* Each row of the shard on both halves of the pair the map names. */
-static void check_both_halves(unsigned shard)
-{
-    const char *pair = pair_of(ctx, shard);
-    int p = pair_no(pair), expect = ledger_rows(shard);
-    char sql[200], sb[16], *a, *b;
-
-    ck_assert_int_eq(harness_sync_standby(h, p, 60), 0);
-    snprintf(sql, sizeof sql, "SELECT COUNT(*), SUM(CRC32(data)) FROM db%05u.pins", shard);
-    snprintf(sb, sizeof sb, "s%d", 2 * p);
-    a = sql_ok(h, master_of(pair), sql);
-    b = sql_ok(h, sb, sql);
-    ck_assert_int_eq(atoi(a), expect);
-    ck_assert_str_eq(a, b);
-    free(a);
-    free(b);
-}
-
 /* ---- movers in threads ------------------------------------------------------------ */
 
 typedef struct mover {
@@ -142,7 +108,7 @@ START_TEST(revert_under_writers_then_forward_again)
     if (rc == 0 && r.phase == SHARD_MOVE_REVERSIBLE) {
         snprintf(during, sizeof during, "%s", pair_of(ctx, 0));
         kept = db_exists(h, "s1", 0);
-        streams = connections("s1", "libshard_revert_mysql002");
+        streams = repl_connections(h, "s1", "libshard_revert_mysql002");
         if (shard_move_status(admin, &st) == 0)
             status_ok = strstr(st, "\"phase\":\"reversible\"") &&
                         strstr(st, "\"reverse_stream\":\"running\"");
@@ -185,15 +151,15 @@ START_TEST(revert_under_writers_then_forward_again)
     ck_assert_str_eq(out, "{\"between\":1}\n");
     free(out);
     ledger_check_all(ctx);
-    check_both_halves(0);
-    check_both_halves(1);
+    check_both_halves(h, ctx, 0);
+    check_both_halves(h, ctx, 1);
     out = sql_ok(h, "s2", sql);
     ck_assert_str_eq(out, "{\"between\":1}\n");
     free(out);
     /* The revert ended the move: target copies and the stream are gone. */
     ck_assert_int_eq(db_exists_settled(h, "s3", 0, 0), 0);
     ck_assert_int_eq(db_exists_settled(h, "s4", 1, 0), 0);
-    ck_assert_int_eq(connections("s1", "libshard_revert_"), 0);
+    ck_assert_int_eq(repl_connections(h, "s1", "libshard_revert_"), 0);
     ck_assert_int_eq(shard_move_revert(admin, r.move_id, NULL, NULL), SHARD_ENOTFOUND);
 
     /* And forward again: a new move, under writers. */
@@ -205,8 +171,8 @@ START_TEST(revert_under_writers_then_forward_again)
     ck_assert_int_eq(r.source_dropped, 1);
     ck_assert_str_eq(pair_of(ctx, 0), "MySQL002");
     ledger_check_all(ctx);
-    check_both_halves(0);
-    check_both_halves(1);
+    check_both_halves(h, ctx, 0);
+    check_both_halves(h, ctx, 1);
     ck_assert_int_eq(db_exists(h, "s1", 0), 0);
 }
 END_TEST
@@ -215,17 +181,13 @@ END_TEST
  * starts it again and finish ends the window. */
 START_TEST(broken_reverse_stream_refuses_revert)
 {
-    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_move_report r, rr;
     char *st = NULL;
     int rc;
 
     ck_assert_str_eq(pair_of(ctx, 8), "MySQL003");
     ledger_fill(ctx, 8, 9, 30);
-    o.reverse_window_s = 3600;
-    rc = shard_move(admin, 8, 9, "MySQL001", &o, &r, NULL);
-    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
-    ck_assert_int_eq(r.phase, SHARD_MOVE_REVERSIBLE);
+    move_reversible(admin, 8, 9, "MySQL001", 3600, &r);
     free(sql_ok(h, "s5", "STOP SLAVE 'libshard_revert_mysql001'"));
     ck_assert_int_eq(shard_move_status(admin, &st), 0);
     ck_assert_msg(strstr(st, "\"reverse_stream\":\"broken: "), "%s", st);
@@ -262,10 +224,10 @@ START_TEST(broken_reverse_stream_refuses_revert)
     ck_assert_int_eq(rr.phase, SHARD_MOVE_DONE);
     ck_assert_int_eq(rr.source_dropped, 1);
     ck_assert_int_eq(db_exists(h, "s5", 8), 0);
-    ck_assert_int_eq(connections("s5", "libshard_revert_"), 0);
+    ck_assert_int_eq(repl_connections(h, "s5", "libshard_revert_"), 0);
     ledger_check_all(ctx);
-    check_both_halves(8);
-    check_both_halves(9);
+    check_both_halves(h, ctx, 8);
+    check_both_halves(h, ctx, 9);
 }
 END_TEST
 
@@ -279,10 +241,10 @@ START_TEST(two_sources_into_one_target)
     ck_assert_str_eq(pair_of(ctx, 4), "MySQL002");
     ledger_fill(ctx, 2, 5, 40);
     two_moves_under_writers(mv, shards);
-    ck_assert_int_eq(connections("s5", "libshard_from_"), 0);
+    ck_assert_int_eq(repl_connections(h, "s5", "libshard_from_"), 0);
     ledger_check_all(ctx);
     for (unsigned s = 2; s <= 5; s++)
-        check_both_halves(s);
+        check_both_halves(h, ctx, s);
 }
 END_TEST
 
@@ -298,9 +260,9 @@ START_TEST(one_source_into_two_targets)
     two_moves_under_writers(mv, shards);
     ledger_check_all(ctx);
     for (unsigned s = 2; s <= 3; s++)
-        check_both_halves(s);
+        check_both_halves(h, ctx, s);
     for (unsigned s = 10; s <= 11; s++)
-        check_both_halves(s);
+        check_both_halves(h, ctx, s);
 }
 END_TEST
 
@@ -321,10 +283,10 @@ START_TEST(two_moves_share_one_connection)
     }
     ledger_fill(ctx, 4, 7, 40);
     two_moves_under_writers(mv, shards);
-    ck_assert_int_eq(connections("s3", "libshard_from_"), 0);
+    ck_assert_int_eq(repl_connections(h, "s3", "libshard_from_"), 0);
     ledger_check_all(ctx);
     for (unsigned s = 4; s <= 7; s++)
-        check_both_halves(s);
+        check_both_halves(h, ctx, s);
 }
 END_TEST
 
@@ -387,10 +349,10 @@ START_TEST(killed_revert_resumed)
         ck_assert_str_eq(pair_of(ctx, 9), "MySQL001");
         ledger_fill(ctx, 8, 9, 2); /* the source takes writes again */
         ledger_check_all(ctx);
-        check_both_halves(8);
-        check_both_halves(9);
+        check_both_halves(h, ctx, 8);
+        check_both_halves(h, ctx, 9);
         ck_assert_int_eq(db_exists_settled(h, "s5", 8, 0), 0);
-        ck_assert_int_eq(connections("s1", "libshard_revert_"), 0);
+        ck_assert_int_eq(repl_connections(h, "s1", "libshard_revert_"), 0);
     }
 }
 END_TEST
@@ -431,10 +393,10 @@ START_TEST(window_end_cleans_up_on_resume)
                   res.err);
     run_free(&res);
     ck_assert_int_eq(db_exists(h, "s1", 8), 0);
-    ck_assert_int_eq(connections("s1", "libshard_revert_"), 0);
+    ck_assert_int_eq(repl_connections(h, "s1", "libshard_revert_"), 0);
     ledger_check_all(ctx);
-    check_both_halves(8);
-    check_both_halves(9);
+    check_both_halves(h, ctx, 8);
+    check_both_halves(h, ctx, 9);
 }
 END_TEST
 

@@ -119,22 +119,24 @@ static void dbset_free(dbset *s)
 
 /* ---- the connections ------------------------------------------------------------- */
 
+/* The connection on side's master (of the journal's two) reading the other. */
+static void link_on(mv *m, int side, move_link *l)
+{
+    l->c = m->sides[side].c;
+    l->pair = move_pair(m, side);
+    l->from = move_pair(m, !side);
+    l->name = m->sides[side].link;
+    l->reverse = side == 0;
+}
+
 void move_link_forward(mv *m, move_link *l)
 {
-    l->c = m->t;
-    l->pair = move_dp(m);
-    l->from = move_sp(m);
-    l->name = m->name;
-    l->reverse = false;
+    link_on(m, !m->dir, l);
 }
 
 void move_link_reverse(mv *m, move_link *l)
 {
-    l->c = m->src;
-    l->pair = move_sp(m);
-    l->from = move_dp(m);
-    l->name = m->rname;
-    l->reverse = true;
+    link_on(m, m->dir, l);
 }
 
 int move_pair_domains(mv *m, const shard_pairdef *p, unsigned long *d, size_t *n)
@@ -188,11 +190,11 @@ int move_cut_lock(mv *m, bool on)
     if (on == m->cut_locked)
         return 0;
     if (!on) {
-        link_unlock(m->t);
+        link_unlock(move_tgt(m));
         m->cut_locked = false;
         return 0;
     }
-    if ((rc = link_lock(m->t)))
+    if ((rc = link_lock(move_tgt(m))))
         return rc;
     m->cut_locked = true;
     return 0;
@@ -209,9 +211,9 @@ static int registry(mv *m, const move_link *l, dbset *s)
     sql_init(&q);
     sql_add(&q, "SELECT first_shard, last_shard FROM " MOVES_TABLE " WHERE"
                 " source_pair = ");
-    sql_hex(&q, move_sp(m)->name, strlen(move_sp(m)->name));
+    sql_hex(&q, move_pair(m, 0)->name, strlen(move_pair(m, 0)->name));
     sql_add(&q, " AND target_pair = ");
-    sql_hex(&q, move_dp(m)->name, strlen(move_dp(m)->name));
+    sql_hex(&q, move_pair(m, 1)->name, strlen(move_pair(m, 1)->name));
     sql_addf(&q, " AND id <> %llu AND ", (unsigned long long)m->id);
     if (l->reverse)
         sql_addf(&q, "phase IN (%d, %d) AND reverse_state = 1", MOVE_REVERSIBLE,
@@ -456,11 +458,7 @@ static bool wait_standby_has(mv *m, const move_link *l, const unsigned long *own
     if (repl_value(l->c, "SELECT @@gtid_binlog_pos", &want) == 0 &&
         move_conn(m, &l->pair->standby, &sb) == 0) {
         for (;;) {
-            char *have = NULL;
-            int rc = repl_value(sb, "SELECT CONCAT(@@gtid_binlog_pos, ',', @@gtid_slave_pos)",
-                                &have);
-            done = rc == 0 && repl_gtid_covers(have, want, own, nown);
-            free(have);
+            int rc = move_holds(sb, want, own, nown, &done);
             if (done || rc || now_seconds() > end)
                 break;
             sleep_ms(20);
@@ -700,7 +698,9 @@ static bool lasting_error(const char *e)
                     strstr(e, "Access denied"));
 }
 
-int move_link_health(mv *m, const move_link *l, char *why, size_t size)
+/* move_link_health, and whether the connection exists with the move's
+ * databases in its filter (*carries), running or not. */
+static int link_look(mv *m, const move_link *l, char *why, size_t size, bool *carries)
 {
     repl_status st;
     const repl_link *k;
@@ -708,6 +708,7 @@ int move_link_health(mv *m, const move_link *l, char *why, size_t size)
     char desc[400];
     int rc, bad = 0;
 
+    *carries = false;
     if ((rc = repl_status_read(l->c, &st)))
         return rc;
     if (!(k = repl_status_find(&st, l->name))) {
@@ -728,6 +729,7 @@ int move_link_health(mv *m, const move_link *l, char *why, size_t size)
             bad = 1;
         }
     }
+    *carries = !bad;
     if (!bad && (repl_link_stopped(k) || lasting_error(k->last_sql_error) ||
                  lasting_error(k->last_io_error))) {
         snprintf(why, size, "replication connection %s on %s is broken: %s", l->name,
@@ -738,6 +740,22 @@ out:
     repl_status_free(&st);
     dbset_free(&have);
     return rc ? rc : bad;
+}
+
+int move_link_health(mv *m, const move_link *l, char *why, size_t size)
+{
+    bool carries;
+
+    return link_look(m, l, why, size, &carries);
+}
+
+int move_link_carries(mv *m, const move_link *l)
+{
+    char why[600];
+    bool carries = false;
+    int rc = link_look(m, l, why, sizeof why, &carries);
+
+    return rc < 0 ? rc : carries;
 }
 
 /* ---- the catch-up connection and the reverse stream ------------------------------ */
@@ -773,11 +791,30 @@ int move_repl_remove(mv *m)
     return move_link_leave(m, &l);
 }
 
+/*
+ * A resumed move whose journal says the stream was not started may have
+ * started it: killed between the join and the journal. Such a stream has
+ * applied events since m->rev; joined again from there it would apply
+ * them a second time (1062, 1032: a broken stream, an unrevertable move).
+ * It carries this move's databases, which no other move's stream does
+ * (one reversible move per pair of pairs): adopted as it is, from where
+ * it has got to. Its filter set and never started, it starts from m->rev,
+ * which the join set.
+ */
 int move_reverse_setup(mv *m)
 {
     move_link l;
+    int has;
 
     move_link_reverse(m, &l);
+    has = m->resumed ? move_link_carries(m, &l) : 0;
+    if (has < 0)
+        return has;
+    if (has) {
+        ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: the reverse stream %s was started by an "
+                "earlier run: going on from where it is", (unsigned long long)m->id, l.name);
+        return move_link_ensure(m, &l);
+    }
     return move_link_join(m, &l, m->rev);
 }
 
@@ -837,22 +874,24 @@ static int repl_health(mv *m)
 {
     repl_status st;
     const repl_link *l;
+    move_link fw;
     int rc;
 
-    if ((rc = repl_status_read(m->t, &st)))
+    move_link_forward(m, &fw);
+    if ((rc = repl_status_read(fw.c, &st)))
         return rc;
-    if (!(l = repl_status_find(&st, m->name)))
+    if (!(l = repl_status_find(&st, fw.name)))
         rc = shard__fail(SHARD_EINTERNAL, "replication connection %s is gone from the target",
-                        m->name);
+                        fw.name);
     else if (!l->do_db[0])
         rc = shard__fail(SHARD_EINTERNAL, "replication connection %s runs without its "
                         "filter (was the target restarted without skip-slave-start?): "
-                        "stop it and abort the move", m->name);
+                        "stop it and abort the move", fw.name);
     else {
         const char *errs[] = {l->last_sql_error, l->last_io_error};
         for (int i = 0; i < 2 && rc == 0; i++)
             if (lasting_error(errs[i]))
-                rc = shard__fail(SHARD_ESERVER, "replication connection %s: %s", m->name,
+                rc = shard__fail(SHARD_ESERVER, "replication connection %s: %s", fw.name,
                                 errs[i]);
     }
     repl_status_free(&st);
@@ -871,7 +910,7 @@ int move_wait_applied(mv *m, const char *pos, double seconds, bool *reached)
     if ((rc = move_pair_domains(m, move_sp(m), own, &nown)) ||
         (rc = repl_gtid_only(pos, own, nown, &want)))
         return rc;
-    rc = repl_wait_pos(m->t, want, seconds, reached);
+    rc = repl_wait_pos(move_tgt(m), want, seconds, reached);
     free(want);
     return rc;
 }
@@ -890,9 +929,9 @@ int move_catch_up(mv *m)
         char *pos = NULL, *want = NULL;
         bool reached = false;
         /* The moved rows' writes are in the source pair's own domains. */
-        if ((rc = repl_value(m->src, "SELECT @@gtid_binlog_pos", &pos)) == 0 &&
+        if ((rc = repl_value(move_src(m), "SELECT @@gtid_binlog_pos", &pos)) == 0 &&
             (rc = repl_gtid_only(pos, own, nown, &want)) == 0)
-            rc = repl_wait_pos(m->t, want, lag, &reached);
+            rc = repl_wait_pos(move_tgt(m), want, lag, &reached);
         free(pos);
         free(want);
         if (rc)
@@ -904,7 +943,7 @@ int move_catch_up(mv *m)
         if (now_seconds() - t0 > m->o.catchup_timeout_s && (m->final = true))
             return shard__fail(SHARD_ETIMEOUT, "the target did not catch up within %u s",
                               m->o.catchup_timeout_s);
-        move_progress(m, m->swapped ? SHARD_MOVE_REVERSIBLE : SHARD_MOVE_CATCHUP, 0, 0);
+        move_progress(m, m->dir ? SHARD_MOVE_REVERTING : SHARD_MOVE_CATCHUP, 0, 0);
     }
     m->r->catchup_seconds += now_seconds() - t0;
     return 0;

@@ -8,10 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The pair's own link on both halves, and whether the standby has applied
- * the flip position. */
+/* The pair's own link on both halves, whether both have applied the flip
+ * position, and whether a stopped link's server is in another mover's
+ * replication setup (which stops every link there for a moment). */
 typedef struct pair_look {
     bool caught, master_ok, standby_ok, master_stopped, standby_stopped;
+    bool master_setup, standby_setup;
     char master[400], standby[400];
 } pair_look;
 
@@ -27,10 +29,18 @@ static void describe(const repl_status *st, bool *ok, bool *stopped, char *buf, 
         snprintf(buf, size, "no replication link");
 }
 
+/* Another mover changes the replication setup of c's server right now. */
+static bool in_setup(shard_conn *c)
+{
+    uint64_t used = 0;
+    return repl_value_u64(c, "SELECT IS_USED_LOCK('libshard replication') IS NOT NULL",
+                          &used) == 0 && used == 1;
+}
+
 static int look(mv *m, shard_conn *t, shard_conn *sb, pair_look *pl)
 {
     repl_status ms, ss;
-    char *have = NULL;
+    bool on_master = false, on_standby = false;
     int rc;
 
     memset(pl, 0, sizeof *pl);
@@ -44,22 +54,26 @@ static int look(mv *m, shard_conn *t, shard_conn *sb, pair_look *pl)
     describe(&ss, &pl->standby_ok, &pl->standby_stopped, pl->standby, sizeof pl->standby);
     repl_status_free(&ms);
     repl_status_free(&ss);
-    /* Applied there: in its binary log (log_slave_updates) or its
-     * replication position, whichever is further. */
-    if ((rc = repl_value(sb, "SELECT CONCAT(@@gtid_binlog_pos, ',', @@gtid_slave_pos)",
-                         &have)))
+    pl->master_setup = pl->master_stopped && in_setup(t);
+    pl->standby_setup = pl->standby_stopped && in_setup(sb);
+    /* Both halves: the flip position was read on the master of its time,
+     * and after a forced failover of the pair the master is the promoted
+     * standby, which may lack what the old one had not sent it. */
+    if ((rc = move_holds(sb, m->flip, NULL, 0, &on_standby)) ||
+        (rc = move_holds(t, m->flip, NULL, 0, &on_master)))
         return rc;
-    pl->caught = repl_gtid_covers(have, m->flip, NULL, 0);
-    free(have);
+    pl->caught = on_standby && on_master;
     return 0;
 }
 
 /*
  * The source may only go once both halves of the target pair hold every
- * moved row: the standby has applied the target master's position at the
- * flip, and both of the pair's links run. Waits (bounded, in short polls)
- * while a link is only reconnecting; a stopped link fails at once. On
- * failure the source stays, and a resume waits again.
+ * moved row: both hold the target master's position at the flip, and both
+ * of the pair's links run. Waits (bounded, in short polls) while a link is
+ * only reconnecting, or stopped by another mover's replication setup (it
+ * holds the setup lock while it has them stopped); a link stopped
+ * otherwise fails at once. On failure the source stays, and a resume waits
+ * again.
  */
 int move_target_pair_ready(mv *m)
 {
@@ -76,22 +90,24 @@ int move_target_pair_ready(mv *m)
     }
     if ((rc = move_conn(m, &dp->standby, &sb)))
         goto out;
-    if ((!m->flip || !m->flip[0]) && (rc = move_read_pos(m->t, &m->flip)))
+    if ((!m->flip || !m->flip[0]) && (rc = move_read_pos(move_tgt(m), &m->flip)))
         goto out;
     for (;;) {
-        if ((rc = look(m, m->t, sb, &pl)))
+        if ((rc = look(m, move_tgt(m), sb, &pl)))
             goto out;
         if (pl.caught && pl.master_ok && pl.standby_ok) {
             m->r->target_pair_healthy = 1;
             break;
         }
-        if (pl.master_stopped || pl.standby_stopped || now_seconds() > end) {
-            rc = shard__fail(SHARD_EBUSY, "target %s is not a healthy pair: standby %s %s "
-                            "everything up to the flip (its link: %s; master %s's link: %s); "
+        if ((pl.master_stopped && !pl.master_setup) || (pl.standby_stopped && !pl.standby_setup) ||
+            now_seconds() > end) {
+            rc = shard__fail(SHARD_EBUSY, "target %s is not a healthy pair: %s everything "
+                            "up to the flip (standby %s's link: %s; master %s's link: %s); "
                             "the source copy is kept: repair the pair's replication, then "
-                            "resume move %llu", dp->name, dp->standby.text,
-                            pl.caught ? "has" : "has not applied", pl.standby,
-                            dp->master.text, pl.master, (unsigned long long)m->id);
+                            "resume move %llu", dp->name,
+                            pl.caught ? "both halves hold" : "not both halves hold",
+                            dp->standby.text, pl.standby, dp->master.text, pl.master,
+                            (unsigned long long)m->id);
             goto out;
         }
         sleep_ms(200);
@@ -116,17 +132,17 @@ void move_check_target_pair(mv *m)
         return;
     shard__error_save(&saved, 0);
     if (move_conn(m, &dp->standby, &sb) ||
-        ((!m->flip || !m->flip[0]) && move_read_pos(m->t, &m->flip)) || look(m, m->t, sb, &pl)) {
+        ((!m->flip || !m->flip[0]) && move_read_pos(move_tgt(m), &m->flip)) || look(m, move_tgt(m), sb, &pl)) {
         m->r->target_pair_healthy = 0;
         ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: the health of target pair %s is "
                 "unknown: %s", (unsigned long long)m->id, dp->name, shard_errmsg());
     } else if (!pl.caught || !pl.master_ok || !pl.standby_ok) {
         m->r->target_pair_healthy = 0;
-        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: target pair %s is not healthy: standby "
-                "%s %s everything up to the flip (its link: %s; master %s's link: %s)",
-                (unsigned long long)m->id, dp->name, dp->standby.text,
-                pl.caught ? "has" : "has not applied", pl.standby, dp->master.text,
-                pl.master);
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: target pair %s is not healthy: %s "
+                "everything up to the flip (standby %s's link: %s; master %s's link: %s)",
+                (unsigned long long)m->id, dp->name,
+                pl.caught ? "both halves hold" : "not both halves hold", dp->standby.text,
+                pl.standby, dp->master.text, pl.master);
     }
     move_close(&sb);
     shard__error_restore(&saved);
@@ -146,6 +162,8 @@ int move_drop_source(mv *m)
      */
     rc = move_drop_dbs(m, MOVE_SOURCE);
     move_close_workers(m);
+    if (rc == 0)
+        rc = move_hook(m, "source dropped");
     /* The rows go last: until the databases are gone they stay fenced. */
     if (rc == 0)
         rc = move_fence_delete(m);

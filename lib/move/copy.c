@@ -250,16 +250,16 @@ static int snapshots_open(mv *m, unsigned n, char **at)
     int rc;
 
     free(*at);
-    rc = snapshot_at(m->wsrc[0], at);
+    rc = snapshot_at(move_wsrcs(m)[0], at);
     for (unsigned i = 1; rc == 0 && i < n; i++) {
-        if ((rc = snapshot_at(m->wsrc[i], &other)) == 0 && strcmp(other, *at) != 0)
+        if ((rc = snapshot_at(move_wsrcs(m)[i], &other)) == 0 && strcmp(other, *at) != 0)
             same = false;
         free(other);
         other = NULL;
     }
     if (rc == 0 && !same)
         for (unsigned i = 0; i < n; i++)
-            move_runf(m->wsrc[i], "COMMIT");
+            move_runf(move_wsrcs(m)[i], "COMMIT");
     return rc ? rc : same;
 }
 
@@ -310,7 +310,7 @@ static int open_snapshots(mv *m, unsigned n)
     if ((rc = sql_check(&q)) == 0) {
         free(m->snap);
         m->snap = NULL;
-        rc = repl_value(m->wsrc[0], q.s, &m->snap);
+        rc = repl_value(move_wsrcs(m)[0], q.s, &m->snap);
     }
     sql_free(&q);
     if (rc == 0)
@@ -371,7 +371,7 @@ static int copy_fn(void *arg, size_t i, unsigned w)
     mv *m = arg;
     mtable *t = &m->tables[i];
     uint64_t done, total;
-    int rc = copy_table(m, m->wsrc[w], m->wdst[w], t);
+    int rc = copy_table(m, move_wsrcs(m)[w], move_wdsts(m)[w], t);
 
     if (rc)
         return rc;
@@ -394,7 +394,7 @@ static int copy_fn(void *arg, size_t i, unsigned w)
  */
 static int choose_feed(mv *m)
 {
-    shard_conn *dst = m->wdst[0];
+    shard_conn *dst = move_wdsts(m)[0];
     int yes;
 
     m->feed = MOVE_FEED_INSERT;
@@ -434,7 +434,7 @@ int move_copy(mv *m)
             rc = move_runf(c, "SET SESSION time_zone = '+00:00', foreign_key_checks = 0");
         /* The source's bytes as they are stored, never converted. */
         if (rc == 0)
-            rc = move_runf(m->wsrc[w], "SET SESSION character_set_results = binary");
+            rc = move_runf(move_wsrcs(m)[w], "SET SESSION character_set_results = binary");
     }
     if (rc == 0)
         rc = choose_feed(m);
@@ -451,7 +451,7 @@ int move_copy(mv *m)
     if (rc == 0) {
         m->done = m->total = 0;
         m->r->rows_copied = m->r->bytes_copied = 0;
-        estimate_rows(m, m->src);
+        estimate_rows(m, move_src(m));
     }
     move_step(m, &t1, "estimating the rows");
     if (rc == 0) {
@@ -470,8 +470,8 @@ int move_copy(mv *m)
         move_throttle_stop(m->th);
     m->th = NULL;
     for (unsigned w = 0; w < n; w++)
-        if (m->wsrc[w])
-            move_runf(m->wsrc[w], "COMMIT"); /* ends the snapshot; may fail on a dead source */
+        if (move_wsrcs(m)[w])
+            move_runf(move_wsrcs(m)[w], "COMMIT"); /* ends the snapshot; may fail on a dead source */
     shard__error_restore(&saved);
     move_close_workers(m);
     m->r->copy_seconds = now_seconds() - t0;

@@ -1,7 +1,8 @@
 /*
  * The cut-over (libshard-move(7), phases fenced and flipped): the fence on
  * the source, the target's snapshots for verification, the new map
- * published with compare-and-swap, the flip-time position.
+ * published with compare-and-swap, the flip-time position. A revert runs
+ * the same in the other direction (mv.dir).
  */
 #include "move.h"
 
@@ -26,13 +27,13 @@ int move_fence_set(mv *m, bool on)
     shard_errsave saved;
     int rc, urc;
 
-    if ((rc = move_runf(m->src, "SET SESSION lock_wait_timeout = %u,"
+    if ((rc = move_runf(move_src(m), "SET SESSION lock_wait_timeout = %u,"
                         " innodb_lock_wait_timeout = %u", wait, wait)))
         return rc;
-    rc = move_fence_update(m, m->src, on, &matched);
+    rc = move_fence_update(m, move_src(m), on, &matched);
     m->fence_statements = 1;
     shard__error_save(&saved, rc);
-    urc = move_runf(m->src, "SET SESSION lock_wait_timeout = DEFAULT,"
+    urc = move_runf(move_src(m), "SET SESSION lock_wait_timeout = DEFAULT,"
                     " innodb_lock_wait_timeout = DEFAULT");
     if (rc)
         return shard__error_restore(&saved);
@@ -41,7 +42,7 @@ int move_fence_set(mv *m, bool on)
     if (on && matched != want) {
         /* Rows missing: the fence would not hold for every shard (a
          * missing row is unfenced, so lifting needs no such check). */
-        move_fence_update(m, m->src, false, &matched);
+        move_fence_update(m, move_src(m), false, &matched);
         return shard__fail(SHARD_EINTERNAL, "the fence found %llu of the %llu fence rows of "
                           "shards %u-%u on source %s; a resume creates them again",
                           (unsigned long long)matched, (unsigned long long)want, m->first,
@@ -62,9 +63,9 @@ int move_fence_state(mv *m, bool *on)
     move_db_list(m, &q, true);
     sql_add(&q, ")");
     if ((rc = sql_check(&q)) == 0)
-        rc = repl_value_u64(m->src, q.s, &n);
+        rc = repl_value_u64(move_src(m), q.s, &n);
     sql_free(&q);
-    if (rc && m->src->last_errno == ER_NO_SUCH_TABLE) /* never fenced here */
+    if (rc && move_src(m)->last_errno == ER_NO_SUCH_TABLE) /* never fenced here */
         return 0;
     *on = n != 0;
     return rc;
@@ -156,10 +157,20 @@ int move_open_vsnaps(mv *m)
 
     if (m->resumed && (rc = move_flipped_in_store(m)) != 0)
         return rc < 0 ? rc : 0;
-    if ((rc = move_vsnaps_open(m, false)) == 0 && m->id &&
-        (rc = move_runf(m->ctl, "UPDATE " MOVES_TABLE " SET flip_at = NOW(6) WHERE"
-                        " id = %llu", (unsigned long long)m->id)))
-        move_close_vsnaps(m);
+    /* The clock of the target, whose rows' updated_at it is compared with
+     * (in a revert the journal's server is the source). */
+    if ((rc = move_vsnaps_open(m, false)) == 0 && m->id) {
+        char *now = NULL;
+        if ((rc = repl_value(move_tgt(m), "SELECT UNIX_TIMESTAMP(NOW(6))", &now)) == 0 &&
+            strspn(now, "0123456789.") != strlen(now))
+            rc = shard__fail(SHARD_ESERVER, "the target's clock reads \"%.40s\"", now);
+        if (rc == 0)
+            rc = move_runf(m->ctl, "UPDATE " MOVES_TABLE " SET flip_at = FROM_UNIXTIME(%s)"
+                           " WHERE id = %llu", now, (unsigned long long)m->id);
+        free(now);
+        if (rc)
+            move_close_vsnaps(m);
+    }
     return rc;
 }
 
@@ -192,213 +203,4 @@ int move_postpone(mv *m)
         ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: %s is gone: cutting over",
                 (unsigned long long)m->id, file);
     return 0;
-}
-/* ---- the revert: the same cut-over in the other direction -------------------------- */
-
-/*
- * The move seen from the other side: the target is the source now, the
- * reverse stream its catch-up connection. It shares m's journal, its
- * connections (exchanged) and map; everything else is its own. The
- * fence, the wait, the publish, the verification and the cleanup then
- * run as they do forward.
- */
-static void swap_view(mv *m, mv *rv)
-{
-    *rv = *m;
-    rv->spi = m->dpi;
-    rv->dpi = m->spi;
-    rv->src = m->t;
-    rv->t = m->src;
-    rv->swapped = true;
-    snprintf(rv->name, sizeof rv->name, "%s", m->rname);
-    rv->snap = rv->fence = rv->flip = NULL;
-    rv->rev = m->rev ? shard__strdup(m->rev) : NULL;
-    rv->tables = NULL;
-    rv->ntables = 0;
-    rv->listed = false;
-    rv->nworkers = 0;
-    memset(rv->wsrc, 0, sizeof rv->wsrc);
-    memset(rv->wdst, 0, sizeof rv->wdst);
-    memset(rv->vsnap, 0, sizeof rv->vsnap);
-    rv->nvsnap = 0;
-    rv->done = rv->total = 0;
-    rv->fence_t0 = 0;
-    if (m->phase == MOVE_REVERTING) { /* an interrupted revert's positions */
-        rv->fence = m->fence ? shard__strdup(m->fence) : NULL;
-        rv->flip = m->flip ? shard__strdup(m->flip) : NULL;
-    }
-    snprintf(rv->r->source, sizeof rv->r->source, "%s", move_sp(rv)->name);
-    snprintf(rv->r->target, sizeof rv->r->target, "%s", move_dp(rv)->name);
-}
-
-static void swap_done(mv *m, mv *rv)
-{
-    move_close_vsnaps(rv);
-    move_close_workers(rv);
-    m->phase = rv->phase;
-    m->reverse_state = rv->reverse_state;
-    free(rv->tables);
-    free(rv->snap);
-    free(rv->fence);
-    free(rv->flip);
-    free(rv->rev);
-}
-
-/* Not flipped back: the target takes its traffic again. */
-static int revert_lift(mv *rv, int rc)
-{
-    shard_errsave why;
-    char msg[1100];
-    int urc;
-
-    shard__error_save(&why, rc);
-    move_close_vsnaps(rv);
-    if ((urc = move_fence_set(rv, false))) {
-        snprintf(msg, sizeof msg, "revert failed (%.500s) and the fence on the target could "
-                 "not be lifted: %.500s; resume the move", why.msg, shard_errmsg());
-        move_note(rv, msg);
-        return shard__fail(urc, "%s", msg);
-    }
-    move_set_str(&rv->fence, "");
-    snprintf(msg, sizeof msg, "revert failed: the target's fence lifted (%.1000s)", why.msg);
-    if ((urc = move_enter(rv, MOVE_REVERSIBLE, msg)))
-        return urc;
-    return shard__fail(rc, "%s (the target's fence lifted; the move stays reversible)",
-                      why.msg);
-}
-
-/* Fence the target, wait for the source, publish the map back, unfence the
- * source. On success the map points at the source again. */
-static int revert_cutover(mv *m, mv *rv)
-{
-    bool reached = false;
-    double t0;
-    int rc;
-
-    if ((rc = move_list_tables(rv)) || (rc = move_fence_rows_source(rv)) ||
-        (rc = move_lease_wait(rv)) || (rc = move_catch_up(rv)))
-        return rc;
-    for (;;) {
-        rv->r->fence_attempts++;
-        t0 = now_seconds();
-        rc = move_fence_set(rv, true);
-        if (rc != SHARD_EBUSY || rv->r->fence_attempts >= rv->o.cutover_attempts)
-            break;
-        ctx_log(rv->ctx, SHARD_LOG_WARN, "move %llu: revert: %s; retrying",
-                (unsigned long long)rv->id, shard_errmsg());
-        sleep_ms(200.0 * rv->r->fence_attempts);
-        if ((rc = move_catch_up(rv)))
-            return rc;
-    }
-    if (rc == SHARD_EBUSY)
-        return shard__fail(rc, "revert: a transaction held a moved shard on the target longer "
-                          "than %u s, %u times", rv->o.fence_timeout_s, rv->r->fence_attempts);
-    if (rc)
-        return rc;
-    if ((rc = move_read_pos(rv->src, &rv->fence)))
-        return revert_lift(rv, rc);
-    if ((rc = move_enter(rv, MOVE_REVERTING, "the target is fenced")))
-        return revert_lift(rv, rc);
-    rc = move_wait_applied(rv, rv->fence, MOVE_FENCE_WAIT_S, &reached);
-    if (rc == 0 && !reached)
-        rc = shard__fail(SHARD_EBUSY, "the source did not apply up to the target's fence "
-                        "within %d s", MOVE_FENCE_WAIT_S);
-    if (rc == 0)
-        rc = move_open_vsnaps(rv); /* the source as the target left it */
-    if (rc == 0)
-        rc = move_publish(rv);
-    if (rc && (rc = move_publish_landed(rv, rc, revert_lift, "flipped back",
-                                        "the target's fence")))
-        return rc;
-    /* Back on the source: its fence comes off, the reverse stream has
-     * nothing more to bring (the target is fenced). */
-    rc = move_fence_set(m, false);
-    rv->r->pause_ms = (now_seconds() - t0) * 1000.0;
-    rv->r->cutover_seconds = now_seconds() - t0;
-    if (rc)
-        return shard__fail_prefix(rc, "the map is back on %s but its fence could not be "
-                                 "lifted (resume the move): ", move_dp(rv)->name);
-    if ((rc = move_read_pos(rv->t, &rv->flip)) ||
-        (rc = move_enter(rv, MOVE_REVERTING, "flipped back")))
-        return rc;
-    shard_ctx_reload(rv->ctx);
-    return 0;
-}
-
-/* An interrupted revert: did its flip back land? */
-static int revert_resumed(mv *m, mv *rv)
-{
-    bool on = false;
-    int rc, flipped = move_flipped_in_store(rv);
-
-    if (flipped < 0)
-        return flipped;
-    if (flipped == 0) {
-        /* Not flipped back: the target serves; its fence comes off, and
-         * the revert starts over. */
-        if ((rc = move_fence_state(rv, &on)) || (on && (rc = move_fence_set(rv, false))))
-            return rc;
-        move_set_str(&rv->fence, "");
-        if ((rc = move_enter(rv, MOVE_REVERSIBLE, "interrupted revert: the target's fence "
-                             "lifted")))
-            return rc;
-        return revert_cutover(m, rv);
-    }
-    /* Flipped back: make sure the source is unfenced. */
-    if ((rc = move_list_tables(rv)) || (rc = move_fence_set(m, false)))
-        return rc;
-    if (!rv->flip || !rv->flip[0])
-        rc = move_read_pos(rv->t, &rv->flip);
-    return rc;
-}
-
-int move_revert(mv *m)
-{
-    mv rv;
-    char why[600];
-    int rc, bad;
-
-    if (m->phase == MOVE_REVERSIBLE) {
-        move_link l;
-        move_link_reverse(m, &l);
-        bad = move_link_health(m, &l, why, sizeof why);
-        if (bad < 0)
-            return bad;
-        if (bad) {
-            m->final = true;
-            return shard__fail(SHARD_EBUSY, "move %llu cannot be reverted: %s; a revert now "
-                              "would lose the writes made on %s since the flip. Repair the "
-                              "stream (or resume the move to start it again), or finish "
-                              "the move", (unsigned long long)m->id, why, move_dp(m)->name);
-        }
-    }
-    swap_view(m, &rv);
-    rc = m->phase == MOVE_REVERSIBLE ? revert_cutover(m, &rv) : revert_resumed(m, &rv);
-    /* The reverse stream carries nothing of this move any more. */
-    if (rc == 0 && (rc = move_reverse_remove(m)) == 0)
-        rv.reverse_state = 0;
-    if (rc == 0 && rv.nvsnap) {
-        rc = move_verify(&rv);
-    } else if (rc == 0) {
-        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: revert resumed after its flip back: not "
-                "verified again", (unsigned long long)m->id);
-    }
-    if (rc == 0 && rv.r->mismatches) {
-        snprintf(why, sizeof why, "revert: verification found %llu mismatched rows: the "
-                 "target's copy is kept (fenced) for inspection",
-                 (unsigned long long)rv.r->mismatches);
-        if ((rc = move_enter(&rv, MOVE_REVERTED, why)) == 0)
-            rc = shard__fail(SHARD_EVERIFY, "move %llu: %s", (unsigned long long)m->id, why);
-    } else if (rc == 0) {
-        /* The target's copies go once both halves of the source hold
-         * everything (the same rule as forward). */
-        if (rv.o.flags & SHARD_MOVE_KEEP_SOURCE)
-            move_check_target_pair(&rv);
-        else if ((rc = move_target_pair_ready(&rv)) == 0)
-            rc = move_drop_source(&rv);
-        if (rc == 0)
-            rc = move_enter(&rv, MOVE_REVERTED, "reverted");
-    }
-    swap_done(m, &rv);
-    return rc;
 }

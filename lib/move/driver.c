@@ -4,7 +4,10 @@
  * phase the move is in, and move_enter() as the only way to another
  * phase. A fresh move and a resumed one run the same functions: state
  * that a run keeps in memory (tables listed, the target made, the
- * replication filter checked) is what tells them apart.
+ * replication filter checked) is what tells them apart. A revert is the
+ * same machine in the other direction (mv.dir = 1: the sides exchanged,
+ * the reverse stream its catch-up connection), from catchup to done,
+ * journaled as phase reverting and its step.
  */
 #include "move.h"
 
@@ -14,28 +17,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- a test hook ------------------------------------------------------------------ */
-
-int (*shard__move_hook)(uint64_t move_id, const char *point);
-
-/* Tests (tests/server_review.c) stop a move at a named point, leaving the
- * journal and the servers as a mover killed there would. */
-static int move_hook(mv *m, const char *point)
-{
-    int rc = shard__move_hook ? shard__move_hook(m->id, point) : 0;
-    return rc ? shard__fail(rc, "move %llu: stopped by a test hook at \"%s\"",
-                           (unsigned long long)m->id, point)
-              : 0;
-}
-
 /* ---- the phases ------------------------------------------------------------------- */
 
+/* A revert's cut-over that will not be tried again (rc): the move is
+ * reversible again, its reverse stream running, traffic on the target. */
+static int revert_gives_up(mv *m, int rc)
+{
+    shard_errsave why;
+    char msg[1100];
+    int urc;
+
+    if (rc == 0)
+        return 0;
+    shard__error_save(&why, rc);
+    m->dir = 0;
+    move_set_str(&m->fence, "");
+    snprintf(msg, sizeof msg, "revert failed: the target's fence lifted (%.1000s)", why.msg);
+    if ((urc = move_enter(m, MOVE_REVERSIBLE, msg)))
+        return urc;
+    return shard__fail(rc, "%s (the move stays reversible)", why.msg);
+}
+
 /* A cut-over attempt that could not finish: try again later, while
- * attempts remain (the move stays in catchup, traffic as it was). */
+ * attempts remain (the move stays in catchup, traffic as it was; a revert
+ * that runs out of them is reversible again). */
 static int retry_later(mv *m, int rc)
 {
     if (rc != SHARD_EBUSY || m->r->fence_attempts >= m->o.cutover_attempts)
-        return rc;
+        return m->dir ? revert_gives_up(m, rc) : rc;
     ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: %s; retrying", (unsigned long long)m->id,
             shard_errmsg());
     sleep_ms(200.0 * m->r->fence_attempts);
@@ -199,7 +208,7 @@ static int state_catchup(mv *m)
     }
     if (rc)
         return rc;
-    if ((rc = move_read_pos(m->src, &m->fence)) == 0)
+    if ((rc = move_hook(m, "fence set")) == 0 && (rc = move_read_pos(move_src(m), &m->fence)) == 0)
         rc = move_enter(m, MOVE_FENCED, NULL);
     if (rc) {
         rc = lift_fence(m, rc);
@@ -228,7 +237,7 @@ static int reverse_start(mv *m)
     if (flipped < 0)
         return flipped;
     if (flipped == 0) {
-        int rc = move_read_pos(m->t, &m->rev);
+        int rc = move_read_pos(move_tgt(m), &m->rev);
         return rc ? rc : move_journal_save(m, "reverse stream start read under the fence");
     }
     if (m->rev && m->rev[0])
@@ -272,10 +281,12 @@ static int fenced_flip(mv *m)
      * Journaled before the publish: a run that stops after the flip
      * landed (clients write on the target from then on) leaves it to the
      * resume, which must not read it again. */
-    if (rc == 0 && m->window_s)
+    if (rc == 0 && m->window_s && !m->dir)
         rc = reverse_start(m);
     if (rc == 0)
         rc = move_publish(m);
+    if (rc == 0)
+        rc = move_hook(m, "published");
     /* Not flipped: traffic back to the source (lift_fence). */
     if (rc && (rc = move_publish_landed(m, rc, lift_fence, "flipped", "the fence")))
         return rc;
@@ -284,18 +295,23 @@ static int fenced_flip(mv *m)
     m->r->cutover_seconds = now_seconds() - t0;
     /* The target serves from here: its fence (since planning) comes off. */
     if ((rc = move_fence_target_lift(m)) || (rc = move_hook(m, "flipped")) ||
-        (rc = move_read_pos(m->t, &m->flip)) ||
+        (rc = move_read_pos(move_tgt(m), &m->flip)) ||
         (rc = move_enter(m, MOVE_FLIPPED, NULL)))
         return rc;
     shard_ctx_reload(m->ctx);
     return 0;
 }
 
-/* flipped: the catch-up connection goes. */
+/* flipped: the catch-up connection goes (a revert's: the reverse stream). */
 static int state_flipped(mv *m)
 {
     int rc = move_repl_remove(m);
-    return rc ? rc : move_enter(m, MOVE_VERIFYING, NULL);
+
+    if (rc)
+        return rc;
+    if (m->dir)
+        m->reverse_state = 0;
+    return move_enter(m, MOVE_VERIFYING, NULL);
 }
 
 /* verifying: every row; mismatches end the move with the source kept. */
@@ -308,7 +324,7 @@ static int state_verifying(mv *m)
         return rc;
     if ((rc = move_verify(m)))
         return rc;
-    if (!m->r->mismatches && m->window_s && m->rev && m->rev[0]) {
+    if (!m->r->mismatches && !m->dir && m->window_s && m->rev && m->rev[0]) {
         uint64_t now = 0;
         if ((rc = repl_value_u64(m->ctl, "SELECT UNIX_TIMESTAMP()", &now)))
             return rc;
@@ -321,8 +337,9 @@ static int state_verifying(mv *m)
     /* A move recorded as cleaning drops the source when it is resumed, so
      * a failed verification must never get there. The map points at the
      * target: the move is over, and the source stays. */
-    snprintf(msg, sizeof msg, "verification found %llu mismatched rows: the source copy is "
-             "kept (fenced) for inspection", (unsigned long long)m->r->mismatches);
+    snprintf(msg, sizeof msg, "%sverification found %llu mismatched rows: the copy on %s is "
+             "kept (fenced) for inspection", m->dir ? "revert: " : "",
+             (unsigned long long)m->r->mismatches, move_sp(m)->name);
     move_check_target_pair(m);
     if ((rc = move_enter(m, MOVE_DONE, msg)))
         return rc;
@@ -345,7 +362,34 @@ static int state_cleaning(mv *m)
             return rc;
         move_step(m, &t0, "dropping the source");
     }
-    return move_enter(m, MOVE_DONE, NULL);
+    return move_enter(m, MOVE_DONE, m->dir ? "reverted" : NULL);
+}
+
+/*
+ * A revert begins: the reverse stream must carry everything written on
+ * the target since the flip, or the revert would lose it. Then the same
+ * phases in the other direction, from catchup, the stream as their
+ * catch-up connection (checked just now).
+ */
+static int revert_begin(mv *m)
+{
+    char why[600];
+    move_link l;
+    int bad;
+
+    move_link_reverse(m, &l);
+    if ((bad = move_link_health(m, &l, why, sizeof why)) < 0)
+        return bad;
+    if (bad) {
+        m->final = true;
+        return shard__fail(SHARD_EBUSY, "move %llu cannot be reverted: %s; a revert now "
+                          "would lose the writes made on %s since the flip. Repair the "
+                          "stream (or resume the move to start it again), or finish "
+                          "the move", (unsigned long long)m->id, why, move_dp(m)->name);
+    }
+    move_turn(m);
+    m->repl_checked = true;
+    return move_enter(m, MOVE_CATCHUP, "the reverse stream catches up");
 }
 
 /*
@@ -361,7 +405,7 @@ static int state_reversible(mv *m)
     if (m->reverse_state == 0) {
         /* Joined from the position read under the fence: whenever it
          * starts, it misses nothing. */
-        if ((rc = move_reverse_setup(m)))
+        if ((rc = move_reverse_setup(m)) || (rc = move_hook(m, "reverse stream joined")))
             return rc;
         m->reverse_state = 1;
         if ((rc = move_enter(m, MOVE_REVERSIBLE, "reverse stream started")))
@@ -373,7 +417,7 @@ static int state_reversible(mv *m)
         m->repl_checked = true;
     }
     if (m->revert)
-        return move_revert(m);
+        return revert_begin(m);
     if (!m->finish) {
         if ((rc = repl_value_u64(m->ctl, "SELECT UNIX_TIMESTAMP()", &now)))
             return rc;
@@ -434,8 +478,7 @@ static int reconnect(mv *m)
                 (unsigned long long)m->id);
     }
     move_close_workers(m);
-    move_close(&m->src);
-    move_close(&m->t);
+    move_close_masters(m);
     m->resumed = true;
     m->target_made = false;
     m->repl_checked = false;
@@ -454,8 +497,7 @@ static int reconnect(mv *m)
             return shard__fail(SHARD_EBUSY, "move %llu is being run by another mover right "
                               "now", (unsigned long long)m->id);
     }
-    if ((rc = move_conn(m, &move_sp(m)->master, &m->src)) ||
-        (rc = move_conn(m, &move_dp(m)->master, &m->t)))
+    if ((rc = move_open_masters(m)))
         return rc;
     move_pair_link_start(m);
     return 0;
@@ -492,9 +534,6 @@ static int run_phases(mv *m)
         case MOVE_REVERSIBLE:
             rc = state_reversible(m);
             break;
-        case MOVE_REVERTING:
-            rc = move_revert(m);
-            break;
         default:
             rc = shard__fail(SHARD_EINTERNAL, "move %llu: unknown phase %d",
                             (unsigned long long)m->id, (int)m->phase);
@@ -508,8 +547,7 @@ static int drive(mv *m)
     shard_errsave why;
     int rc;
 
-    if ((rc = move_conn(m, &move_sp(m)->master, &m->src)) == 0 &&
-        (rc = move_conn(m, &move_dp(m)->master, &m->t)) == 0) {
+    if ((rc = move_open_masters(m)) == 0) {
         if (m->resumed)
             move_pair_link_start(m);
         rc = run_phases(m);
@@ -578,8 +616,7 @@ static void mv_free(mv *m)
 {
     move_close_vsnaps(m);
     move_close_workers(m);
-    move_close(&m->src);
-    move_close(&m->t);
+    move_close_masters(m);
     move_close(&m->ctl);
     free(m->tables);
     free(m->snap);
@@ -694,6 +731,12 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
     mv_init(&m, ctx, &r);
     if ((rc = options(&m, NULL)) || (rc = move_load(ctx, move_id, &m)))
         goto out;
+    if (m.dir) {
+        rc = shard__fail(SHARD_EBUSY, "move %llu is being reverted (phase reverting, step %s): "
+                        "resume it to complete the revert", (unsigned long long)m.id,
+                        shard_move_phase_name((int)m.phase));
+        goto out;
+    }
     if (m.phase < MOVE_FLIPPED && (rc = move_flipped_in_store(&m)) < 0)
         goto out; /* cannot tell: never give the source back after a flip */
     if (m.phase >= MOVE_FLIPPED || rc == 1) {
@@ -702,8 +745,7 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
                         m.phase == MOVE_REVERSIBLE ? ", reverted or finished" : "");
         goto out;
     }
-    if ((rc = move_conn(&m, &move_sp(&m)->master, &m.src)) ||
-        (rc = move_conn(&m, &move_dp(&m)->master, &m.t)) || (rc = move_fence_state(&m, &on)))
+    if ((rc = move_open_masters(&m)) || (rc = move_fence_state(&m, &on)))
         goto out;
     /* Traffic first: lift the fence, then take the copy apart, and leave
      * the target pair's own link running. */
@@ -742,11 +784,11 @@ static int reversible_call(shard_ctx *ctx, uint64_t move_id, const shard_move_op
         rc = drive(&m); /* finished already: only the cleanup was left */
         goto out;
     }
-    if (m.phase != MOVE_REVERSIBLE && !(revert && m.phase == MOVE_REVERTING)) {
-        rc = shard__fail(m.phase == MOVE_REVERTING ? SHARD_EBUSY : SHARD_EINVAL,
+    if (m.phase != MOVE_REVERSIBLE && !(revert && m.dir)) {
+        rc = shard__fail(m.dir ? SHARD_EBUSY : SHARD_EINVAL,
                         "move %llu is in phase %s: only a reversible move (run with a "
                         "reverse window, flipped and verified) can be %s",
-                        (unsigned long long)m.id, shard_move_phase_name((int)m.phase),
+                        (unsigned long long)m.id, shard_move_phase_name(m.r->phase),
                         revert ? "reverted" : "finished (an interrupted revert is resumed)");
         goto out;
     }

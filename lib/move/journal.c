@@ -20,6 +20,7 @@ static const char *const journal_columns[][2] = {
     {"reverse_until", "BIGINT UNSIGNED NOT NULL DEFAULT 0 AFTER reverse_window_s"},
     {"reverse_state", "TINYINT NOT NULL DEFAULT 0 AFTER reverse_until"},
     {"target_made", "TINYINT NOT NULL DEFAULT 0 AFTER reverse_state"},
+    {"revert_step", "TINYINT NOT NULL DEFAULT 0 AFTER target_made"},
 };
 
 int move_journal_open(mv *m)
@@ -45,6 +46,7 @@ int move_journal_open(mv *m)
                    " reverse_until BIGINT UNSIGNED NOT NULL DEFAULT 0,"
                    " reverse_state TINYINT NOT NULL DEFAULT 0,"
                    " target_made TINYINT NOT NULL DEFAULT 0,"
+                   " revert_step TINYINT NOT NULL DEFAULT 0,"
                    " map_version_from BIGINT UNSIGNED NOT NULL,"
                    " map_version_to BIGINT UNSIGNED NOT NULL DEFAULT 0,"
                    " rows_copied BIGINT UNSIGNED NOT NULL DEFAULT 0,"
@@ -134,8 +136,10 @@ static int journal_write(mv *m, const char *message)
     int rc;
 
     sql_init(&q);
-    sql_addf(&q, "UPDATE " MOVES_TABLE " SET phase = %d, snapshot_gtid = ",
-             (int)m->phase);
+    /* A revert's phases are one public phase, reverting; the step is the
+     * phase of the machine it runs in the other direction. */
+    sql_addf(&q, "UPDATE " MOVES_TABLE " SET phase = %d, revert_step = %d, snapshot_gtid = ",
+             move_public_phase(m), m->dir && !move_over((int)m->phase) ? (int)m->phase : 0);
     add_gtid(&q, m->snap);
     sql_add(&q, ", fence_gtid = ");
     add_gtid(&q, m->fence);
@@ -173,13 +177,15 @@ int move_enter(mv *m, move_phase phase, const char *msg)
     int rc;
 
     m->phase = phase;
-    m->r->phase = (int)phase;
+    m->r->phase = move_public_phase(m);
     if (m->id && (rc = journal_write(m, msg)))
         return rc;
-    move_progress(m, (int)phase, 0, 0);
-    ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: %s%s%s", (unsigned long long)m->id,
-            shard_move_phase_name((int)phase), msg && *msg ? ": " : "", msg ? msg : "");
-    return 0;
+    move_progress(m, m->r->phase, 0, 0);
+    ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: %s%s%s%s%s", (unsigned long long)m->id,
+            shard_move_phase_name(m->r->phase), m->r->phase == MOVE_REVERTING ? " " : "",
+            m->r->phase == MOVE_REVERTING ? shard_move_phase_name((int)phase) : "",
+            msg && *msg ? ": " : "", msg ? msg : "");
+    return move_hook(m, "entered");
 }
 
 int move_journal_save(mv *m, const char *msg)
@@ -360,9 +366,24 @@ static int load_positions(mv *m)
     return 0;
 }
 
+/* One number of the move's journal row. */
+static int journal_u64(mv *m, const char *column, uint64_t *v)
+{
+    char sql[160];
+    int rc;
+
+    *v = 0;
+    snprintf(sql, sizeof sql, "SELECT %s FROM " MOVES_TABLE " WHERE id = %llu", column,
+             (unsigned long long)m->id);
+    if ((rc = repl_value_u64(m->ctl, sql, v)))
+        return shard__fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);
+    return 0;
+}
+
 int move_load(shard_ctx *ctx, uint64_t id, mv *m)
 {
     move_row *rows = NULL, *j;
+    uint64_t made = 0, step = 0;
     size_t n = 0;
     int rc;
 
@@ -396,9 +417,9 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m)
     m->window_s = j->window_s;
     m->reverse_until = j->reverse_until;
     m->reverse_state = j->reverse_state;
-    m->spi = shard__map_find_pair(m->map, j->source);
-    m->dpi = shard__map_find_pair(m->map, j->target);
-    if (m->spi < 0 || m->dpi < 0) {
+    m->sides[0].pi = shard__map_find_pair(m->map, j->source);
+    m->sides[1].pi = shard__map_find_pair(m->map, j->target);
+    if (m->sides[0].pi < 0 || m->sides[1].pi < 0) {
         rc = shard__fail(SHARD_EINVAL, "move %llu names pairs %s and %s; the map lacks one",
                         (unsigned long long)m->id, j->source, j->target);
         free(rows);
@@ -414,17 +435,22 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m)
     m->r->phase = (int)m->phase;
     if ((rc = move_journal_open(m)) || (rc = move_journal_lock(m)) || (rc = load_positions(m)))
         return rc;
-    {
-        /* Whether the target's copies are this move's: a move that got
-         * past planning made them; one in planning says so before it makes
-         * them (what was there before is never dropped). */
-        char sql[160];
-        uint64_t made = 0;
-        snprintf(sql, sizeof sql, "SELECT target_made FROM " MOVES_TABLE " WHERE"
-                 " id = %llu", (unsigned long long)m->id);
-        if ((rc = repl_value_u64(m->ctl, sql, &made)))
-            return shard__fail_prefix(rc, "move %llu journal: ", (unsigned long long)m->id);
-        m->target_ours = made != 0 || m->phase != MOVE_PLANNED;
+    /* Whether the target's copies are this move's: a move that got past
+     * planning made them; one in planning says so before it makes them
+     * (what was there before is never dropped). */
+    if ((rc = journal_u64(m, "target_made", &made)))
+        return rc;
+    m->target_ours = made != 0 || m->phase != MOVE_PLANNED;
+    if (m->phase == MOVE_REVERTING) {
+        /* A revert's step; a journal from before the steps knew none: from
+         * the fence, whose resume finds out whether the flip back landed. */
+        if ((rc = journal_u64(m, "revert_step", &step)))
+            return rc;
+        m->dir = 1;
+        m->phase = step >= MOVE_CATCHUP && step <= MOVE_CLEANING ? (move_phase)step
+                                                                   : MOVE_FENCED;
+        snprintf(m->r->source, sizeof m->r->source, "%s", move_sp(m)->name);
+        snprintf(m->r->target, sizeof m->r->target, "%s", move_dp(m)->name);
     }
     return 0;
 }

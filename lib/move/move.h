@@ -2,8 +2,10 @@
  * The shard move's private header (libshard-move(7)): one move's state,
  * shared by the files of lib/move/:
  *
- *   mv.c       the helpers every file uses: pairs, database names, the
- *              mover's connections, statements, progress, reading a position
+ *   mv.c       the helpers every file uses: the two sides and the direction,
+ *              pairs, database names, the mover's connections, statements,
+ *              progress, reading a position, dropping one side's copies,
+ *              the test hook
  *   journal.c  the durable move record, entering a phase, finding moves,
  *              move_unfinished_on (face.h)
  *   plan.c     pairs, preflight checks, tables, the target's schema (made,
@@ -16,11 +18,13 @@
  *              master, forward and reverse), catching up, the target's
  *              replication-setup lock held over the cut-over
  *   cutover.c  the fence, the flip (publish), the verification snapshots at
- *              the fence, postponing the cut-over, and the revert
+ *              the fence, postponing the cut-over
  *   lease.c    the shards marked moving in the map, the lease wait before a fence
  *   verify.c   comparing every row; the target's snapshots
  *   cleanup.c  waiting for both halves of the target, dropping the source
- *   driver.c   the phase switch; shard_move, _resume, _abort, _revert, _finish
+ *   driver.c   the phase switch, in both directions (a revert is the same
+ *              phases with the sides exchanged); shard_move, _resume,
+ *              _abort, _revert, _finish
  *   status.c   shard_move_status, phase names
  *
  * No file calls one that calls it back: driver.c calls the phases' files,
@@ -67,9 +71,19 @@ typedef enum move_phase {
 
 #define MOVE_LINK_WAIT_S 120 /* a shared connection reaching a joining move's start */
 
-/* A move's two sides, as its worker connections name them (move_wsrc and
- * move_wdst): in a revert's view (swapped) the target is the source. */
+/* A move's two sides as the current direction sees them: a revert's
+ * source is the journal's target (mv.dir). */
 typedef enum move_side { MOVE_SOURCE, MOVE_TARGET } move_side;
+
+/* One side of a move, the journal's source (sides[0]) or target (sides[1]):
+ * its pair, the mover's connections to its master, the replication
+ * connection there that reads the other side. */
+typedef struct move_half {
+    long pi;                          /* the pair's index in mv.map */
+    shard_conn *c;                    /* its master (the mover's own) */
+    shard_conn *w[MOVE_MAX_WORKERS];  /* per-worker, by fanout_run's index */
+    char link[64]; /* libshard_revert_<target> on the source, libshard_from_<source> on the target */
+} move_half;
 
 typedef struct mtable {
     char db[SHARD_DBNAME_MAX];
@@ -90,22 +104,22 @@ typedef struct mv {
     shard_move_options o;
     shard_move_report *r;
     shard_map *map;
-    long spi, dpi; /* the source's and the target's pair index in map */
+    move_half sides[2]; /* the journal's source and target */
+    int dir;            /* 0 forward (sides[0] the source), 1 a revert (sides[1]) */
     unsigned first, last;
     uint64_t id;
     move_phase phase;
     uint64_t version_from;
     bool resumed;  /* run from a journal: earlier runs' work is this move's own */
-    char name[64]; /* the catch-up connection on the target: one per source pair */
-    char rname[64]; /* the reverse stream on the source: one per target pair */
-    char *snap, *fence, *flip; /* GTID positions (never NULL once set up) */
+    /* GTID positions (never NULL once set up); fence and flip are the
+     * current direction's cut-over's. */
+    char *snap, *fence, *flip;
     char *rev;     /* the target's position under the fence: the reverse stream's start */
     unsigned window_s;      /* the reverse window asked for (journaled) */
     uint64_t reverse_until; /* end of the window, the journal server's unix time */
     int reverse_state;      /* 1: the reverse stream carries this move's databases */
     bool finish;   /* end the reverse window now (shard_move_finish) */
     bool parked;   /* reversible and not finishing: this run ends here */
-    bool swapped;  /* a revert's view: source and target exchanged */
     bool revert;   /* revert now (shard_move_revert) */
     mtable *tables;
     size_t ntables;
@@ -119,12 +133,8 @@ typedef struct mv {
     double fence_t0;   /* when this run fenced (0: an earlier run did) */
     double lease_ready; /* lease.c: monotonic time from which the fence may go up */
     unsigned fence_statements; /* statements the last fence took (journaled) */
-    /* Connections of the mover's own (never pooled). */
-    shard_conn *ctl;   /* target master: the journal and the move's lock */
-    shard_conn *src;   /* source master */
-    shard_conn *t;     /* target master */
-    unsigned nworkers; /* per-worker connections, by fanout_run's worker index */
-    shard_conn *wsrc[MOVE_MAX_WORKERS], *wdst[MOVE_MAX_WORKERS];
+    /* Connections of the mover's own (never pooled); the masters' are in sides. */
+    shard_conn *ctl;   /* the journal's target master: the journal and the move's lock */
     shard_conn *vsnap[MOVE_MAX_WORKERS]; /* target snapshots at the fence */
     unsigned nvsnap;
     pthread_mutex_t lock; /* counters and the progress callback */
@@ -141,11 +151,49 @@ typedef struct mv {
 /* Test hook: called at named points of a move (driver.c); non-zero stops
  * the move there with that code. */
 extern int (*shard__move_hook)(uint64_t move_id, const char *point);
+/* The hook at point (mv.c): its code as the move's failure, or 0. Every
+ * move_enter passes one ("entered"), and so do the steps between. */
+int move_hook(mv *m, const char *point);
 
 /* ---- helpers (mv.c) ---------------------------------------------------------- */
 
+/* The current direction's side s (its index in sides). */
+static inline move_half *move_half_of(mv *m, move_side s)
+{
+    return &m->sides[m->dir ^ (int)s];
+}
+/* The current source's and target's masters, the mover's own connections. */
+static inline shard_conn *move_src(mv *m)
+{
+    return move_half_of(m, MOVE_SOURCE)->c;
+}
+static inline shard_conn *move_tgt(mv *m)
+{
+    return move_half_of(m, MOVE_TARGET)->c;
+}
+/* Worker connections to the current source's (target's) master. */
+static inline shard_conn **move_wsrcs(mv *m)
+{
+    return move_half_of(m, MOVE_SOURCE)->w;
+}
+static inline shard_conn **move_wdsts(mv *m)
+{
+    return move_half_of(m, MOVE_TARGET)->w;
+}
 const shard_pairdef *move_sp(const mv *m);
 const shard_pairdef *move_dp(const mv *m);
+/* The journal's source (side 0) and target (side 1), whatever the direction. */
+const shard_pairdef *move_pair(const mv *m, int side);
+/* Both masters' connections opened (those not open), or closed. */
+int move_open_masters(mv *m);
+void move_close_masters(mv *m);
+/* A revert begins (libshard-move(7), "Revert"): the same phases in the
+ * other direction, the sides exchanged (dir = 1); the forward cut-over's
+ * positions are done with. */
+void move_turn(mv *m);
+/* The public phase of the move as the journal has it: a revert's phases are
+ * SHARD_MOVE_REVERTING (their step in the journal's revert_step). */
+int move_public_phase(const mv *m);
 void move_db(const mv *m, unsigned shard, char *db);
 /* A connection of the mover's own: its session settings never reach a pool. */
 int move_conn(mv *m, const shard_endpoint *ep, shard_conn **out);
@@ -170,12 +218,17 @@ int move_set_str(char **slot, const char *s);
  * freed); *slot is left as it was on failure. The fence position, the
  * flip position, the reverse stream's start. */
 int move_read_pos(shard_conn *c, char **slot);
+/* Whether c's server holds pos (but for the domains skip): in its binary
+ * log (log_slave_updates) or its replication position, whichever is
+ * further. */
+int move_holds(shard_conn *c, const char *pos, const unsigned long *skip, size_t nskip,
+               bool *yes);
 /* The moved databases dropped on one side's master (its worker
  * connections), over the workers. */
 int move_drop_dbs(mv *m, move_side side);
 
 /* The connections' names: libshard_from_<pair> on a target,
- * libshard_revert_<pair> on a source (the pair names lowered). */
+ * libshard_revert_<pair> on a source (the pair names lowered), into sides. */
 void move_link_names(mv *m);
 
 /* ---- journal.c ---------------------------------------------------------------- */
@@ -353,12 +406,16 @@ int move_link_leave(mv *m, const move_link *l);
 int move_link_ensure(mv *m, const move_link *l);
 /* 0 healthy, 1 broken (why says how), or a negative code. */
 int move_link_health(mv *m, const move_link *l, char *why, size_t size);
+/* 1 when the connection exists with the move's databases in its filter
+ * (running or not), 0 when not, or a negative code. */
+int move_link_carries(mv *m, const move_link *l);
 
 int move_repl_setup(mv *m);
 /* Set the filter again and start the connection (a resumed move). */
 int move_repl_start(mv *m);
 int move_repl_remove(mv *m);
-/* The reverse stream: joined from m->rev, checked, left. */
+/* The reverse stream: joined from m->rev (or, resumed, adopted where an
+ * earlier run started it), checked, left. */
 int move_reverse_setup(mv *m);
 int move_reverse_start(mv *m);
 int move_reverse_remove(mv *m);
@@ -403,10 +460,6 @@ int move_publish_landed(mv *m, int rc, int (*lift)(mv *m, int rc), const char *f
 int move_mark(mv *m, bool on);
 int move_lease_wait(mv *m);
 void move_unmark(mv *m);
-/* A revert (libshard-move(7), "Revert"): the cut-over in the other
- * direction, verification, the target's copies dropped; m in phase
- * reversible or reverting. */
-int move_revert(mv *m);
 /* At the fence: the target snapshots verification compares against, and
  * the target's clock journaled (flip_at). */
 int move_open_vsnaps(mv *m);

@@ -9,14 +9,55 @@
 #include <stdlib.h>
 #include <string.h>
 
+const shard_pairdef *move_pair(const mv *m, int side)
+{
+    return &m->map->pairs[m->sides[side].pi];
+}
+
 const shard_pairdef *move_sp(const mv *m)
 {
-    return &m->map->pairs[m->spi];
+    return move_pair(m, m->dir);
 }
 
 const shard_pairdef *move_dp(const mv *m)
 {
-    return &m->map->pairs[m->dpi];
+    return move_pair(m, !m->dir);
+}
+
+int move_open_masters(mv *m)
+{
+    int rc = 0;
+
+    for (int s = 0; s < 2 && rc == 0; s++)
+        if (!m->sides[s].c)
+            rc = move_conn(m, &move_pair(m, s)->master, &m->sides[s].c);
+    return rc;
+}
+
+void move_close_masters(mv *m)
+{
+    move_close(&m->sides[0].c);
+    move_close(&m->sides[1].c);
+}
+
+void move_turn(mv *m)
+{
+    m->dir = 1;
+    move_set_str(&m->fence, "");
+    move_set_str(&m->flip, "");
+    m->fence_t0 = 0;
+    m->listed = false;
+    snprintf(m->r->source, sizeof m->r->source, "%s", move_sp(m)->name);
+    snprintf(m->r->target, sizeof m->r->target, "%s", move_dp(m)->name);
+}
+
+int move_public_phase(const mv *m)
+{
+    if (!m->dir)
+        return (int)m->phase;
+    if (m->phase == MOVE_DONE)
+        return MOVE_REVERTED;
+    return move_over((int)m->phase) ? (int)m->phase : MOVE_REVERTING;
 }
 
 void move_db(const mv *m, unsigned shard, char *db)
@@ -51,9 +92,9 @@ int move_wsrc(mv *m, unsigned w, shard_conn **out)
 {
     int rc = 0;
 
-    if (!m->wsrc[w])
-        rc = move_conn(m, &move_sp(m)->master, &m->wsrc[w]);
-    *out = m->wsrc[w];
+    if (!move_wsrcs(m)[w])
+        rc = move_conn(m, &move_sp(m)->master, &move_wsrcs(m)[w]);
+    *out = move_wsrcs(m)[w];
     return rc;
 }
 
@@ -61,17 +102,17 @@ int move_wdst(mv *m, unsigned w, shard_conn **out)
 {
     int rc = 0;
 
-    if (!m->wdst[w])
-        rc = move_conn(m, &move_dp(m)->master, &m->wdst[w]);
-    *out = m->wdst[w];
+    if (!move_wdsts(m)[w])
+        rc = move_conn(m, &move_dp(m)->master, &move_wdsts(m)[w]);
+    *out = move_wdsts(m)[w];
     return rc;
 }
 
 void move_close_workers(mv *m)
 {
     for (unsigned w = 0; w < MOVE_MAX_WORKERS; w++) {
-        move_close(&m->wsrc[w]);
-        move_close(&m->wdst[w]);
+        move_close(&m->sides[0].w[w]);
+        move_close(&m->sides[1].w[w]);
     }
 }
 
@@ -152,8 +193,9 @@ static void link_name(char *out, size_t size, const char *prefix, const char *pa
 
 void move_link_names(mv *m)
 {
-    link_name(m->name, sizeof m->name, "libshard_from_", move_sp(m)->name);
-    link_name(m->rname, sizeof m->rname, "libshard_revert_", move_dp(m)->name);
+    link_name(m->sides[1].link, sizeof m->sides[1].link, "libshard_from_", move_pair(m, 0)->name);
+    link_name(m->sides[0].link, sizeof m->sides[0].link, "libshard_revert_",
+              move_pair(m, 1)->name);
 }
 
 int move_set_str(char **slot, const char *s)
@@ -180,6 +222,17 @@ int move_read_pos(shard_conn *c, char **slot)
     return rc;
 }
 
+int move_holds(shard_conn *c, const char *pos, const unsigned long *skip, size_t nskip,
+               bool *yes)
+{
+    char *have = NULL;
+    int rc = repl_value(c, "SELECT CONCAT(@@gtid_binlog_pos, ',', @@gtid_slave_pos)", &have);
+
+    *yes = rc == 0 && repl_gtid_covers(have, pos, skip, nskip);
+    free(have);
+    return rc;
+}
+
 typedef struct drop_arg {
     mv *m;
     move_side side;
@@ -202,4 +255,18 @@ int move_drop_dbs(mv *m, move_side side)
     drop_arg a = {m, side};
 
     return fanout_run((size_t)(m->last - m->first) + 1, move_threads(m), drop_db_fn, &a);
+}
+
+/* ---- a test hook ------------------------------------------------------------------ */
+
+int (*shard__move_hook)(uint64_t move_id, const char *point);
+
+/* Tests (tests/server_review.c) stop a move at a named point, leaving the
+ * journal and the servers as a mover killed there would. */
+int move_hook(mv *m, const char *point)
+{
+    int rc = shard__move_hook ? shard__move_hook(m->id, point) : 0;
+    return rc ? shard__fail(rc, "move %llu: stopped by a test hook at \"%s\"",
+                           (unsigned long long)m->id, point)
+              : 0;
 }

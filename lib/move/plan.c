@@ -29,11 +29,11 @@ int move_resolve_pairs(mv *m, const char *target)
                               map->pairs[pi].name, map->pairs[p].name);
         pi = p;
     }
-    m->spi = pi;
-    m->dpi = shard__map_find_pair(map, target);
-    if (m->dpi < 0)
+    m->sides[0].pi = pi;
+    m->sides[1].pi = shard__map_find_pair(map, target);
+    if (m->sides[1].pi < 0)
         return shard__fail(SHARD_EINVAL, "no pair named \"%.64s\" in the map", target);
-    if (m->dpi == m->spi)
+    if (m->sides[1].pi == m->sides[0].pi)
         return shard__fail(SHARD_EINVAL, "shards %u-%u are already on %s", m->first, m->last,
                           target);
     if (move_sp(m)->master.socket[0])
@@ -251,12 +251,12 @@ int move_list_tables(mv *m)
     move_db_list(m, &q, true);
     sql_add(&q, ") ORDER BY TABLE_SCHEMA, TABLE_NAME");
     if ((rc = sql_check(&q)) == 0)
-        rc = conn_query(m->src, &q);
+        rc = conn_query(move_src(m), &q);
     sql_free(&q);
     if (rc)
         return rc;
-    if (!(res = mysql_store_result(m->src->my)))
-        return shard__fail(SHARD_ESERVER, "%s", mysql_error(m->src->my));
+    if (!(res = mysql_store_result(move_src(m)->my)))
+        return shard__fail(SHARD_ESERVER, "%s", mysql_error(move_src(m)->my));
     while (rc == 0 && (row = mysql_fetch_row(res))) {
         if (!row[1][0] || row[1][0] == '_' || !move_name_ok(row[1]) || !move_name_ok(row[0]))
             continue; /* not ours: never put into a statement */
@@ -405,13 +405,13 @@ int move_fence_target_lift(mv *m)
 
     snprintf(head, sizeof head, "UPDATE " FENCE_TABLE " SET fenced = 0, move_id = %llu"
              " WHERE db IN (", (unsigned long long)m->id);
-    rc = fence_rows(m, m->t, head, ")", &matched);
+    rc = fence_rows(m, move_tgt(m), head, ")", &matched);
     return rc ? shard__fail_prefix(rc, "lifting the fence on target %s: ", move_dp(m)->name) : 0;
 }
 
 int move_fence_target_delete(mv *m)
 {
-    int rc = fence_rows(m, m->t, "DELETE FROM " FENCE_TABLE " WHERE db IN (", ")", NULL);
+    int rc = fence_rows(m, move_tgt(m), "DELETE FROM " FENCE_TABLE " WHERE db IN (", ")", NULL);
     return rc ? shard__fail_prefix(rc, "fence rows on target %s: ", move_dp(m)->name) : 0;
 }
 
@@ -454,15 +454,15 @@ int move_fence_rows_source(mv *m)
         move_db(m, s, db);
         sql_addf(&ins, "%s('%s')", s == m->first ? "" : ",", db);
     }
-    if ((rc = sql_check(&ins)) == 0 && (rc = move_runf(m->src, "SET SESSION sql_log_bin = 0")) == 0) {
+    if ((rc = sql_check(&ins)) == 0 && (rc = move_runf(move_src(m), "SET SESSION sql_log_bin = 0")) == 0) {
         sqlbuf q;
         sql_init(&q);
         sql_add(&q, "INSERT IGNORE INTO " FENCE_TABLE " (db) VALUES ");
         sql_add(&q, ins.s);
         if ((rc = sql_check(&q)) == 0)
-            rc = conn_query(m->src, &q);
+            rc = conn_query(move_src(m), &q);
         sql_free(&q);
-        if (move_runf(m->src, "SET SESSION sql_log_bin = 1") && rc == 0)
+        if (move_runf(move_src(m), "SET SESSION sql_log_bin = 1") && rc == 0)
             rc = SHARD_ESERVER;
     }
     sql_free(&ins);
@@ -495,7 +495,7 @@ int move_fence_update(mv *m, shard_conn *c, bool on, uint64_t *matched)
 
 int move_fence_delete(mv *m)
 {
-    int rc = fence_rows(m, m->src, "DELETE FROM " FENCE_TABLE " WHERE db IN (", ")", NULL);
+    int rc = fence_rows(m, move_src(m), "DELETE FROM " FENCE_TABLE " WHERE db IN (", ")", NULL);
     return rc ? shard__fail_prefix(rc, "fence rows on source %s: ", move_sp(m)->name) : 0;
 }
 
@@ -572,7 +572,7 @@ int move_create_target(mv *m)
     move_db_list(m, &q, true);
     sql_add(&q, ")");
     if ((rc = sql_check(&q)) == 0)
-        rc = repl_value_u64(m->t, q.s, &exists);
+        rc = repl_value_u64(move_tgt(m), q.s, &exists);
     sql_free(&q);
     if (rc)
         return rc;
@@ -606,8 +606,8 @@ int move_plan_text(mv *m, char **plan)
     sql_addf(&p, "move ID shards %u-%u from %s (master %s) to %s (master %s)\n", m->first,
              m->last, move_sp(m)->name, move_sp(m)->master.text, move_dp(m)->name,
              move_dp(m)->master.text);
-    if ((rc = move_preflight(m, &p)) || (rc = move_conn(m, &move_sp(m)->master, &m->src)) ||
-        (rc = move_list_tables(m)) || (rc = move_count_rows(m, m->src)))
+    if ((rc = move_preflight(m, &p)) || (rc = move_open_masters(m)) ||
+        (rc = move_list_tables(m)) || (rc = move_count_rows(m, move_src(m))))
         goto out;
     for (size_t i = 0; i < m->ntables; i++) {
         char sql[300];
@@ -615,7 +615,7 @@ int move_plan_text(mv *m, char **plan)
         snprintf(sql, sizeof sql, "SELECT DATA_LENGTH + INDEX_LENGTH FROM"
                  " information_schema.TABLES WHERE TABLE_SCHEMA = '%s' AND TABLE_NAME = '%s'",
                  m->tables[i].db, m->tables[i].name);
-        if ((rc = repl_value_u64(m->src, sql, &bytes)))
+        if ((rc = repl_value_u64(move_src(m), sql, &bytes)))
             goto out;
         sql_addf(&p, "table %s.%s: %llu rows, %llu bytes on disk\n", m->tables[i].db,
                  m->tables[i].name, (unsigned long long)m->tables[i].rows,

@@ -40,7 +40,9 @@ static void add_json_line(sqlbuf *out, json_t *o)
 }
 
 /* A reversible move's reverse stream, as its source master shows it:
- * "running", or what is wrong with it. */
+ * "running", or what is wrong with it. One that runs while the journal
+ * says it was not started (its mover stopped in between) is running: a
+ * resume adopts it. */
 static json_t *reverse_stream(shard_ctx *ctx, shard_map *map, MYSQL_ROW row)
 {
     shard_server *s;
@@ -56,12 +58,10 @@ static json_t *reverse_stream(shard_ctx *ctx, shard_map *map, MYSQL_ROW row)
     m.map = map;
     m.first = (unsigned)strtoul(row[3], NULL, 10);
     m.last = (unsigned)strtoul(row[4], NULL, 10);
-    m.spi = shard__map_find_pair(map, row[1]);
-    m.dpi = shard__map_find_pair(map, row[2]);
-    if (m.spi < 0 || m.dpi < 0)
+    m.sides[0].pi = shard__map_find_pair(map, row[1]);
+    m.sides[1].pi = shard__map_find_pair(map, row[2]);
+    if (m.sides[0].pi < 0 || m.sides[1].pi < 0)
         return json_string("unknown: the map lacks one of its pairs");
-    if (strcmp(row[13], "1") != 0)
-        return json_string("not started (resume the move to start it)");
     move_link_names(&m);
     shard__error_save(&saved, 0);
     if (!(s = ctx_server_at(ctx, &move_sp(&m)->master)) || conn_get(ctx, s, &c)) {
@@ -80,6 +80,10 @@ static json_t *reverse_stream(shard_ctx *ctx, shard_map *map, MYSQL_ROW row)
         return json_string(msg);
     }
     shard__error_restore(&saved);
+    if (strcmp(row[13], "1") != 0)
+        return json_string(bad ? "not started (resume the move to start it)"
+                               : "running (started by a run that stopped before it said so: "
+                                 "a resume goes on with it)");
     if (!bad)
         return json_string("running");
     {
@@ -116,12 +120,18 @@ int shard_move_status(shard_ctx *ctx, char **text)
         qrc = conn_query_str(c, "SELECT id, source_pair, target_pair, first_shard,"
                                 " last_shard, phase, rows_copied, rows_verified, mismatches,"
                                 " pause_ms, message, updated_at, reverse_until,"
-                                " reverse_state, reverse_window_s FROM " MOVES_TABLE
-                                " ORDER BY id");
+                                " reverse_state, reverse_window_s, revert_step FROM "
+                                MOVES_TABLE " ORDER BY id");
+        if (qrc && c->last_errno == ER_BAD_FIELD_ERROR) /* from before revert steps */
+            qrc = conn_query_str(c, "SELECT id, source_pair, target_pair, first_shard,"
+                                    " last_shard, phase, rows_copied, rows_verified, mismatches,"
+                                    " pause_ms, message, updated_at, reverse_until,"
+                                    " reverse_state, reverse_window_s, 0 FROM " MOVES_TABLE
+                                    " ORDER BY id");
         if (qrc && c->last_errno == ER_BAD_FIELD_ERROR) /* from before reverse windows */
             qrc = conn_query_str(c, "SELECT id, source_pair, target_pair, first_shard,"
                                     " last_shard, phase, rows_copied, rows_verified,"
-                                    " mismatches, pause_ms, message, updated_at, 0, 0, 0"
+                                    " mismatches, pause_ms, message, updated_at, 0, 0, 0, 0"
                                     " FROM " MOVES_TABLE " ORDER BY id");
         if (qrc && c->last_errno != ER_NO_SUCH_TABLE && c->last_errno != ER_BAD_DB_ERROR) {
             /* Not "no journal here": e.g. no right to read it. Say so. */
@@ -145,7 +155,13 @@ int shard_move_status(shard_ctx *ctx, char **text)
                 if (o && strtoul(row[14], NULL, 10))
                     json_object_set_new(o, "reverse_window_s",
                                         json_integer(strtoll(row[14], NULL, 10)));
-                if (o && (phase == MOVE_REVERSIBLE || phase == MOVE_REVERTING)) {
+                int step = atoi(row[15]);
+                if (o && phase == MOVE_REVERTING && step)
+                    /* The phase of the revert's run in the other direction. */
+                    json_object_set_new(o, "revert_step",
+                                        json_string(shard_move_phase_name(step)));
+                if (o && (phase == MOVE_REVERSIBLE ||
+                          (phase == MOVE_REVERTING && step < MOVE_FLIPPED))) {
                     json_object_set_new(o, "reverse_until",
                                         json_integer(strtoll(row[12], NULL, 10)));
                     json_object_set_new(o, "reverse_stream", reverse_stream(ctx, map, row));

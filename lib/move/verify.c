@@ -754,7 +754,7 @@ int move_verify(mv *m)
      * phase), in the same time zone as the snapshots. */
     for (unsigned w = 0; rc == 0 && w < n; w++) {
         shard_conn *c;
-        move_close(&m->wsrc[w]);
+        move_close(&move_wsrcs(m)[w]);
         if ((rc = move_wsrc(m, w, &c)) == 0)
             rc = move_runf(c, "SET SESSION time_zone = '+00:00'");
     }
@@ -770,7 +770,7 @@ int move_verify(mv *m)
         sql_add(&vt->hash, "MD5(CONCAT_WS(','");
     }
     move_step(m, &t1, "opening the verification's connections");
-    if (rc == 0 && (rc = describe_tables(&vr, m->wsrc[0], false)) == 0 &&
+    if (rc == 0 && (rc = describe_tables(&vr, move_wsrcs(m)[0], false)) == 0 &&
         (rc = describe_tables(&vr, m->vsnap[0], true)) == 0)
         rc = finish_tables(&vr);
     move_step(m, &t1, "reading the tables' columns");
@@ -829,14 +829,14 @@ int move_vsnaps_open(mv *m, bool one_point)
         rc = move_runf(m->vsnap[w], "SET SESSION time_zone = '+00:00'");
     }
     if (rc == 0 && one_point &&
-        (rc = move_runf(m->t, "BACKUP STAGE START")) == 0 &&
-        (rc = move_runf(m->t, "BACKUP STAGE BLOCK_COMMIT")))
-        move_runf(m->t, "BACKUP STAGE END");
+        (rc = move_runf(move_tgt(m), "BACKUP STAGE START")) == 0 &&
+        (rc = move_runf(move_tgt(m), "BACKUP STAGE BLOCK_COMMIT")))
+        move_runf(move_tgt(m), "BACKUP STAGE END");
     for (unsigned w = 0; rc == 0 && w < n; w++)
         rc = move_runf(m->vsnap[w], "START TRANSACTION WITH CONSISTENT SNAPSHOT");
     if (one_point) {
         shard__error_save(&saved, rc);
-        move_runf(m->t, "BACKUP STAGE END");
+        move_runf(move_tgt(m), "BACKUP STAGE END");
         shard__error_restore(&saved);
     }
     if (rc)
