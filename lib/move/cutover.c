@@ -110,6 +110,12 @@ static int flip_edit(const shard_map *cur, shard_map **next, void *arg)
     }
     if (all_target) /* a resumed move whose flip already happened */
         return PUBLISH_UNCHANGED;
+    /* A mover that lost its lock may have had its move settled by another
+     * (the fence lifted after a version published over the flip): it must
+     * not flip now. Checked at each try, so a try that lost the compare-
+     * and-swap to that version never builds on it. */
+    if (move_journal_lock_held(m))
+        return SHARD_ECONFLICT;
     for (unsigned s = m->first; s <= m->last && (cur->lease_ms || cur->lease_max_ms); s++)
         if (!map_shard_moving(cur, s))
             /* A lease turned on while the move ran, unmarked: contexts may

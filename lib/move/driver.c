@@ -748,7 +748,7 @@ int shard_move_resume(shard_ctx *ctx, uint64_t move_id, const shard_move_options
 int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
 {
     shard_move_report r;
-    bool on = false;
+    bool on = false, unknown = false;
     mv m;
     int rc;
 
@@ -757,8 +757,12 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
     mv_init(&m, ctx, &r);
     if ((rc = options(&m, NULL)) || (rc = move_load(ctx, move_id, &m)))
         goto out;
-    if (m.phase < MOVE_FLIPPED && (rc = move_flipped_in_store(&m)) < 0)
-        goto out; /* cannot tell: never give the source back after a flip */
+    /* Cannot tell: never give the source back after a flip. Fenced, a flip
+     * may still be in flight: settled so that it cannot land after the
+     * fence is lifted. */
+    if (m.phase == MOVE_FENCED ? (rc = move_settle_flip(&m, &unknown)) < 0
+                               : m.phase < MOVE_FLIPPED && (rc = move_flipped_in_store(&m)) < 0)
+        goto out;
     if (m.phase >= MOVE_FLIPPED || rc == 1) {
         char steps[400];
         move_next_steps(m.id, m.phase >= MOVE_FLIPPED ? (int)m.phase : MOVE_FLIPPED, false,

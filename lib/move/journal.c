@@ -117,6 +117,22 @@ int move_journal_lock(mv *m)
     return 0;
 }
 
+int move_journal_lock_held(mv *m)
+{
+    char sql[128];
+    uint64_t mine = 0;
+
+    if (!m->id)
+        return 0;
+    snprintf(sql, sizeof sql, "SELECT COALESCE(IS_USED_LOCK('libshard move %llu') ="
+             " CONNECTION_ID(), 0)", (unsigned long long)m->id);
+    if (repl_value_u64(m->ctl, sql, &mine) == 0 && mine == 1)
+        return 0;
+    return shard__fail(SHARD_ECONFLICT, "move %llu no longer holds its lock on the target "
+                      "master (its journal connection was lost): not publishing",
+                      (unsigned long long)m->id);
+}
+
 /* A GTID position (checked: digits, '-' and ',') as a quoted literal, of
  * any length. */
 static void add_gtid(sqlbuf *q, const char *pos)

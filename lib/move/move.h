@@ -184,6 +184,10 @@ void move_link_names(mv *m);
 
 int move_journal_open(mv *m);
 int move_journal_lock(mv *m);
+/* Whether this run still holds the move's lock (0), or SHARD_ECONFLICT: its
+ * journal connection was lost and another mover may have taken the move
+ * over (and settled its fence). */
+int move_journal_lock_held(mv *m);
 int move_journal_insert(mv *m);
 /*
  * Enter a phase: the one way a move changes phase. Journals it (with the
