@@ -19,6 +19,8 @@
  * Each prints the writers' pause (the move's pause_ms) and worst call.
  */
 #include "harness.h"
+/* Four writers for two and a half minutes. */
+#define LEDGER_MAX 100000
 #include "move_util.h"
 
 #include <check.h>
@@ -132,7 +134,7 @@ static void *create_loop(void *arg)
             c->errors++;
             snprintf(c->err, sizeof c->err, "%s", shard_errmsg());
         }
-        usleep(20000);
+        usleep(50000);
     }
     return NULL;
 }
