@@ -347,6 +347,7 @@ int shard_ctx_open(shard_ctx **out, const char *location, const shard_options *o
     pthread_mutex_init(&ctx->reload_lock, NULL);
     pthread_mutex_init(&ctx->swap_lock, NULL);
     pthread_cond_init(&ctx->reload_cond, NULL);
+    pthread_cond_init(&ctx->reader_cond, NULL);
     conn_config_init(&ctx->conf, ctx->opts.connect_timeout_ms, ctx->opts.read_timeout_ms,
                      ctx->opts.write_timeout_ms, ctx->opts.pool_size);
     if (opts->version >= 2 &&
@@ -419,6 +420,7 @@ void shard_ctx_free(shard_ctx *ctx)
         pthread_mutex_unlock(&ctx->stop_lock);
         pthread_join(ctx->refresher, NULL);
     }
+    exec_reader_stop(ctx);
     /* First: it stops the store's watch, whose thread swaps maps in. */
     shard_store_free(ctx->store);
     for (s = ctx->servers; s; s = next) {
@@ -438,6 +440,7 @@ void shard_ctx_free(shard_ctx *ctx)
     pthread_mutex_destroy(&ctx->reload_lock);
     pthread_mutex_destroy(&ctx->swap_lock);
     pthread_cond_destroy(&ctx->reload_cond);
+    pthread_cond_destroy(&ctx->reader_cond);
     pthread_mutex_destroy(&ctx->servers_lock);
     pthread_mutex_destroy(&ctx->stop_lock);
     pthread_cond_destroy(&ctx->stop_cond);

@@ -28,6 +28,11 @@ struct shard_ctx {
     bool reloading;           /* under reload_lock */
     double reload_started;    /* monotonic start of the latest error reload */
     uint64_t reloads_done;    /* error reloads finished */
+    /* Their store reads run on a thread of the context's (exec.c), so a
+     * store that hangs holds no call past its retry budget. */
+    pthread_cond_t reader_cond;
+    pthread_t reader;
+    bool reader_started, reader_wanted, reader_stop; /* under reload_lock */
     /* One other file's cache (legacy.c's resolutions), made on first use
      * through ctx_cache(), freed with the context by the function given there. */
     _Atomic(void *) cache;
@@ -58,6 +63,8 @@ int ctx_password_copy(shard_ctx *ctx, char **out);
 const char *ctx_user(const shard_ctx *ctx, const shard_map *map);
 
 shard_map *ctx_map(shard_ctx *ctx);            /* a reference: shard_map_free it */
+/* exec.c: stops the thread that reads the store for calls (if it runs). */
+void exec_reader_stop(shard_ctx *ctx);
 uint64_t ctx_map_version(shard_ctx *ctx);
 void ctx_log(shard_ctx *ctx, int level, const char *fmt, ...) SHARD_PRINTF(3, 4);
 shard_server *ctx_server(shard_ctx *ctx, const shard_map *map, size_t pair);

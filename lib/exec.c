@@ -59,7 +59,89 @@ static void deadline_ts(struct timespec *ts, double at_monotonic)
     ts->tv_nsec = (long)(ns % 1000000000LL);
 }
 
-bool exec_reload(shard_ctx *ctx, double min_ms, bool wait)
+/* Under reload_lock: the read in flight is over; its waiters look. */
+static void reload_done(shard_ctx *ctx)
+{
+    ctx->reloading = false;
+    ctx->reloads_done++;
+    pthread_cond_broadcast(&ctx->reload_cond);
+}
+
+/* The context's reader: the store reads that exec_reload asks for, one at
+ * a time, off the callers' threads. */
+static void *reader_main(void *arg)
+{
+    shard_ctx *ctx = arg;
+
+    pthread_mutex_lock(&ctx->reload_lock);
+    for (;;) {
+        while (!ctx->reader_wanted && !ctx->reader_stop)
+            pthread_cond_wait(&ctx->reader_cond, &ctx->reload_lock);
+        if (ctx->reader_stop)
+            break;
+        ctx->reader_wanted = false;
+        pthread_mutex_unlock(&ctx->reload_lock);
+        shard_ctx_reload(ctx); /* its message is this thread's own */
+        pthread_mutex_lock(&ctx->reload_lock);
+        reload_done(ctx);
+    }
+    pthread_mutex_unlock(&ctx->reload_lock);
+    return NULL;
+}
+
+void exec_reader_stop(shard_ctx *ctx)
+{
+    pthread_mutex_lock(&ctx->reload_lock);
+    ctx->reader_stop = true;
+    pthread_cond_signal(&ctx->reader_cond);
+    pthread_mutex_unlock(&ctx->reload_lock);
+    if (ctx->reader_started)
+        pthread_join(ctx->reader, NULL); /* within the store's own timeout */
+}
+
+/* Under reload_lock: a read of the store starts, on the reader thread (or
+ * on this one, unlocked, if that thread cannot be started). */
+static void reload_start(shard_ctx *ctx)
+{
+    ctx->reloading = true;
+    ctx->reload_started = now_seconds();
+    if (!ctx->reader_started && !ctx->reader_stop &&
+        pthread_create(&ctx->reader, NULL, reader_main, ctx) == 0)
+        ctx->reader_started = true;
+    if (ctx->reader_started) {
+        ctx->reader_wanted = true;
+        pthread_cond_signal(&ctx->reader_cond);
+        return;
+    }
+    pthread_mutex_unlock(&ctx->reload_lock);
+    {
+        shard_errsave saved;
+        shard__error_save(&saved, 0);
+        shard_ctx_reload(ctx);
+        shard__error_restore(&saved);
+    }
+    pthread_mutex_lock(&ctx->reload_lock);
+    reload_done(ctx);
+}
+
+/* Under reload_lock: wait for reload_cond, until deadline (0: no end).
+ * false once the deadline has passed. */
+static bool reload_wait(shard_ctx *ctx, double deadline)
+{
+    struct timespec ts;
+
+    if (!deadline) {
+        pthread_cond_wait(&ctx->reload_cond, &ctx->reload_lock);
+        return true;
+    }
+    if (now_seconds() >= deadline)
+        return false;
+    deadline_ts(&ts, deadline);
+    pthread_cond_timedwait(&ctx->reload_cond, &ctx->reload_lock, &ts);
+    return true;
+}
+
+bool exec_reload(shard_ctx *ctx, double min_ms, bool wait, double deadline)
 {
     double asked = now_seconds();
     bool fresh = false;
@@ -70,7 +152,8 @@ bool exec_reload(shard_ctx *ctx, double min_ms, bool wait)
         if (ctx->reloading) {
             /* One read in flight: its result is ours too if it started
              * after we asked; else another read follows it. */
-            pthread_cond_wait(&ctx->reload_cond, &ctx->reload_lock);
+            if (!reload_wait(ctx, deadline))
+                break;
             continue;
         }
         if (ctx->reloads_done && ctx->reload_started >= asked) {
@@ -80,27 +163,13 @@ bool exec_reload(shard_ctx *ctx, double min_ms, bool wait)
         since_ms = (now_seconds() - ctx->reload_started) * 1000.0;
         if (ctx->reloads_done && since_ms < min_ms) {
             struct timespec ts;
-            if (!wait)
+            if (!wait || (deadline && now_seconds() >= deadline))
                 break;
             deadline_ts(&ts, ctx->reload_started + min_ms / 1000.0);
             pthread_cond_timedwait(&ctx->reload_cond, &ctx->reload_lock, &ts);
             continue;
         }
-        ctx->reloading = true;
-        ctx->reload_started = now_seconds();
-        pthread_mutex_unlock(&ctx->reload_lock);
-        {
-            shard_errsave saved;
-            shard__error_save(&saved, 0);
-            shard_ctx_reload(ctx);
-            shard__error_restore(&saved);
-        }
-        pthread_mutex_lock(&ctx->reload_lock);
-        ctx->reloading = false;
-        ctx->reloads_done++;
-        pthread_cond_broadcast(&ctx->reload_cond);
-        fresh = true;
-        break;
+        reload_start(ctx);
     }
     pthread_mutex_unlock(&ctx->reload_lock);
     return fresh;
@@ -108,7 +177,7 @@ bool exec_reload(shard_ctx *ctx, double min_ms, bool wait)
 
 bool ctx_reload_soon(shard_ctx *ctx, bool force)
 {
-    return exec_reload(ctx, force ? 0 : RELOAD_MIN_MS, false);
+    return exec_reload(ctx, force ? 0 : RELOAD_MIN_MS, false, 0);
 }
 
 bool exec_wait_map(shard_ctx *ctx, uint64_t version, double waited_ms, double deadline)
@@ -128,7 +197,7 @@ bool exec_wait_map(shard_ctx *ctx, uint64_t version, double waited_ms, double de
         sleep_ms((deadline - now_seconds()) * 1000.0);
         return false;
     }
-    exec_reload(ctx, ms, true);
+    exec_reload(ctx, ms, true, deadline);
     return ctx_map_version(ctx) > version;
 }
 
@@ -175,7 +244,7 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
                           "apply` (it creates the table on every server)", c->srv->label);
     /* Moved away and dropped, with a map this context has not read yet?
      * One fresh read of the store (shared with other threads) tells. */
-    exec_reload(ctx, FENCE_POLL_MIN_MS, true);
+    exec_reload(ctx, FENCE_POLL_MIN_MS, true, 0);
     if (route_changed(ctx, shard, mod, old_pair))
         return SHARD_EMOVED;
     return rc;
@@ -403,7 +472,7 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
         }
         /* A server that does not answer: maybe a failover replaced it. */
         if (rc == SHARD_ECONNECT)
-            exec_reload(ctx, RELOAD_MIN_MS, false);
+            exec_reload(ctx, RELOAD_MIN_MS, false, deadline);
         exec_backoff(attempt, deadline);
     }
 }

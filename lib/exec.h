@@ -117,10 +117,13 @@ void exec_backoff(unsigned attempt, double deadline);
  * Read the map store again for a call that failed: one read in flight per
  * context (other threads wait for its result), and none sooner than
  * min_ms after the previous one started (wait: sleep until then and read;
- * else return). Keeps the thread's error message. Returns whether a read
- * that started after this call finished.
+ * else return). Keeps the thread's error message. The read runs on the
+ * context's reader thread; the caller waits for it until `deadline`
+ * (monotonic seconds; 0: until it ends), so that a store that hangs holds
+ * no call past its budget. Returns whether a read that started after this
+ * call finished.
  */
-bool exec_reload(shard_ctx *ctx, double min_ms, bool wait);
+bool exec_reload(shard_ctx *ctx, double min_ms, bool wait, double deadline);
 /* Reload the map soon after an error (force: regardless of the interval). */
 bool ctx_reload_soon(shard_ctx *ctx, bool force);
 /*

@@ -428,17 +428,11 @@ static bool promoted_in_store(shard_ctx *ctx, const char *pair, const char *stan
  * cannot be known (a master that could not be asked). */
 static int check_no_move(shard_ctx *ctx, const shard_map *map, const char *pair)
 {
-    uint64_t mid = 0;
-    int u = move_unfinished_on(ctx, map, pair, &mid);
+    char what[120];
 
-    if (u < 0)
-        return shard__fail_prefix(u, "failover of %s refused: cannot tell whether a move "
-                                 "involving it is unfinished: ", pair);
-    if (u > 0)
-        return shard__fail(SHARD_EBUSY, "move %llu involving %s is unfinished: resume or "
-                          "abort it first (or --force, and check the move afterwards)",
-                          (unsigned long long)mid, pair);
-    return 0;
+    snprintf(what, sizeof what, "failover of %s refused", pair);
+    return move_refuse_unfinished(ctx, map, pair, what,
+                                  "or --force, and check the move afterwards");
 }
 
 /* The standby of a dead master: say when its own settings cannot keep its

@@ -257,7 +257,7 @@ static int group_run(void *arg, size_t i, unsigned worker)
             break;
         if (g->rc == SHARD_ECONNECT && !reloaded) {
             reloaded = true;
-            ctx_reload_soon(g->ctx, true);
+            exec_reload(g->ctx, 0, false, deadline); /* a hung store: no longer than that */
         }
         if (g->rc == SHARD_ECONNECT && map_changed(g))
             break;

@@ -2,13 +2,23 @@
  * The map's compare-and-swap publish loop (publish.h).
  */
 #include "publish.h"
+#include "store.h"
 
 #define PUBLISH_TRIES 5
 
 int publish_edit(shard_store *store, publish_edit_fn edit, void *arg, uint64_t *version)
 {
+    bool unknown;
+
+    return publish_edit_outcome(store, edit, arg, version, &unknown);
+}
+
+int publish_edit_outcome(shard_store *store, publish_edit_fn edit, void *arg,
+                         uint64_t *version, bool *unknown)
+{
     int rc = 0;
 
+    *unknown = false;
     for (int attempt = 0; attempt < PUBLISH_TRIES; attempt++) {
         shard_map *cur = NULL, *next = NULL;
 
@@ -26,7 +36,7 @@ int publish_edit(shard_store *store, publish_edit_fn edit, void *arg, uint64_t *
             shard_map_free(cur);
             return rc;
         }
-        rc = shard_store_publish(store, next, cur->version);
+        rc = store_publish(store, next, cur->version, unknown);
         if (rc == 0 && version)
             *version = next->version;
         shard_map_free(next);

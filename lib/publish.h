@@ -24,5 +24,10 @@ typedef int (*publish_edit_fn)(const shard_map *cur, shard_map **next, void *arg
 /* *version (may be NULL): the version published, or the stored one when
  * edit said PUBLISH_UNCHANGED. A failure to read the store says so. */
 int publish_edit(shard_store *store, publish_edit_fn edit, void *arg, uint64_t *version);
+/* The same, saying in *unknown whether a failure may still have stored the
+ * new map (its write sent, the answer lost); false: the stored map is not
+ * the edit's (a failed read, a refusal, a write the store answered). */
+int publish_edit_outcome(shard_store *store, publish_edit_fn edit, void *arg,
+                         uint64_t *version, bool *unknown);
 
 #endif

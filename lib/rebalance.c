@@ -568,17 +568,10 @@ static double spread_of(const double *pair_load, const bool *considered, const b
 static int unfinished_moves(shard_ctx *ctx, const shard_map *map, const bool *considered)
 {
     for (size_t p = 0; p < map->npairs; p++) {
-        uint64_t id = 0;
-        int u;
-        if (!considered[p])
-            continue;
-        if ((u = move_unfinished_on(ctx, map, map->pairs[p].name, &id)) < 0)
-            return shard__fail_prefix(u, "cannot tell whether a move is unfinished: ");
-        if (u)
-            return shard__fail(SHARD_EBUSY, "move %llu involving pair %s is unfinished: "
-                              "resume it (shardctl move resume %llu) or abort it first",
-                              (unsigned long long)id, map->pairs[p].name,
-                              (unsigned long long)id);
+        int rc;
+        if (considered[p] && (rc = move_refuse_unfinished(ctx, map, map->pairs[p].name,
+                                                          "rebalancing refused", NULL)))
+            return rc;
     }
     return 0;
 }

@@ -5,6 +5,7 @@
  * wrong, as a JSON document.
  */
 #include "fleet.h"
+#include "move/face.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -259,11 +260,13 @@ static json_t *moves_json(const shard_map *map, const st_server *s, size_t n, js
             problem(problems, "%s: cannot read the move journal: %s", who, s[i].moves_error);
         for (size_t k = 0; k < s[i].nmoves; k++) {
             const fleet_move *m = &s[i].moves[k];
-            if (!m->running)
-                problem(problems, "move %llu (shards %u-%u, %s -> %s): interrupted in phase "
-                        "%s (journal updated %s): resume or abort it", (unsigned long long)m->id,
-                        m->first, m->last, m->source, m->target,
-                        shard_move_phase_name(m->phase), m->updated_at);
+            if (!m->running) {
+                char steps[400];
+                move_next_steps(m->id, m->phase, false, steps, sizeof steps);
+                problem(problems, "move %llu (shards %u-%u, %s -> %s): %s (journal updated %s)",
+                        (unsigned long long)m->id, m->first, m->last, m->source, m->target,
+                        steps, m->updated_at);
+            }
             json_array_append_new(
                 a, json_pack("{s:I,s:s,s:s,s:i,s:i,s:s,s:b,s:s,s:s,s:s}", "id",
                              (json_int_t)m->id, "source", m->source, "target", m->target,

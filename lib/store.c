@@ -187,7 +187,9 @@ static int current_version(const char *path, uint64_t *version)
     return SHARD_OK;
 }
 
-static int replace_file(const char *path, const char *text)
+/* *renamed: the new file is in place (a later failure is the directory's
+ * sync: the map was stored, maybe not durably). */
+static int replace_file(const char *path, const char *text, bool *renamed)
 {
     size_t plen = strlen(path);
     /* Allocate everything first: once renamed, only I/O may fail. */
@@ -228,6 +230,7 @@ static int replace_file(const char *path, const char *text)
                           strerror(err));
     }
     free(tmp);
+    *renamed = true;
     err = sync_dir(dir) != 0 ? errno : 0;
     free(dir);
     if (err)
@@ -236,7 +239,8 @@ static int replace_file(const char *path, const char *text)
     return SHARD_OK;
 }
 
-static int file_publish(void *impl, const shard_map *map, uint64_t expected_version)
+static int file_publish(void *impl, const shard_map *map, uint64_t expected_version,
+                        bool *unknown)
 {
     const char *path = impl;
     char *lockpath = NULL, *text = NULL;
@@ -265,7 +269,7 @@ static int file_publish(void *impl, const shard_map *map, uint64_t expected_vers
                         (unsigned long long)cur, (unsigned long long)expected_version);
         goto out;
     }
-    rc = replace_file(path, text);
+    rc = replace_file(path, text, unknown);
 out:
     if (lockfd >= 0)
         close(lockfd); /* releases the flock */
@@ -285,6 +289,15 @@ static const store_ops store_file_ops = {
 int shard_store_publish(shard_store *store, const shard_map *map,
                         uint64_t expected_version)
 {
+    bool unknown = false;
+
+    return store_publish(store, map, expected_version, &unknown);
+}
+
+int store_publish(shard_store *store, const shard_map *map, uint64_t expected_version,
+                  bool *unknown)
+{
+    *unknown = false;
     if (!store || !map)
         return shard__fail(SHARD_EINVAL, "shard_store_publish: NULL argument");
     if (map->version <= expected_version)
@@ -292,5 +305,5 @@ int shard_store_publish(shard_store *store, const shard_map *map,
                           "version it replaces (%llu)",
                           (unsigned long long)map->version,
                           (unsigned long long)expected_version);
-    return store->ops->publish(store->impl, map, expected_version);
+    return store->ops->publish(store->impl, map, expected_version, unknown);
 }

@@ -21,7 +21,11 @@ typedef struct store_ops {
     int (*load)(void *impl, shard_map **out);
     /* One published version, from the store's history (NULL: none kept). */
     int (*load_version)(void *impl, uint64_t version, shard_map **out);
-    int (*publish)(void *impl, const shard_map *map, uint64_t expected_version);
+    /* *unknown (never NULL): set when it fails after the write was sent
+     * and before its answer came back, so that the map may have been
+     * stored; left false when the store certainly did not take it. */
+    int (*publish)(void *impl, const shard_map *map, uint64_t expected_version,
+                   bool *unknown);
     /* Start pushing every newer version to fn (NULL: the store is polled).
      * Stopped only by free, which returns once fn can no longer run. */
     int (*watch)(void *impl, store_watch_fn fn, void *payload);
@@ -31,6 +35,12 @@ typedef struct store_ops {
 
 extern const store_ops store_mysql_ops;
 extern const store_ops store_zk_ops;
+
+/* shard_store_publish, saying in *unknown whether a failure may still have
+ * stored the map (store_ops.publish): a publish that certainly did not land
+ * leaves *unknown false. */
+int store_publish(shard_store *store, const shard_map *map, uint64_t expected_version,
+                  bool *unknown);
 
 /* Does the store push new versions (store_watch), so that nothing polls? */
 bool store_can_watch(const shard_store *store);

@@ -311,7 +311,8 @@ static int lock_store(store_mysql *m, MYSQL *my, bool take)
     return 0;
 }
 
-static int mysql_publish(void *impl, const shard_map *map, uint64_t expected_version)
+static int mysql_publish(void *impl, const shard_map *map, uint64_t expected_version,
+                         bool *unknown)
 {
     store_mysql *m = impl;
     MYSQL *my = NULL;
@@ -356,8 +357,10 @@ static int mysql_publish(void *impl, const shard_map *map, uint64_t expected_ver
     sql_hex(&q, text, strlen(text));
     sql_add(&q, ")");
     rc = sql_check(&q);
-    if (!rc)
-        rc = run(m, my, q.s, q.len);
+    /* The only statement that stores the map: sent, and its answer lost
+     * (a client error), it may have been applied. */
+    if (!rc && (rc = run(m, my, q.s, q.len)) == SHARD_ECONNECT)
+        *unknown = true;
 out:
     if (rc == SHARD_ESERVER && mysql_errno(my) == ER_DUP_ENTRY)
         rc = shard__fail(SHARD_ECONFLICT, "%s: version %llu was published concurrently",

@@ -611,7 +611,8 @@ static uint64_t version_of(const shard_map *map)
     return map ? map->version : 0;
 }
 
-static int zk_publish(void *impl, const shard_map *map, uint64_t expected_version)
+static int zk_publish(void *impl, const shard_map *map, uint64_t expected_version,
+                      bool *unknown)
 {
     store_zk *m = impl;
     char *text = NULL, node[600];
@@ -668,6 +669,10 @@ static int zk_publish(void *impl, const shard_map *map, uint64_t expected_versio
                         (unsigned long long)expected_version);
         shard_map_free(now);
     } else if (zrc != ZOK) {
+        /* No answer (a lost connection, a timeout, a session gone): the
+         * request may have been applied. An answer (ZNONODE, ZNOAUTH, ...)
+         * says it was not. */
+        *unknown = zrc > ZAPIERROR || zrc == ZSESSIONEXPIRED || zrc == ZCLOSING;
         rc = zk_fail(m, zrc, "publish",
                      res[0].err != ZOK && res[0].err != ZRUNTIMEINCONSISTENCY ? node
                                                                               : m->current);

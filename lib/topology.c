@@ -7,6 +7,7 @@
  * start when another change won.
  */
 #include "fleet.h"
+#include "move/face.h"
 #include "publish.h"
 #include "schema.h"
 
@@ -394,7 +395,7 @@ typedef struct moves_job {
     shard_ctx *ctx;
     const shard_map *map;
     const char *pair;
-    uint64_t *found; /* per master: the id of a move naming pair, 0: none */
+    fleet_move *found; /* per master: a move naming pair (id 0: none) */
     int *rc;         /* per master: its journal could not be read */
     char (*err)[600];
 } moves_job;
@@ -414,9 +415,9 @@ static int moves_on(void *arg, size_t i, unsigned worker)
         return 0;
     }
     conn_put(c, true);
-    for (size_t k = 0; k < n && !j->found[i]; k++)
+    for (size_t k = 0; k < n && !j->found[i].id; k++)
         if (strcmp(m[k].source, j->pair) == 0 || strcmp(m[k].target, j->pair) == 0)
-            j->found[i] = m[k].id;
+            j->found[i] = m[k];
     return 0;
 }
 
@@ -424,7 +425,7 @@ static int moves_on(void *arg, size_t i, unsigned worker)
  * that cannot be read might hold one, so that refuses too. */
 static int check_no_moves(shard_ctx *ctx, const shard_map *cur, const char *name)
 {
-    uint64_t *found = shard__calloc(cur->npairs, sizeof *found);
+    fleet_move *found = shard__calloc(cur->npairs, sizeof *found);
     int *rcs = shard__calloc(cur->npairs, sizeof *rcs);
     char (*err)[600] = shard__calloc(cur->npairs, sizeof *err);
     moves_job j = {ctx, cur, name, found, rcs, err};
@@ -436,9 +437,13 @@ static int check_no_moves(shard_ctx *ctx, const shard_map *cur, const char *name
     }
     fanout_run(cur->npairs, (unsigned)cur->npairs, moves_on, &j);
     for (size_t i = 0; i < cur->npairs && !rc; i++)
-        if (found[i])
-            rc = shard__fail(SHARD_EBUSY, "move %llu involving %s is unfinished: resume or "
-                            "abort it first", (unsigned long long)found[i], name);
+        if (found[i].id) {
+            char steps[400];
+            move_next_steps(found[i].id, found[i].phase, found[i].running, steps, sizeof steps);
+            rc = shard__fail(SHARD_EBUSY, "unfinished move %llu involving %s (shards %u-%u, %s to %s) %s",
+                            (unsigned long long)found[i].id, name, found[i].first,
+                            found[i].last, found[i].source, found[i].target, steps);
+        }
     for (size_t i = 0; i < cur->npairs && !rc; i++)
         if (rcs[i])
             rc = shard__fail(rcs[i], "cannot tell whether a move involving %s is unfinished: "

@@ -7,7 +7,7 @@
  * a row changed behind the mover's back; two pairs merge onto a third.
  */
 #include "harness.h"
-#include "move/face.h" /* private: move_unfinished_on, as failover calls it */
+#include "move/face.h" /* private: move_refuse_unfinished, as failover calls it */
 #include "move_util.h"
 #include "run_cmd.h"
 
@@ -588,15 +588,15 @@ START_TEST(unfinished_moves_fail_closed)
 {
     shard_move_report r;
     shard_map *m = NULL;
-    uint64_t id = 7;
     int rc;
 
     ck_assert_int_eq(shard_ctx_map(admin, &m), 0);
-    ck_assert_int_eq(move_unfinished_on(admin, m, "MySQL001", &id), 0);
+    ck_assert_int_eq(move_refuse_unfinished(admin, m, "MySQL001", "test", NULL), 0);
     ck_assert_int_eq(harness_kill(h, "s1"), 0);
-    rc = move_unfinished_on(admin, m, "MySQL002", &id);
-    ck_assert_msg(rc < 0, "rc %d", rc);
-    ck_assert_msg(strstr(shard_errmsg(), "MySQL001"), "%s", shard_errmsg());
+    rc = move_refuse_unfinished(admin, m, "MySQL002", "test", NULL);
+    ck_assert_msg(rc < 0 && rc != SHARD_EBUSY, "rc %d", rc);
+    ck_assert_msg(strstr(shard_errmsg(), "MySQL001") &&
+                      strstr(shard_errmsg(), "cannot tell whether a move"), "%s", shard_errmsg());
     rc = shard_move_resume(admin, 0, NULL, &r);
     ck_assert_msg(rc < 0 && rc != SHARD_ENOTFOUND, "rc %d", rc);
     ck_assert_msg(strstr(shard_errmsg(), "MySQL001"), "%s", shard_errmsg());

@@ -264,7 +264,7 @@ static const char journal_sql[] =
 
 START_TEST(move_in_flight)
 {
-    char *id = NULL, want[200], lock[100];
+    char *id = NULL, want[400], lock[100];
     json_t *doc, *m;
     run_result r;
     MYSQL *my;
@@ -277,8 +277,9 @@ START_TEST(move_in_flight)
     /* Nobody runs it: interrupted, and unhealthy. */
     r = RUN_ADMIN("status");
     ck_assert_int_eq(r.status, 1);
-    snprintf(want, sizeof want, "move %s (shards 2-3, MySQL001 -> MySQL002): interrupted in "
-             "phase copying", id);
+    snprintf(want, sizeof want, "move %s (shards 2-3, MySQL001 -> MySQL002): was interrupted "
+             "in phase copying, before its flip: resume it (shardctl move resume %s) or abort "
+             "it (shardctl move abort %s)", id, id, id);
     assert_problems_first(r.out, want);
     ck_assert_ptr_nonnull(strstr(r.out, "1 unfinished move)"));
     run_free(&r);

@@ -109,7 +109,7 @@ static void *ask(void *arg)
 {
     asker *a = arg;
     atomic_fetch_add(a->asked, 1);
-    a->fresh = exec_reload(a->ctx, 0, true);
+    a->fresh = exec_reload(a->ctx, 0, true, 0);
     return NULL;
 }
 
@@ -151,11 +151,21 @@ START_TEST(reload_single_flight)
 
     /* Within the minimum interval, a caller that will not wait reads nothing. */
     before = ctx->reloads_done;
-    ck_assert(!exec_reload(ctx, 60000, false));
+    ck_assert(!exec_reload(ctx, 60000, false, 0));
     ck_assert_uint_eq(ctx->reloads_done, before);
     /* One that waits for a fresh read past a short interval gets one. */
-    ck_assert(exec_reload(ctx, 1, true));
+    ck_assert(exec_reload(ctx, 1, true, 0));
     ck_assert_uint_eq(ctx->reloads_done, before + 1);
+
+    /* A read that never ends (a store that hangs) holds a caller only
+     * until its deadline; it comes back without a fresh map. */
+    pthread_mutex_lock(&ctx->reload_lock);
+    ctx->reloading = true;
+    pthread_mutex_unlock(&ctx->reload_lock);
+    ck_assert(!exec_reload(ctx, 0, true, now_seconds() + 0.2));
+    pthread_mutex_lock(&ctx->reload_lock);
+    ctx->reloading = false;
+    pthread_mutex_unlock(&ctx->reload_lock);
     shard_ctx_free(ctx);
     unlink(path);
 }

@@ -84,8 +84,8 @@ int move_stopped(int rc, const shard_move_report *r)
     if (r->phase == SHARD_MOVE_REVERSIBLE) {
         fprintf(stderr, "shardctl: move %" PRIu64 ": %s\n", r->move_id,
                 *msg ? msg : shard_strerror(rc));
-        fprintf(stderr, "shardctl: the move is still reversible: shardctl move resume, "
-                "revert or finish %" PRIu64 "\n", r->move_id);
+        fprintf(stderr, "shardctl: the move is still reversible: shardctl move finish %" PRIu64
+                " or shardctl move revert %" PRIu64 "\n", r->move_id, r->move_id);
         return exit_code(rc);
     }
     fprintf(stderr, "shardctl: move %" PRIu64 " stopped in phase %s: %s\n", r->move_id,
@@ -481,6 +481,11 @@ static int move_again(const args *a, shard_ctx *ctx, int how)
     else
         rc = shard_move_finish(ctx, id, &o, &r);
     move_display_end(&d, rc);
+    if (rc == 0 && how == MOVE_RESUME && r.phase == SHARD_MOVE_REVERSIBLE)
+        /* Nothing to resume: the window runs until finished or reverted. */
+        fprintf(stderr, "shardctl: move %" PRIu64 " is reversible: its reverse window "
+                "ends with shardctl move finish %" PRIu64 " or shardctl move revert %" PRIu64
+                "\n", r.move_id, r.move_id, r.move_id);
     if (rc == 0 || (r.move_id && (how == MOVE_RESUME || r.phase != SHARD_MOVE_REVERSIBLE)))
         print_report(&r);
     return rc ? move_stopped(rc, &r) : 0;

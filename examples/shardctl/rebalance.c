@@ -225,8 +225,8 @@ static int run_plan(const args *a, shard_ctx *ctx, shard_rebalance *plan,
     if (rc) {
         /* The failed move's id and how to go on, when it got that far. */
         rc = rp.last.move_id ? move_stopped(rc, &rp.last) : lib_error(rc);
-        fprintf(stderr, "shardctl: %zu of %zu moves done; once the failed move is resumed or "
-                "aborted, shardctl rebalance plans again from there\n", done, nm);
+        fprintf(stderr, "shardctl: %zu of %zu moves done; once the failed move is over (as "
+                "above), shardctl rebalance plans again from there\n", done, nm);
         return rc;
     }
     if (done < nm) {

@@ -87,6 +87,16 @@ int move_flipped_in_store(mv *m)
     return all ? 1 : 0;
 }
 
+int move_store_answers(mv *m)
+{
+    shard_map *cur = NULL;
+    int rc = shard_store_load(m->ctx->store, &cur);
+
+    shard_map_free(cur);
+    return rc ? shard__fail_prefix(rc, "not fencing while the map store does not answer: ")
+              : 0;
+}
+
 /* The new map: the moved range on the target. */
 static int flip_edit(const shard_map *cur, shard_map **next, void *arg)
 {
@@ -101,6 +111,12 @@ static int flip_edit(const shard_map *cur, shard_map **next, void *arg)
     }
     if (all_target) /* a resumed move whose flip already happened */
         return PUBLISH_UNCHANGED;
+    /* A mover that lost its lock may have had its move settled by another
+     * (the fence lifted after a version published over the flip): it must
+     * not flip now. Checked at each try, so a try that lost the compare-
+     * and-swap to that version never builds on it. */
+    if (move_journal_lock_held(m))
+        return SHARD_ECONFLICT;
     for (unsigned s = m->first; s <= m->last && (cur->lease_ms || cur->lease_max_ms); s++)
         if (!map_shard_moving(cur, s))
             /* A lease turned on while the move ran, unmarked: contexts may
@@ -117,18 +133,90 @@ static int flip_edit(const shard_map *cur, shard_map **next, void *arg)
 
 int move_publish(mv *m)
 {
-    int rc = publish_edit(m->ctx->store, flip_edit, m, &m->r->map_version);
+    int rc = publish_edit_outcome(m->ctx->store, flip_edit, m, &m->r->map_version,
+                                  &m->publish_unknown);
+    m->published = rc != 0; /* what move_publish_landed is to settle */
     return rc ? shard__fail_prefix(rc, "publishing the map: ") : 0;
+}
+
+/* The stored map after a flip whose answer was lost: the flip (landed), or
+ * a version published over the map without it, so that the lost write can
+ * never land later (its compare-and-swap expects the version this takes). */
+typedef struct settle {
+    mv *m;
+    bool landed;
+} settle;
+
+static int settle_edit(const shard_map *cur, shard_map **next, void *arg)
+{
+    settle *st = arg;
+    mv *m = st->m;
+    bool all_target = true, all_source = true;
+
+    for (unsigned s = m->first; s <= m->last; s++) {
+        long p = shard__map_pair_index(cur, s);
+        const char *pn = p >= 0 ? cur->pairs[p].name : "";
+        all_target &= strcmp(pn, move_dp(m)->name) == 0;
+        all_source &= strcmp(pn, move_sp(m)->name) == 0;
+    }
+    if ((st->landed = all_target))
+        return PUBLISH_UNCHANGED;
+    if (!all_source)
+        return shard__fail(SHARD_ECONFLICT, "the stored map has shards %u-%u neither all on "
+                          "%s nor all on %s", m->first, m->last, move_sp(m)->name,
+                          move_dp(m)->name);
+    return map_reassign(cur, m->first, m->last, move_sp(m)->name, cur->version + 1, next);
+}
+
+int move_settle_flip(mv *m, bool *unknown)
+{
+    settle st = {m, false};
+    int rc = publish_edit_outcome(m->ctx->store, settle_edit, &st, NULL, unknown);
+
+    return rc ? rc : st.landed ? 1 : 0;
+}
+
+/* move_settle_flip until the store answers, at most catchup_timeout_s. */
+static int settle_lost_flip(mv *m)
+{
+    double t0 = now_seconds();
+    bool unknown = false;
+    int rc;
+
+    for (;;) {
+        if ((rc = move_settle_flip(m, &unknown)) >= 0)
+            return rc;
+        if (rc != SHARD_ECONNECT && rc != SHARD_ETIMEOUT && rc != SHARD_EBUSY && !unknown)
+            return rc;
+        if (now_seconds() - t0 > m->o.catchup_timeout_s)
+            return rc;
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: the map store's answer to the flip was "
+                "lost and it does not answer yet (%s): asking again", (unsigned long long)m->id,
+                shard_errmsg());
+        sleep_ms(1000);
+    }
 }
 
 int move_publish_landed(mv *m, int rc, int (*lift)(mv *m, int rc), const char *flipped,
                         const char *fence)
 {
+    bool published = m->published, unknown = m->publish_unknown;
     shard_errsave why;
     int landed;
 
+    m->published = m->publish_unknown = false;
     shard__error_save(&why, rc);
-    landed = move_flipped_in_store(m);
+    if (published && !unknown) {
+        /* Nothing reached the store, or it said no: not flipped. */
+        shard__error_restore(&why);
+        return lift(m, rc);
+    }
+    if (!published && !m->resumed) {
+        /* Failed before this run's publish, and no earlier run's exists. */
+        shard__error_restore(&why);
+        return lift(m, rc);
+    }
+    landed = published ? settle_lost_flip(m) : move_flipped_in_store(m);
     if (landed == 0) {
         shard__error_restore(&why);
         return lift(m, rc);

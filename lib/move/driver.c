@@ -117,6 +117,20 @@ static int state_planned(mv *m)
  * earlier ones have flipped and left it. Moves between other pairs do not
  * wait (libshard-move(7), "Many moves at once").
  */
+static int turn_timeout(mv *m, uint64_t before)
+{
+    move_row *rows = NULL;
+    size_t n = 0;
+    char steps[400] = "is unfinished";
+    int rc = move_find(m->ctx, m->map, before, &rows, &n);
+
+    if (rc == 0 && n == 1)
+        move_next_steps(rows[0].id, rows[0].phase, rows[0].running, steps, sizeof steps);
+    free(rows);
+    return shard__fail(SHARD_ETIMEOUT, "move %llu between the same pairs did not flip within "
+                      "%u s: it %s", (unsigned long long)before, m->o.catchup_timeout_s, steps);
+}
+
 static int wait_turn(mv *m)
 {
     double t0 = now_seconds();
@@ -146,9 +160,7 @@ static int wait_turn(mv *m)
             last = before;
         }
         if (now_seconds() - t0 > m->o.catchup_timeout_s && (m->final = true))
-            return shard__fail(SHARD_ETIMEOUT, "move %llu between the same pairs did not flip "
-                              "within %u s: resume or abort it", (unsigned long long)before,
-                              m->o.catchup_timeout_s);
+            return turn_timeout(m, before);
         move_progress(m, SHARD_MOVE_COPYING, 0, 0);
         sleep_ms(250);
     }
@@ -188,7 +200,7 @@ static int state_catchup(mv *m)
      * and the flip; caught up again after waiting for those. */
     if ((rc = move_lease_wait(m)))
         return rc;
-    if ((rc = move_cut_lock(m, true)) || (rc = move_catch_up(m))) {
+    if ((rc = move_cut_lock(m, true)) || (rc = move_catch_up(m)) || (rc = move_store_answers(m))) {
         move_cut_lock(m, false);
         return rc;
     }
@@ -283,7 +295,7 @@ static int fenced_flip(mv *m)
      * resume, which must not read it again. */
     if (rc == 0 && m->window_s && !m->dir)
         rc = reverse_start(m);
-    if (rc == 0)
+    if (rc == 0 && (rc = move_hook(m, "publishing")) == 0)
         rc = move_publish(m);
     if (rc == 0)
         rc = move_hook(m, "published");
@@ -627,6 +639,54 @@ static void mv_free(mv *m)
     pthread_mutex_destroy(&m->lock);
 }
 
+/*
+ * A move interrupted in fenced (its mover killed, or stopped while the map
+ * store did not answer) keeps its shards fenced; the next mover settles it
+ * (libshard-move(7), "When the map store does not answer"): under the
+ * move's lock, a flip that did not land is made unable to land, the fence
+ * comes off and the move goes back to catchup, to be resumed when it
+ * suits. A flip that landed is left as it is (the map routes the shards to
+ * the target; a resume finishes it).
+ */
+static int settle_fenced(shard_ctx *ctx, uint64_t id)
+{
+    shard_move_report r;
+    bool on = false, unknown = false;
+    mv m;
+    int rc;
+
+    mv_init(&m, ctx, &r);
+    if ((rc = options(&m, NULL)) || (rc = move_load(ctx, id, &m)) || m.phase != MOVE_FENCED ||
+        (rc = move_conn(&m, &move_sp(&m)->master, &move_half_of(&m, MOVE_SOURCE)->c)) || (rc = move_fence_state(&m, &on)) ||
+        !on || (rc = move_settle_flip(&m, &unknown)) != 0)
+        goto out;
+    if ((rc = move_fence_set(&m, false)) == 0) {
+        move_set_str(&m.fence, "");
+        rc = move_enter(&m, MOVE_CATCHUP, "interrupted while fenced, and the map had not "
+                        "flipped: the next mover lifted the fence (resume to cut over)");
+    }
+out:
+    mv_free(&m);
+    return rc < 0 ? rc : 0;
+}
+
+static void settle_interrupted(mv *m)
+{
+    move_row *rows = NULL;
+    size_t n = 0;
+    shard_errsave saved;
+
+    shard__error_save(&saved, 0);
+    if (move_find(m->ctx, m->map, 0, &rows, &n) == 0)
+        for (size_t i = 0; i < n; i++)
+            if (rows[i].phase == MOVE_FENCED && !rows[i].running &&
+                settle_fenced(m->ctx, rows[i].id))
+                ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu, interrupted while fenced, stays "
+                        "fenced: %s", (unsigned long long)rows[i].id, shard_errmsg());
+    free(rows);
+    shard__error_restore(&saved);
+}
+
 /* Moves of other ranges run concurrently (libshard-move(7), "Many moves at
  * once"); one that shares a shard with an unfinished move is refused, and
  * so is a reverse window while another move between the same pairs keeps
@@ -639,33 +699,35 @@ static int no_overlap(mv *m)
 
     if ((rc = move_find(m->ctx, m->map, 0, &rows, &n)))
         return rc;
-    for (size_t i = 0; i < n && rc == 0; i++)
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char steps[400];
+        move_next_steps(rows[i].id, rows[i].phase, rows[i].running, steps, sizeof steps);
         if (m->window_s && (rows[i].phase == MOVE_REVERSIBLE || rows[i].phase == MOVE_REVERTING ||
                             (rows[i].window_s && rows[i].phase < MOVE_CLEANING)) &&
             strcmp(rows[i].source, move_sp(m)->name) == 0 &&
             strcmp(rows[i].target, move_dp(m)->name) == 0)
-            rc = shard__fail(SHARD_EBUSY, "move %llu from %s to %s keeps a reverse window: "
-                            "finish or revert it before another move between the same pairs "
-                            "takes one (or move without --reverse-window)",
-                            (unsigned long long)rows[i].id, rows[i].source, rows[i].target);
+            rc = shard__fail(SHARD_EBUSY, "move %llu from %s to %s keeps a reverse window, "
+                            "and another move between the same pairs cannot take one (move "
+                            "without --reverse-window, or wait): it %s",
+                            (unsigned long long)rows[i].id, rows[i].source, rows[i].target,
+                            steps);
         else if (strcmp(rows[i].source, move_dp(m)->name) == 0 &&
                  strcmp(rows[i].target, move_sp(m)->name) == 0 &&
                  (rows[i].phase == MOVE_REVERSIBLE || rows[i].phase == MOVE_REVERTING ||
                   (m->window_s && rows[i].phase <= MOVE_FLIPPED)))
             /* Its reverse stream, or its catch-up, would be this move's
              * connection from the same master. */
-            rc = shard__fail(SHARD_EBUSY, "move %llu from %s to %s (phase %s) replicates "
-                            "between the same two masters: %s it first",
-                            (unsigned long long)rows[i].id, rows[i].source, rows[i].target,
-                            shard_move_phase_name(rows[i].phase),
-                            rows[i].phase >= MOVE_REVERSIBLE ? "finish or revert" : "let it flip");
+            rc = shard__fail(SHARD_EBUSY, "move %llu from %s to %s replicates between the "
+                            "same two masters until it %s: it %s", (unsigned long long)rows[i].id,
+                            rows[i].source, rows[i].target,
+                            rows[i].phase >= MOVE_REVERSIBLE ? "is finished or reverted"
+                                                             : "flips", steps);
         else if (rows[i].first <= m->last && m->first <= rows[i].last)
             rc = shard__fail(SHARD_EBUSY, "shards %u-%u overlap unfinished move %llu (shards "
-                            "%u-%u, %s to %s, phase %s): resume, finish or abort it first "
-                            "(shardctl move status)", m->first, m->last,
+                            "%u-%u, %s to %s), which %s", m->first, m->last,
                             (unsigned long long)rows[i].id, rows[i].first, rows[i].last,
-                            rows[i].source, rows[i].target,
-                            shard_move_phase_name(rows[i].phase));
+                            rows[i].source, rows[i].target, steps);
+    }
     free(rows);
     return rc;
 }
@@ -689,6 +751,7 @@ int shard_move(shard_ctx *ctx, unsigned first, unsigned last, const char *target
                   : shard__fail(SHARD_EINVAL, "a dry run needs somewhere to put the plan");
         goto out;
     }
+    settle_interrupted(&m);
     if ((rc = move_preflight(&m, NULL)) || (rc = move_journal_open(&m)) ||
         (rc = no_overlap(&m)) || (rc = move_journal_insert(&m)) ||
         (rc = move_enter(&m, MOVE_PLANNED, NULL)))
@@ -722,7 +785,7 @@ int shard_move_resume(shard_ctx *ctx, uint64_t move_id, const shard_move_options
 int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
 {
     shard_move_report r;
-    bool on = false;
+    bool on = false, unknown = false;
     mv m;
     int rc;
 
@@ -737,12 +800,18 @@ int shard_move_abort(shard_ctx *ctx, uint64_t move_id)
                         shard_move_phase_name((int)m.phase));
         goto out;
     }
-    if (m.phase < MOVE_FLIPPED && (rc = move_flipped_in_store(&m)) < 0)
-        goto out; /* cannot tell: never give the source back after a flip */
+    /* Cannot tell: never give the source back after a flip. Fenced, a flip
+     * may still be in flight: settled so that it cannot land after the
+     * fence is lifted. */
+    if (m.phase == MOVE_FENCED ? (rc = move_settle_flip(&m, &unknown)) < 0
+                               : m.phase < MOVE_FLIPPED && (rc = move_flipped_in_store(&m)) < 0)
+        goto out;
     if (m.phase >= MOVE_FLIPPED || rc == 1) {
-        rc = shard__fail(SHARD_EBUSY, "move %llu already switched the map to %s: it can only "
-                        "be resumed%s", (unsigned long long)m.id, move_dp(&m)->name,
-                        m.phase == MOVE_REVERSIBLE ? ", reverted or finished" : "");
+        char steps[400];
+        move_next_steps(m.id, m.phase >= MOVE_FLIPPED ? (int)m.phase : MOVE_FLIPPED, false,
+                        steps, sizeof steps);
+        rc = shard__fail(SHARD_EBUSY, "move %llu already switched the map to %s and cannot be "
+                        "aborted: it %s", (unsigned long long)m.id, move_dp(&m)->name, steps);
         goto out;
     }
     if ((rc = move_open_masters(&m)) || (rc = move_fence_state(&m, &on)))

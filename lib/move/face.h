@@ -8,10 +8,16 @@
 
 #include "../ctx.h"
 
-/* journal.c: 1 (and the move's id in *id) when an unfinished move has
- * `pair` as source or target, 0 when none has, or a negative code when a
- * journal could not be read. */
-int move_unfinished_on(shard_ctx *ctx, const shard_map *map, const char *pair,
-                       uint64_t *id);
+/* journal.c: what unblocks a command that an unfinished move stands in the
+ * way of, from its phase and whether a mover runs it right now (its lock
+ * is held): "was interrupted ...: resume it (shardctl move resume N) or
+ * abort it (...)", never abort after the flip, finish or revert for a
+ * reversible move, "wait for it" for a running one. Into buf. */
+void move_next_steps(uint64_t id, int phase, bool running, char *buf, size_t size);
+/* journal.c: 0 when no unfinished move has `pair` as source or target;
+ * else SHARD_EBUSY, "WHAT: move N (...) " and its next steps (then
+ * "; BESIDES" unless NULL); a journal that cannot be read refuses too. */
+int move_refuse_unfinished(shard_ctx *ctx, const shard_map *map, const char *pair,
+                           const char *what, const char *besides);
 
 #endif

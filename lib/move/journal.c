@@ -119,6 +119,22 @@ int move_journal_lock(mv *m)
     return 0;
 }
 
+int move_journal_lock_held(mv *m)
+{
+    char sql[128];
+    uint64_t mine = 0;
+
+    if (!m->id)
+        return 0;
+    snprintf(sql, sizeof sql, "SELECT COALESCE(IS_USED_LOCK('libshard move %llu') ="
+             " CONNECTION_ID(), 0)", (unsigned long long)m->id);
+    if (repl_value_u64(m->ctl, sql, &mine) == 0 && mine == 1)
+        return 0;
+    return shard__fail(SHARD_ECONFLICT, "move %llu no longer holds its lock on the target "
+                      "master (its journal connection was lost): not publishing",
+                      (unsigned long long)m->id);
+}
+
 /* A GTID position (checked: digits, '-' and ',') as a quoted literal, of
  * any length. */
 static void add_gtid(sqlbuf *q, const char *pos)
@@ -230,6 +246,10 @@ int move_journal_insert(mv *m)
 
 /* ---- finding moves: resume, abort, failover's check ------------------------------ */
 
+/* A live mover holds its move's named lock on the journal's server, on the
+ * connection that writes the journal (move_journal_lock). */
+#define MOVE_RUNNING_SQL "IS_USED_LOCK(CONCAT('libshard move ', id)) IS NOT NULL"
+
 static int rows_add(move_row **rows, size_t *n, size_t *cap, MYSQL_ROW row)
 {
     move_row *j;
@@ -255,6 +275,7 @@ static int rows_add(move_row **rows, size_t *n, size_t *cap, MYSQL_ROW row)
     j->reverse_until = strtoull(row[8], NULL, 10);
     j->window_s = (unsigned)strtoul(row[9], NULL, 10);
     j->reverse_state = atoi(row[10]);
+    j->running = atoi(row[11]) != 0;
     return 0;
 }
 
@@ -285,14 +306,15 @@ int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows
         }
         snprintf(sql, sizeof sql, "SELECT id, source_pair, target_pair, first_shard,"
                  " last_shard, phase, flags, map_version_from, reverse_until,"
-                 " reverse_window_s, reverse_state FROM " MOVES_TABLE
+                 " reverse_window_s, reverse_state, " MOVE_RUNNING_SQL " FROM " MOVES_TABLE
                  " WHERE phase NOT IN " MOVE_OVER_SQL " AND (%llu = 0 OR id = %llu) ORDER BY id",
                  (unsigned long long)id, (unsigned long long)id);
         rc = conn_query_str(c, sql);
         if (rc && c->last_errno == ER_BAD_FIELD_ERROR) {
             /* A journal from before reverse windows: nothing of it is reversible. */
             snprintf(sql, sizeof sql, "SELECT id, source_pair, target_pair, first_shard,"
-                     " last_shard, phase, flags, map_version_from, 0, 0, 0 FROM "
+                     " last_shard, phase, flags, map_version_from, 0, 0, 0, " MOVE_RUNNING_SQL
+                     " FROM "
                      MOVES_TABLE " WHERE phase NOT IN " MOVE_OVER_SQL " AND"
                      " (%llu = 0 OR id = %llu) ORDER BY id", (unsigned long long)id,
                      (unsigned long long)id);
@@ -328,22 +350,50 @@ int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows
     return rc;
 }
 
-int move_unfinished_on(shard_ctx *ctx, const shard_map *map, const char *pair, uint64_t *id)
+void move_next_steps(uint64_t id, int phase, bool running, char *buf, size_t size)
+{
+    unsigned long long n = (unsigned long long)id;
+
+    if (running)
+        snprintf(buf, size, "is being run by a mover right now (phase %s): wait for it to "
+                 "end (shardctl move status %llu)", shard_move_phase_name(phase), n);
+    else if (phase < MOVE_FLIPPED)
+        snprintf(buf, size, "was interrupted in phase %s, before its flip: resume it "
+                 "(shardctl move resume %llu) or abort it (shardctl move abort %llu)",
+                 shard_move_phase_name(phase), n, n);
+    else if (phase == MOVE_REVERSIBLE)
+        snprintf(buf, size, "is flipped and keeps its reverse window: finish it (shardctl "
+                 "move finish %llu) or revert it (shardctl move revert %llu)", n, n);
+    else if (phase == MOVE_REVERTING)
+        snprintf(buf, size, "was interrupted reverting: resume the revert (shardctl move "
+                 "revert %llu)", n);
+    else
+        snprintf(buf, size, "was interrupted in phase %s, after its flip: resume it "
+                 "(shardctl move resume %llu)", shard_move_phase_name(phase), n);
+}
+
+int move_refuse_unfinished(shard_ctx *ctx, const shard_map *map, const char *pair,
+                           const char *what, const char *besides)
 {
     move_row *rows = NULL;
     size_t n = 0;
-    int rc, found = 0;
+    int rc;
 
-    *id = 0;
     if ((rc = move_find(ctx, map, 0, &rows, &n)))
-        return rc; /* could not look everywhere: never "no move" */
-    for (size_t i = 0; i < n && !found; i++)
+        /* could not look everywhere: never "no move" */
+        return shard__fail_prefix(rc, "%s: cannot tell whether a move involving %s is "
+                                 "unfinished: ", what, pair);
+    for (size_t i = 0; i < n && rc == 0; i++)
         if (strcmp(rows[i].source, pair) == 0 || strcmp(rows[i].target, pair) == 0) {
-            *id = rows[i].id;
-            found = 1;
+            char steps[400];
+            move_next_steps(rows[i].id, rows[i].phase, rows[i].running, steps, sizeof steps);
+            rc = shard__fail(SHARD_EBUSY, "%s: unfinished move %llu (shards %u-%u, %s to %s) %s%s%s", what,
+                            (unsigned long long)rows[i].id, rows[i].first, rows[i].last,
+                            rows[i].source, rows[i].target, steps, besides ? "; " : "",
+                            besides ? besides : "");
         }
     free(rows);
-    return found;
+    return rc;
 }
 
 /* The positions a run left in the journal. */

@@ -7,7 +7,7 @@
  *              progress, reading a position, dropping one side's copies,
  *              the test hook
  *   journal.c  the durable move record, entering a phase, finding moves,
- *              move_unfinished_on (face.h)
+ *              the refusals an unfinished move causes (face.h)
  *   plan.c     pairs, preflight checks, tables, the target's schema (made,
  *              dropped), fence rows
  *   copy.c     the snapshot copy
@@ -129,6 +129,8 @@ typedef struct mv {
     bool repl_checked; /* the replication connection runs with its filter */
     bool cut_locked;   /* holds the target's replication-setup lock (cut-over) */
     bool final;        /* the failure is not worth retrying (a limit ran out) */
+    bool published;    /* this run's flip was sent to the store (move_publish) */
+    bool publish_unknown; /* ...and its answer was lost: it may have landed */
     unsigned retries;  /* transient failures retried in this run */
     double fence_t0;   /* when this run fenced (0: an earlier run did) */
     double lease_ready; /* lease.c: monotonic time from which the fence may go up */
@@ -235,6 +237,10 @@ void move_link_names(mv *m);
 
 int move_journal_open(mv *m);
 int move_journal_lock(mv *m);
+/* Whether this run still holds the move's lock (0), or SHARD_ECONFLICT: its
+ * journal connection was lost and another mover may have taken the move
+ * over (and settled its fence). */
+int move_journal_lock_held(mv *m);
 int move_journal_insert(mv *m);
 /*
  * Enter a phase: the one way a move changes phase. Journals it (with the
@@ -258,6 +264,7 @@ typedef struct move_row {
     uint64_t reverse_until;
     unsigned window_s;
     int reverse_state;
+    bool running; /* a mover holds the move's lock right now */
 } move_row;
 
 /* Unfinished moves (id 0: all) on every master of map. Fails when a
@@ -442,14 +449,27 @@ int move_fence_state(mv *m, bool *on);
  * tell: keep the fence). */
 int move_flipped_in_store(mv *m);
 int move_publish(mv *m);
+/* Whether the flip landed, settled so that it can never land later: 1 the
+ * stored map has it; 0 it has not, and a version published over it
+ * without the flip makes a flip still in flight fail its compare-and-
+ * swap; or the store's failure (*unknown: the settling publish itself
+ * may have landed). */
+int move_settle_flip(mv *m, bool *unknown);
+/* The store answers a read now: a fence is not put up for a flip that
+ * could not be published (the failure, if not). */
+int move_store_answers(mv *m);
 /*
- * After a publish that failed with rc: did it land anyway (its answer
- * lost)? 0 when it did: go on as flipped. When it did not, lift(m, rc):
- * traffic goes back where it was. When the store cannot say, a failure
- * that keeps the fence: lifting it after a flip that did land would let
- * old maps write on one side while new ones write on the other. Clients
- * wait; a resume finds out. flipped and fence name them in the message
- * ("flipped back", "the target's fence").
+ * After a cut-over that failed with rc, fenced: did its flip land anyway
+ * (its answer lost)? 0 when it did: go on as flipped. When it certainly
+ * did not (nothing was sent, or the store answered no), lift(m, rc) at
+ * once: traffic goes back where it was. When the answer was lost, the
+ * store is asked until it answers (at most catchup_timeout_s), and a flip
+ * that did not land is made unable to land later (a version published
+ * over it) before the fence is lifted; a store that never answers keeps
+ * the fence (a failure): lifting it after a flip that did land would let
+ * old maps write on one side while new ones write on the other. flipped
+ * and fence name them in the message ("flipped back", "the target's
+ * fence").
  */
 int move_publish_landed(mv *m, int rc, int (*lift)(mv *m, int rc), const char *flipped,
                         const char *fence);
