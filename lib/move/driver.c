@@ -20,7 +20,7 @@ int (*shard__move_hook)(uint64_t move_id, const char *point);
 
 /* Tests (tests/server_review.c) stop a move at a named point, leaving the
  * journal and the servers as a mover killed there would. */
-static int move_hook(mv *m, const char *point)
+int move_hook(mv *m, const char *point)
 {
     int rc = shard__move_hook ? shard__move_hook(m->id, point) : 0;
     return rc ? shard__fail(rc, "move %llu: stopped by a test hook at \"%s\"",

@@ -141,6 +141,8 @@ typedef struct mv {
 /* Test hook: called at named points of a move (driver.c); non-zero stops
  * the move there with that code. */
 extern int (*shard__move_hook)(uint64_t move_id, const char *point);
+/* The hook at a point of m, non-zero (a message set) when it stops m (driver.c). */
+int move_hook(mv *m, const char *point);
 
 /* ---- helpers (mv.c) ---------------------------------------------------------- */
 
@@ -173,6 +175,12 @@ int move_read_pos(shard_conn *c, char **slot);
 /* The moved databases dropped on one side's master (its worker
  * connections), over the workers. */
 int move_drop_dbs(mv *m, move_side side);
+/* The moved tables (m->tables) on c held against writes (LOCK TABLES ...
+ * READ, waiting at most fence_timeout_s for a transaction that writes
+ * them) until c says UNLOCK TABLES or closes: snapshots opened meanwhile
+ * on that server see the same moved rows, and writers of other databases
+ * wait for nothing (libshard-move(7), "Many moves at once"). */
+int move_lock_tables(mv *m, shard_conn *c);
 
 /* The connections' names: libshard_from_<pair> on a target,
  * libshard_revert_<pair> on a source (the pair names lowered). */
