@@ -441,6 +441,29 @@ static int check_no_move(shard_ctx *ctx, const shard_map *map, const char *pair)
     return 0;
 }
 
+/* A move (forced past) that involves the pair: say which, and what now. */
+static void warn_moves(shard_ctx *ctx, const char *pair, const char *promoted)
+{
+    shard_map *now = ctx_map(ctx);
+    shard_errsave saved;
+    uint64_t mid = 0;
+    int u;
+
+    shard__error_save(&saved, 0);
+    u = now ? move_unfinished_on(ctx, now, pair, &mid) : 0;
+    if (u > 0)
+        ctx_log(ctx, SHARD_LOG_WARN, "failover of %s: move %llu involving it is unfinished: "
+                "resume it (shardctl move resume %llu), which goes on from %s, or abort it "
+                "(shardctl move abort %llu)", pair, (unsigned long long)mid,
+                (unsigned long long)mid, promoted, (unsigned long long)mid);
+    else if (u < 0)
+        ctx_log(ctx, SHARD_LOG_WARN, "failover of %s: whether a move involving it is "
+                "unfinished cannot be told (%s): see shardctl move status", pair,
+                shard_errmsg());
+    shard_map_free(now);
+    shard__error_restore(&saved);
+}
+
 /* The standby of a dead master: say when its own settings cannot keep its
  * ids apart from the old master's (the raised counters still do). */
 static void warn_ids_forced(shard_ctx *ctx, const shard_pairdef *p, const id_settings *s)
@@ -595,6 +618,7 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
     r->total_ms = (now_seconds() - t0) * 1000.0;
     ctx_log(ctx, SHARD_LOG_WARN, "failover of %s: %s promoted (map version %llu)", pair,
             p->standby.text, (unsigned long long)r->map_version);
+    warn_moves(ctx, pair, p->standby.text);
 out:
     free(pos);
     free(sbpos);

@@ -38,9 +38,9 @@
  *    GRANT BINLOG ADMIN ON *.* TO schema;  (the fence table is made unlogged)
  *
  *  mover (shard_move, shard_move_resume, shard_move_abort, shard_move_status):
- *    GRANT SELECT, INSERT, CREATE, DROP ON `db%`.*                   TO mover;
+ *    GRANT SELECT, INSERT, CREATE, DROP, LOCK TABLES ON `db%`.*      TO mover;
  *    GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER ON `libshard\_control`.* TO mover;
- *    GRANT RELOAD, BINLOG ADMIN, REPLICATION SLAVE, REPLICATION SLAVE ADMIN,
+ *    GRANT BINLOG ADMIN, REPLICATION SLAVE, REPLICATION SLAVE ADMIN,
  *          SLAVE MONITOR ON *.* TO mover;
  *  The target master replicates from the source master as this account,
  *  with the map's credentials.tls (paths valid on the target server).
@@ -108,7 +108,8 @@ static const char *const SCHEMA_GRANTS[] = {
  *  - SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER on libshard_control: the
  *    move journal (created on first use; ALTER sets its AUTO_INCREMENT) and
  *    the fence rows (inserted, updated to fence, deleted after cleanup);
- *  - RELOAD: BACKUP STAGE, so that the copy threads share one snapshot;
+ *  - LOCK TABLES on the shard databases: the moved tables held against
+ *    writes while the copy threads open their snapshots of one state;
  *  - BINLOG ADMIN: SET sql_log_bin = 0, so the fence never replicates;
  *  - REPLICATION SLAVE: the target's catch-up connection reads the
  *    source's binary log as this account;
@@ -121,13 +122,13 @@ static const char *const MOVER_GRANTS[] = {
     "INSERT ON `db%`.*",
     "CREATE ON `db%`.*",
     "DROP ON `db%`.*",
+    "LOCK TABLES ON `db%`.*",
     "SELECT ON `libshard\\_control`.*",
     "INSERT ON `libshard\\_control`.*",
     "UPDATE ON `libshard\\_control`.*",
     "DELETE ON `libshard\\_control`.*",
     "CREATE ON `libshard\\_control`.*",
     "ALTER ON `libshard\\_control`.*",
-    "RELOAD ON *.*",
     "BINLOG ADMIN ON *.*",
     "REPLICATION SLAVE ON *.*",
     "REPLICATION SLAVE ADMIN ON *.*",
