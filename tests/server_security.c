@@ -40,7 +40,7 @@
  *  mover (shard_move, shard_move_resume, shard_move_abort, shard_move_status):
  *    GRANT SELECT, INSERT, CREATE, DROP, LOCK TABLES ON `db%`.*      TO mover;
  *    GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER ON `libshard\_control`.* TO mover;
- *    GRANT BINLOG ADMIN, REPLICATION SLAVE, REPLICATION SLAVE ADMIN,
+ *    GRANT RELOAD, BINLOG ADMIN, REPLICATION SLAVE, REPLICATION SLAVE ADMIN,
  *          SLAVE MONITOR ON *.* TO mover;
  *  The target master replicates from the source master as this account,
  *  with the map's credentials.tls (paths valid on the target server).
@@ -110,6 +110,7 @@ static const char *const SCHEMA_GRANTS[] = {
  *    the fence rows (inserted, updated to fence, deleted after cleanup);
  *  - LOCK TABLES on the shard databases: the moved tables held against
  *    writes while the copy threads open their snapshots of one state;
+ *  - RELOAD: RESET SLAVE, when a move's connection goes;
  *  - BINLOG ADMIN: SET sql_log_bin = 0, so the fence never replicates;
  *  - REPLICATION SLAVE: the target's catch-up connection reads the
  *    source's binary log as this account;
@@ -129,6 +130,7 @@ static const char *const MOVER_GRANTS[] = {
     "DELETE ON `libshard\\_control`.*",
     "CREATE ON `libshard\\_control`.*",
     "ALTER ON `libshard\\_control`.*",
+    "RELOAD ON *.*",
     "BINLOG ADMIN ON *.*",
     "REPLICATION SLAVE ON *.*",
     "REPLICATION SLAVE ADMIN ON *.*",
