@@ -435,6 +435,25 @@ static int check_no_move(shard_ctx *ctx, const shard_map *map, const char *pair)
                                   "or --force, and check the move afterwards");
 }
 
+/* A move (forced past) that involves the pair: say which, and what now
+ * (its next steps, as every refusal names them: resume goes on from the
+ * promoted master). */
+static void warn_moves(shard_ctx *ctx, const char *pair, const char *promoted)
+{
+    shard_map *now = ctx_map(ctx);
+    shard_errsave saved;
+    char what[120], besides[400];
+
+    shard__error_save(&saved, 0);
+    snprintf(what, sizeof what, "failover of %s", pair);
+    snprintf(besides, sizeof besides, "a resume goes on from %s, pair %s's master now",
+             promoted, pair);
+    if (now && move_refuse_unfinished(ctx, now, pair, what, besides) != 0)
+        ctx_log(ctx, SHARD_LOG_WARN, "%s", shard_errmsg());
+    shard_map_free(now);
+    shard__error_restore(&saved);
+}
+
 /* The standby of a dead master: say when its own settings cannot keep its
  * ids apart from the old master's (the raised counters still do). */
 static void warn_ids_forced(shard_ctx *ctx, const shard_pairdef *p, const id_settings *s)
@@ -589,6 +608,7 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
     r->total_ms = (now_seconds() - t0) * 1000.0;
     ctx_log(ctx, SHARD_LOG_WARN, "failover of %s: %s promoted (map version %llu)", pair,
             p->standby.text, (unsigned long long)r->map_version);
+    warn_moves(ctx, pair, p->standby.text);
 out:
     free(pos);
     free(sbpos);

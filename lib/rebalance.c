@@ -358,6 +358,9 @@ static int pair_list(const shard_map *map, const char *list, const char *what, b
         name[len] = '\0';
         if ((i = shard__map_find_pair(map, name)) < 0)
             return shard__fail(SHARD_EINVAL, "%s: no pair named \"%s\" in the map", what, name);
+        if (set[i])
+            return shard__fail(SHARD_EINVAL, "%s \"%.200s\": pair %s is named twice", what,
+                              list, name);
         set[i] = true;
         if (!end)
             return 0;
@@ -724,7 +727,7 @@ int shard_rebalance_plan(shard_ctx *ctx, const shard_rebalance_options *opts,
     shard_rebalance_options o;
     shard_map *map = NULL;
     bool *considered = NULL, *drained = NULL;
-    size_t nactive = 0;
+    size_t nactive = 0, nconsidered = 0;
     int rc;
 
     if (!ctx || !out)
@@ -754,6 +757,13 @@ int shard_rebalance_plan(shard_ctx *ctx, const shard_rebalance_options *opts,
     for (size_t p = 0; p < map->npairs; p++) {
         considered[p] = considered[p] || drained[p]; /* a drained pair is always considered */
         nactive += considered[p] && !drained[p];
+        nconsidered += considered[p];
+    }
+    if (o.pairs && nconsidered < 2) {
+        /* One pair has nobody to give shards to: a plan of nothing. */
+        rc = shard__fail(SHARD_EINVAL, "the pairs to rebalance \"%.200s\": a rebalance moves "
+                        "shards between two pairs or more, and this names one", o.pairs);
+        goto out;
     }
     if (!nactive) {
         rc = shard__fail(SHARD_EINVAL, "every pair considered is to be drained: no pair is "

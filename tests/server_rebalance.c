@@ -525,6 +525,7 @@ START_TEST(bad_options)
     o.drain = "MySQL001";
     ck_assert_int_eq(shard_rebalance_plan(ctx, &o, &p), SHARD_EINVAL);
     o.drain = NULL;
+    o.pairs = NULL;
     o.threshold = 0;
     ck_assert_int_eq(shard_rebalance_plan(ctx, &o, &p), SHARD_EINVAL);
     ck_assert_ptr_null(p);
@@ -534,6 +535,28 @@ START_TEST(bad_options)
     r = run_cmd(&rs, ARGV(HARNESS_ADMIN_ARGS, "rebalance", "--dry-run", "--yes"));
     ck_assert_int_eq(r.status, 2);
     run_free(&r);
+    /* One pair, or one named twice: nothing to balance, refused (not a
+     * plan of nothing), the map as it was. */
+    {
+        uint64_t v0 = map_version();
+        r = run_cmd(&rs, ARGV(HARNESS_ADMIN_ARGS, "rebalance", "--pairs", "MySQL001", "--yes"));
+        ck_assert_msg(r.status == 2 && count_lines(r.err) == 1 &&
+                      strstr(r.err, "\"MySQL001\"") && strstr(r.err, "two pairs or more"),
+                      "exit %d: %s%s", r.status, r.out, r.err);
+        run_free(&r);
+        r = run_cmd(&rs, ARGV(HARNESS_ADMIN_ARGS, "rebalance", "--pairs", "MySQL001,MySQL001",
+                              "--yes"));
+        ck_assert_msg(r.status == 2 && count_lines(r.err) == 1 &&
+                      strstr(r.err, "pair MySQL001 is named twice"), "exit %d: %s%s", r.status,
+                      r.out, r.err);
+        run_free(&r);
+        r = run_cmd(&rs, ARGV(HARNESS_ADMIN_ARGS, "rebalance", "--pairs", "MySQL001,MySQL002",
+                              "--drain", "MySQL002,MySQL002", "--dry-run"));
+        ck_assert_msg(r.status == 2 && strstr(r.err, "pair MySQL002 is named twice"),
+                      "exit %d: %s%s", r.status, r.out, r.err);
+        run_free(&r);
+        ck_assert_uint_eq(map_version(), v0);
+    }
 }
 END_TEST
 

@@ -38,7 +38,7 @@
  *    GRANT BINLOG ADMIN ON *.* TO schema;  (the fence table is made unlogged)
  *
  *  mover (shard_move, shard_move_resume, shard_move_abort, shard_move_status):
- *    GRANT SELECT, INSERT, CREATE, DROP ON `db%`.*                   TO mover;
+ *    GRANT SELECT, INSERT, CREATE, DROP, LOCK TABLES ON `db%`.*      TO mover;
  *    GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER ON `libshard\_control`.* TO mover;
  *    GRANT RELOAD, BINLOG ADMIN, REPLICATION SLAVE, REPLICATION SLAVE ADMIN,
  *          SLAVE MONITOR ON *.* TO mover;
@@ -108,7 +108,9 @@ static const char *const SCHEMA_GRANTS[] = {
  *  - SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER on libshard_control: the
  *    move journal (created on first use; ALTER sets its AUTO_INCREMENT) and
  *    the fence rows (inserted, updated to fence, deleted after cleanup);
- *  - RELOAD: BACKUP STAGE, so that the copy threads share one snapshot;
+ *  - LOCK TABLES on the shard databases: the moved tables held against
+ *    writes while the copy threads open their snapshots of one state;
+ *  - RELOAD: RESET SLAVE, when a move's connection goes;
  *  - BINLOG ADMIN: SET sql_log_bin = 0, so the fence never replicates;
  *  - REPLICATION SLAVE: the target's catch-up connection reads the
  *    source's binary log as this account;
@@ -121,6 +123,7 @@ static const char *const MOVER_GRANTS[] = {
     "INSERT ON `db%`.*",
     "CREATE ON `db%`.*",
     "DROP ON `db%`.*",
+    "LOCK TABLES ON `db%`.*",
     "SELECT ON `libshard\\_control`.*",
     "INSERT ON `libshard\\_control`.*",
     "UPDATE ON `libshard\\_control`.*",

@@ -359,8 +359,11 @@ int cmd_pair_add(const args *a, shard_ctx *ctx, shard_map *map)
     if (!a->val[OPT_MASTER] || !a->val[OPT_STANDBY])
         return usage_error("pair add needs --master ADDR and --standby ADDR");
     rc = shard_pair_add(ctx, a->pos[2], a->val[OPT_MASTER], a->val[OPT_STANDBY], &version);
-    if (rc)
-        return lib_error(rc);
+    if (rc) {
+        int status = lib_error(rc);
+        /* A name already in the map is bad input, as an address already used is. */
+        return rc == SHARD_EEXISTS ? EXIT_USAGE : status;
+    }
     printf("pair %s added: master %s, standby %s (map version %" PRIu64 "); it serves "
            "nothing yet: shards open N --pair %s, or move shards to it\n", a->pos[2],
            a->val[OPT_MASTER], a->val[OPT_STANDBY], version, a->pos[2]);

@@ -239,7 +239,7 @@ static const command commands[] = {
      O(OPT_BY) | O(OPT_THRESHOLD) | O(OPT_MAX_MOVES) | O(OPT_DRAIN) | O(OPT_PAIRS) |
          O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_THREADS),
      0, 0, rebalance_docs},
-    {"failover", NULL, "PAIR [--force]", "promote PAIR's standby", 1, 1, NEED_CTX, 0,
+    {"failover", NULL, "PAIR [--force]", "promote PAIR's standby", 1, 1, NEED_CTX, 1,
      cmd_failover, O(OPT_FORCE), 0, 0, failover_docs},
     {"map", "show", "[--pretty] [--map-version N]",
      "the current map (or published version N), as canonical JSON on one line", 0, 0,

@@ -139,9 +139,44 @@ void move_link_reverse(mv *m, move_link *l)
     link_on(m, m->dir, l);
 }
 
+/*
+ * The domain of the server master's pair link reads from (its standby),
+ * when that server does not answer (a master a forced failover replaced):
+ * the one whose last transaction in master's binary log that server wrote
+ * (the link's Master_Server_Id). None found: *n unchanged.
+ */
+static int dead_standby_domain(shard_conn *c, unsigned long *d, size_t *n)
+{
+    repl_status st;
+    const repl_link *own;
+    char *pos = NULL;
+    int rc;
+
+    if ((rc = repl_status_read(c, &st)))
+        return rc;
+    own = repl_status_find(&st, "");
+    if (own && own->master_server_id && (rc = repl_value(c, "SELECT @@gtid_binlog_pos", &pos)) == 0)
+        for (const char *g = pos; *g;) {
+            char *end;
+            unsigned long dom = strtoul(g, &end, 10), sid = 0;
+            if (*end == '-')
+                sid = strtoul(end + 1, &end, 10);
+            if (sid == own->master_server_id && (*n == 0 || d[0] != dom)) {
+                d[(*n)++] = dom;
+                break;
+            }
+            g = strchr(end, ',');
+            if (!g++)
+                break;
+        }
+    free(pos);
+    repl_status_free(&st);
+    return rc;
+}
+
 int move_pair_domains(mv *m, const shard_pairdef *p, unsigned long *d, size_t *n)
 {
-    shard_conn *c = NULL;
+    shard_conn *c = NULL, *sb = NULL;
     uint64_t v = 0;
     int rc;
 
@@ -149,13 +184,15 @@ int move_pair_domains(mv *m, const shard_pairdef *p, unsigned long *d, size_t *n
     if ((rc = move_conn(m, &p->master, &c)) == 0 &&
         (rc = repl_value_u64(c, "SELECT @@gtid_domain_id", &v)) == 0)
         d[(*n)++] = (unsigned long)v;
-    move_close(&c);
     if (rc == 0 && p->has_standby) {
-        if ((rc = move_conn(m, &p->standby, &c)) == 0 &&
-            (rc = repl_value_u64(c, "SELECT @@gtid_domain_id", &v)) == 0)
+        if ((rc = move_conn(m, &p->standby, &sb)) == 0 &&
+            (rc = repl_value_u64(sb, "SELECT @@gtid_domain_id", &v)) == 0)
             d[(*n)++] = (unsigned long)v;
-        move_close(&c);
+        else if (rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT)
+            rc = dead_standby_domain(c, d, n); /* failed over: the old master's */
+        move_close(&sb);
     }
+    move_close(&c);
     return rc;
 }
 
@@ -663,6 +700,51 @@ out:
                                   l->pair->name) : 0;
 }
 
+/*
+ * A connection still reading from a master the map no longer names (its
+ * pair failed over) reads from the map's master from where it stopped,
+ * which holds the same transactions under the same GTIDs, provided it
+ * received every one the connection applied; otherwise the copy is ahead
+ * of the source and the move cannot go on (libshard-move(7), "Failover
+ * during a move"). k: the connection, stopped.
+ */
+static int follow_master(mv *m, const move_link *l, const repl_link *k)
+{
+    const shard_endpoint *ep = &l->from->master;
+    shard_conn *from = m->sides[l->reverse ? 1 : 0].c; /* the master l reads */
+    unsigned long dom[2];
+    size_t ndom = 0;
+    char *applied = NULL, *mine = NULL, *has = NULL;
+    int rc;
+
+    if (!k || (k->master_port == ep->port && strcmp(k->master_host, ep->host) == 0))
+        return 0;
+    if ((rc = move_pair_domains(m, l->from, dom, &ndom)) ||
+        (rc = repl_value(l->c, "SELECT @@gtid_slave_pos", &applied)) ||
+        (rc = repl_gtid_only(applied, dom, ndom, &mine)) ||
+        (rc = repl_value(from, "SELECT @@gtid_binlog_pos", &has)))
+        goto out;
+    if (!repl_gtid_covers(has, mine, NULL, 0)) {
+        m->final = true;
+        rc = shard__fail(SHARD_ECONFLICT, "pair %s's master is %s now, which lacks transactions "
+                        "%s applied from %s:%u (it has %.200s, %s applied %.200s): the copy is "
+                        "ahead of the source and cannot go on; abort the move (shardctl move "
+                        "abort %llu) and move again", l->from->name, ep->text, l->pair->name,
+                        k->master_host, k->master_port, has, l->pair->name, mine,
+                        (unsigned long long)m->id);
+        goto out;
+    }
+    ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: replication connection %s on %s reads from %s "
+            "(pair %s's master now) instead of %s:%u", (unsigned long long)m->id, l->name,
+            l->pair->name, ep->text, l->from->name, k->master_host, k->master_port);
+    rc = change_master(m, l);
+out:
+    free(applied);
+    free(mine);
+    free(has);
+    return rc;
+}
+
 int move_link_ensure(mv *m, const move_link *l)
 {
     dbset all = {0};
@@ -681,7 +763,8 @@ int move_link_ensure(mv *m, const move_link *l)
     if ((rc = others(m, l, true, &all)) || (rc = dbset_add_range(&all, m, m->first, m->last)))
         goto out;
     move_runf(l->c, "STOP SLAVE '%s'", l->name);
-    if ((rc = set_filter(l->c, l->name, &all)) == 0)
+    if ((rc = follow_master(m, l, repl_status_find(&st, l->name))) == 0 &&
+        (rc = set_filter(l->c, l->name, &all)) == 0)
         rc = move_runf(l->c, "START SLAVE '%s'", l->name);
 out:
     link_unlock(l->c);
@@ -848,6 +931,17 @@ static void pair_link_start(mv *m, const move_link *l)
      * stopped: start it (a server without one is fine), once its standby
      * holds what the master applied from elsewhere (wait_standby_has). */
     if ((k = repl_status_find(&st, "")) && !repl_link_running(k)) {
+        shard_conn *sb = NULL;
+        int answers = !l->pair->has_standby || move_conn(m, &l->pair->standby, &sb) == 0;
+        move_close(&sb);
+        if (!answers) {
+            /* A master a forced failover replaced: started, the link would
+             * take what it never sent once it is back. */
+            ctx_log(m->ctx, SHARD_LOG_WARN, "%s: the link of %s from %s is left stopped: %s",
+                    l->pair->name, l->pair->master.text, l->pair->standby.text, shard_errmsg());
+            repl_status_free(&st);
+            return;
+        }
         shard__error_save(&saved, 0);
         /* Both threads stopped: START SLAVE asks from gtid_slave_pos again. */
         if (strcmp(k->io_running, "No") == 0 && strcmp(k->sql_running, "No") == 0 &&

@@ -242,33 +242,41 @@ static int snapshot_at(shard_conn *c, char **at)
 }
 
 /* A snapshot on each of the n workers: 1 when all are at one position
- * (*at, caller frees), 0 when they are not (each ended again). */
-static int snapshots_open(mv *m, unsigned n, char **at)
+ * (*at, worker 0's, caller frees) or when any position will do (locked),
+ * 0 when they are not (each ended again). */
+static int snapshots_open(mv *m, unsigned n, bool locked, char **at)
 {
     char *other = NULL;
     bool same = true;
     int rc;
 
     free(*at);
-    rc = snapshot_at(move_wsrcs(m)[0], at);
+    if ((rc = snapshot_at(move_wsrcs(m)[0], at)) == 0)
+        rc = move_hook(m, "snapshot opened");
     for (unsigned i = 1; rc == 0 && i < n; i++) {
         if ((rc = snapshot_at(move_wsrcs(m)[i], &other)) == 0 && strcmp(other, *at) != 0)
             same = false;
         free(other);
         other = NULL;
     }
-    if (rc == 0 && !same)
+    if (rc == 0 && !same && !locked)
         for (unsigned i = 0; i < n; i++)
             move_runf(move_wsrcs(m)[i], "COMMIT");
-    return rc ? rc : same;
+    return rc ? rc : same || locked;
 }
 
 /*
- * Open n snapshots of one commit point, and learn its GTID position. A
- * consistent snapshot sees exactly the transactions before its binary-log
- * position, so snapshots at one position see the same rows: while the
- * source is quiet, opening them one after another is enough. Otherwise
- * (twice), commits wait under BACKUP STAGE BLOCK_COMMIT while they open.
+ * Open n snapshots of one state of the moved tables, and learn a GTID
+ * position of it. A consistent snapshot sees exactly the transactions
+ * before its binary-log position: while the source is quiet, opening them
+ * one after another gives one position. Otherwise (twice), they open while
+ * the moved tables are locked against writes: other databases' commits
+ * still move the position between them, but none of those events touches
+ * a moved table, so worker 0's position is every snapshot's for the moved
+ * rows. Not BACKUP STAGE BLOCK_COMMIT: it stops every commit on the
+ * server, and held while another mover's SET GLOBAL gtid_slave_pos waits
+ * for it, the snapshots' status read waits for that one: every writer of
+ * the server stalled for the mover's read timeout.
  */
 static int open_snapshots(mv *m, unsigned n)
 {
@@ -278,18 +286,14 @@ static int open_snapshots(mv *m, unsigned n)
     int rc = 0;
 
     for (int attempt = 0; attempt < 2 && rc == 0; attempt++)
-        rc = snapshots_open(m, n, &at);
+        rc = snapshots_open(m, n, false, &at);
     if (rc == 0) {
         if ((rc = move_conn(m, &move_sp(m)->master, &ctl)) == 0 &&
-            (rc = move_runf(ctl, "BACKUP STAGE START")) == 0 &&
-            (rc = move_runf(ctl, "BACKUP STAGE BLOCK_COMMIT")) == 0)
-            rc = snapshots_open(m, n, &at);
+            (rc = move_lock_tables(m, ctl)) == 0 && (rc = move_hook(m, "snapshots held")) == 0)
+            rc = snapshots_open(m, n, true, &at);
         if (ctl)
-            move_runf(ctl, "BACKUP STAGE END");
-        move_close(&ctl);
-        if (rc == 0)
-            rc = shard__fail(SHARD_ESERVER, "snapshots opened under BACKUP STAGE BLOCK_COMMIT "
-                            "differ in their binary-log position");
+            move_runf(ctl, "UNLOCK TABLES");
+        move_close(&ctl); /* and its locks with it, had UNLOCK failed */
     }
     if (rc < 0)
         goto out;

@@ -228,6 +228,12 @@ int move_holds(shard_conn *c, const char *pos, const unsigned long *skip, size_t
 /* The moved databases dropped on one side's master (its worker
  * connections), over the workers. */
 int move_drop_dbs(mv *m, move_side side);
+/* The moved tables (m->tables) on c held against writes (LOCK TABLES ...
+ * READ, waiting at most fence_timeout_s for a transaction that writes
+ * them) until c says UNLOCK TABLES or closes: snapshots opened meanwhile
+ * on that server see the same moved rows, and writers of other databases
+ * wait for nothing (libshard-move(7), "Many moves at once"). */
+int move_lock_tables(mv *m, shard_conn *c);
 
 /* The connections' names: libshard_from_<pair> on a target,
  * libshard_revert_<pair> on a source (the pair names lowered), into sides. */

@@ -270,3 +270,27 @@ int move_hook(mv *m, const char *point)
                            (unsigned long long)m->id, point)
               : 0;
 }
+
+int move_lock_tables(mv *m, shard_conn *c)
+{
+    unsigned wait = m->o.fence_timeout_s ? m->o.fence_timeout_s : 1;
+    sqlbuf q;
+    int rc;
+
+    if (!m->ntables)
+        return 0;
+    if ((rc = move_runf(c, "SET SESSION lock_wait_timeout = %u", wait)))
+        return rc;
+    sql_init(&q);
+    sql_add(&q, "LOCK TABLES ");
+    for (size_t i = 0; i < m->ntables; i++) {
+        if (i)
+            sql_add(&q, ", ");
+        sql_table(&q, m->tables[i].db, m->tables[i].name); /* both checked when listed */
+        sql_add(&q, " READ");
+    }
+    if ((rc = sql_check(&q)) == 0)
+        rc = conn_query(c, &q);
+    sql_free(&q);
+    return rc ? shard__fail_prefix(rc, "locking the moved tables against writes: ") : 0;
+}

@@ -813,12 +813,13 @@ int move_verify(mv *m)
 /* ---- the target's snapshots ------------------------------------------------------ */
 
 /* One snapshot per verifying worker, of the target as it is now; with
- * one_point, all opened while the target's commits wait, so that every
- * worker sees the same point even while clients write. */
+ * one_point, all opened while the moved tables are locked against writes
+ * (move_lock_tables: the target's other writers go on), so that every
+ * worker sees the same moved rows even while clients write them. */
 int move_vsnaps_open(mv *m, bool one_point)
 {
     unsigned n = move_threads(m);
-    shard_errsave saved;
+    shard_conn *lk = NULL;
     int rc = 0;
 
     move_close_vsnaps(m);
@@ -828,17 +829,13 @@ int move_vsnaps_open(mv *m, bool one_point)
         m->nvsnap = w + 1;
         rc = move_runf(m->vsnap[w], "SET SESSION time_zone = '+00:00'");
     }
-    if (rc == 0 && one_point &&
-        (rc = move_runf(move_tgt(m), "BACKUP STAGE START")) == 0 &&
-        (rc = move_runf(move_tgt(m), "BACKUP STAGE BLOCK_COMMIT")))
-        move_runf(move_tgt(m), "BACKUP STAGE END");
+    if (rc == 0 && one_point && (rc = move_conn(m, &move_dp(m)->master, &lk)) == 0)
+        rc = move_lock_tables(m, lk);
     for (unsigned w = 0; rc == 0 && w < n; w++)
         rc = move_runf(m->vsnap[w], "START TRANSACTION WITH CONSISTENT SNAPSHOT");
-    if (one_point) {
-        shard__error_save(&saved, rc);
-        move_runf(move_tgt(m), "BACKUP STAGE END");
-        shard__error_restore(&saved);
-    }
+    if (lk)
+        move_runf(lk, "UNLOCK TABLES");
+    move_close(&lk);
     if (rc)
         move_close_vsnaps(m);
     return rc;
