@@ -216,7 +216,7 @@ doc-check:
 
 # ThreadSanitizer over the tests where threads share a context (not part of
 # make check: run it as make check-tsan).
-TSAN_TESTS := server_pool server_fence server_lease server_data server_store server_move server_failover
+TSAN_TESTS := server_pool server_fence server_lease server_data_faults server_store server_move server_failover
 check-tsan: deps
 	@$(MAKE) --no-print-directory SANITIZE=thread all \
 	    $(addprefix build-thread/tests/,$(TSAN_TESTS))
