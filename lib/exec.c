@@ -177,7 +177,7 @@ bool exec_reload(shard_ctx *ctx, double min_ms, bool wait, double deadline)
 
 bool ctx_reload_soon(shard_ctx *ctx, bool force)
 {
-    return exec_reload(ctx, force ? 0 : RELOAD_MIN_MS, false, 0);
+    return exec_reload(ctx, force ? 0 : RELOAD_MIN_MS, false, now_seconds());
 }
 
 bool exec_wait_map(shard_ctx *ctx, uint64_t version, double waited_ms, double deadline)
@@ -232,7 +232,7 @@ static bool fence_table_missing(shard_conn *c)
 }
 
 int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shard,
-                    bool mod, const char *old_pair, int rc)
+                    bool mod, const char *old_pair, int rc, double deadline)
 {
     (void)db;
     if (rc != SHARD_ESERVER || (c->last_errno != ER_NO_SUCH_TABLE &&
@@ -244,7 +244,7 @@ int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shar
                           "apply` (it creates the table on every server)", c->srv->label);
     /* Moved away and dropped, with a map this context has not read yet?
      * One fresh read of the store (shared with other threads) tells. */
-    exec_reload(ctx, FENCE_POLL_MIN_MS, true, 0);
+    exec_reload(ctx, FENCE_POLL_MIN_MS, true, deadline);
     if (route_changed(ctx, shard, mod, old_pair))
         return SHARD_EMOVED;
     return rc;
@@ -434,7 +434,8 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
             /* Lost in flight: the statement may have been applied, which a
              * retry of an idempotent write must allow for. */
             lost = lost || rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT;
-            rc = ctx_check_moved(ctx, c, db, shard, flags & EXEC_MOD, map->pairs[pi].name, rc);
+            rc = ctx_check_moved(ctx, c, db, shard, flags & EXEC_MOD, map->pairs[pi].name, rc,
+                                 deadline);
             if (!(rc == 0 && env.keep))
                 conn_release(c, rc);
         }

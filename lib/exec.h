@@ -124,7 +124,9 @@ void exec_backoff(unsigned attempt, double deadline);
  * call finished.
  */
 bool exec_reload(shard_ctx *ctx, double min_ms, bool wait, double deadline);
-/* Reload the map soon after an error (force: regardless of the interval). */
+/* Reload the map soon after an error (force: regardless of the interval):
+ * the read starts, on the context's reader thread, and the caller does not
+ * wait for it (a store that hangs holds nobody). */
 bool ctx_reload_soon(shard_ctx *ctx, bool force);
 /*
  * Wait for the map to change from `version` while a shard is fenced: polls
@@ -138,9 +140,10 @@ bool exec_wait_map(shard_ctx *ctx, uint64_t version, double waited_ms, double de
  * What a failed statement on (db, shard) means: a missing fence table is a
  * clear error naming `shardctl schema apply`; a missing shard table or
  * database after a move is SHARD_EMOVED (retried after a reload); any other
- * rc comes back unchanged.
+ * rc comes back unchanged. The store read that tells waits until deadline
+ * (monotonic seconds) at most: unanswered by then, rc comes back.
  */
 int ctx_check_moved(shard_ctx *ctx, shard_conn *c, const char *db, unsigned shard,
-                    bool mod, const char *old_pair, int rc);
+                    bool mod, const char *old_pair, int rc, double deadline);
 
 #endif

@@ -26,6 +26,7 @@ typedef struct group {
     shard_item *items;
     int rc;
     shard_errsave err; /* the failure's message, when rc */
+    double deadline;   /* the group's retry budget ends (monotonic seconds) */
 } group;
 
 static int cmp_slot(const void *a, const void *b)
@@ -225,7 +226,8 @@ static int group_once(group *g)
         if (i && shard == shard_id_shard(g->slots[i - 1].id))
             continue;
         shard__dbfmt_name(&g->map->dbfmt, shard, db);
-        rc = ctx_check_moved(g->ctx, c, db, shard, false, g->map->pairs[g->pair].name, rc);
+        rc = ctx_check_moved(g->ctx, c, db, shard, false, g->map->pairs[g->pair].name, rc,
+                             g->deadline);
     }
     conn_release(c, rc);
     return rc;
@@ -250,6 +252,7 @@ static int group_run(void *arg, size_t i, unsigned worker)
     bool reloaded = false;
 
     (void)worker;
+    g->deadline = deadline;
     for (;;) {
         g->rc = group_once(g);
         if (g->rc == 0 || g->rc == SHARD_EMOVED || !error_transient(g->rc) ||

@@ -18,8 +18,10 @@ static int txn_fail(shard_txn *t, int rc)
 {
     if (rc == SHARD_ESERVER) {
         long pi = shard__map_pair_index(t->map, t->shard);
+        /* the store's answer awaited no longer than a call's budget */
         rc = ctx_check_moved(t->ctx, t->conn, t->db, t->shard, false,
-                             pi >= 0 ? t->map->pairs[pi].name : "", rc);
+                             pi >= 0 ? t->map->pairs[pi].name : "", rc,
+                             now_seconds() + t->ctx->opts.retry_budget_ms / 1000.0);
     }
     /* Read-only (a failover's fence) or gone: the caller begins again, and
      * that must go where the map now points. */

@@ -76,7 +76,7 @@ START_TEST(resume_after_forced_failover_of_the_source)
     ck_assert_int_eq(harness_kill(h, "s1"), 0);
 
     res = run_cmd(&sp, fo);
-    snprintf(want, sizeof want, "move %s involving it is unfinished", id);
+    snprintf(want, sizeof want, "unfinished move %s", id);
     ck_assert_msg(res.status == 0 && strstr(res.err, want) &&
                   strstr(res.err, "shardctl move resume") && strstr(res.err, "shardctl move abort"),
                   "exit %d: %s%s", res.status, res.out, res.err);
