@@ -215,12 +215,14 @@ doc-check:
 	@$(MAKE) --no-print-directory check-run T=doc_check
 
 # ThreadSanitizer over the tests where threads share a context (not part of
-# make check: run it as make check-tsan).
+# make check: run it as make check-tsan). die_after_fork=0: the move tests
+# fork movers from a process whose contexts run their store reader thread,
+# and the child starts threads of its own.
 TSAN_TESTS := server_pool server_fence server_lease server_data_faults server_store server_move server_failover
 check-tsan: deps
 	@$(MAKE) --no-print-directory SANITIZE=thread all \
 	    $(addprefix build-thread/tests/,$(TSAN_TESTS))
-	@LIBSHARD_TESTS_DIR=tests TSAN_OPTIONS="halt_on_error=1 exitcode=66" CK_TIMEOUT_MULTIPLIER=4 \
+	@LIBSHARD_TESTS_DIR=tests TSAN_OPTIONS="halt_on_error=1 exitcode=66 die_after_fork=0" CK_TIMEOUT_MULTIPLIER=4 \
 	    JOBS=$(JOBS) bash tests/run.sh $(addprefix build-thread/tests/,$(TSAN_TESTS))
 
 # ---- demo and benchmarks ------------------------------------------------
