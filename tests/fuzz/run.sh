@@ -27,6 +27,8 @@ if ! DEPS_CFLAGS=$(pkg-config --cflags $PKGS) || ! DEPS_LIBS=$(pkg-config --libs
     echo "fuzz: pkg-config cannot find $PKGS" >&2
     exit 2
 fi
+# ZooKeeper's C client (the zk:// map store) ships no .pc file.
+DEPS_LIBS="$DEPS_LIBS -lzookeeper_mt"
 mkdir -p "$B/lib" "$B/probe" || exit 2
 
 # The fuzzer runtime ships apart from clang on Debian (libclang-rt-N-dev).
