@@ -299,16 +299,20 @@ int object_insert_many(shard_conn *c, const char *db, const char *table, unsigne
  * Both are primary-key lookups. */
 typedef struct get_sql {
     const char *db, *table;
+    bool locked; /* a read-modify-write's: the fence shared, the row for update */
 } get_sql;
 
 static void build_get(sqlbuf *q, const void *arg)
 {
     const get_sql *g = arg;
     sql_add(q, "SELECT ");
-    sql_fence_value(q, g->db);
+    if (g->locked)
+        sql_fence_lock_column(q, g->db);
+    else
+        sql_fence_value(q, g->db);
     sql_add(q, ", (SELECT data FROM ");
     sql_table(q, g->db, g->table);
-    sql_add(q, " WHERE local_id = ?)");
+    sql_add(q, g->locked ? " WHERE local_id = ? FOR UPDATE)" : " WHERE local_id = ?)");
 }
 
 /* Under a lease (exec_fence_skip): the object alone. */
@@ -324,7 +328,7 @@ static void build_get_unfenced(sqlbuf *q, const void *arg)
 static int select_fenced(shard_conn *c, const char *db, const char *table, uint64_t id,
                          bool *fenced, char **json, size_t *len)
 {
-    get_sql g = {db, table};
+    get_sql g = {db, table, false};
     char key[160];
     int rc;
 
@@ -522,41 +526,25 @@ typedef struct rmw_args {
  * shared lock and the object's row under an exclusive one, in the
  * transaction's first statement, prepared once per table as the get's is.
  * One row always, whether or not either exists. */
-static void build_locked(sqlbuf *q, const void *arg)
-{
-    const get_sql *g = arg;
-    sql_add(q, "SELECT ");
-    sql_fence_lock_column(q, g->db);
-    sql_add(q, ", (SELECT data FROM ");
-    sql_table(q, g->db, g->table);
-    sql_add(q, " WHERE local_id = ? FOR UPDATE)");
-}
-
 static int select_locked(exec_env *env, const char *table, uint64_t id, char **json,
                          size_t *len)
 {
-    get_sql g = {env->db, table};
+    get_sql g = {env->db, table, true};
     bool fenced = false;
     char key[160];
     int rc;
 
     stmt_key(key, sizeof key, "locked", env->db, table);
-    rc = conn_stmt_get(env->conn, key, build_locked, &g, shard_id_local(id), &fenced, json,
-                       len);
-    if (fenced) {
-        if (rc == 0) {
-            free(*json);
-            *json = NULL;
-        }
+    rc = conn_stmt_get(env->conn, key, build_get, &g, shard_id_local(id), &fenced, json, len);
+    if (rc == 0 && (fenced || object_deleted(*json, *len))) {
+        free(*json);
+        *json = NULL;
+        rc = SHARD_ENOTFOUND;
+    }
+    if (fenced)
         return exec_fenced(env);
-    }
-    if (rc == SHARD_ENOTFOUND || (rc == 0 && object_deleted(*json, *len))) {
-        if (rc == 0) {
-            free(*json);
-            *json = NULL;
-        }
+    if (rc == SHARD_ENOTFOUND)
         return shard__fail(SHARD_ENOTFOUND, "object %llu not found", (unsigned long long)id);
-    }
     return rc;
 }
 

@@ -36,19 +36,6 @@ static uint64_t Ids[MOVED_LAST - MOVED_FIRST + 1];
 static atomic_int Stop, Failed;
 static char Failure[512];
 
-static uint64_t reloads(shard_ctx *ctx)
-{
-    char *text = NULL, *p;
-    unsigned long long n = 0;
-
-    if (shard_ctx_stats(ctx, &text))
-        die("stats: %s", shard_errmsg());
-    if ((p = strstr(text, "\nlibshard_map_reloads_total ")))
-        n = strtoull(p + strlen("\nlibshard_map_reloads_total "), NULL, 10);
-    shard_free(text);
-    return n;
-}
-
 /* Thread t reads through contexts t, t + THREADS, ... in turn, one object
  * of a moving shard each call. */
 static void *reader(void *arg)
@@ -78,7 +65,7 @@ static uint64_t total_reloads(void)
 {
     uint64_t n = 0;
     for (int i = 0; i < NCTX; i++)
-        n += reloads(Ctx[i]);
+        n += bench_map_reloads(Ctx[i]);
     return n;
 }
 
@@ -105,7 +92,7 @@ static void one_move(const char *name, const char *target, const char *how)
     shard_move_report r;
     shard_ctx *mover = NULL;
     pthread_t th[THREADS];
-    uint64_t before[NCTX], idle0 = 0, idle1 = 0, max = 0, sum = 0;
+    uint64_t before[NCTX], idle1 = 0, max = 0, sum = 0;
     sampler s = {0};
     double t0, took;
     int rc;
@@ -116,16 +103,15 @@ static void one_move(const char *name, const char *target, const char *how)
     for (unsigned t = 0; t < THREADS; t++)
         pthread_create(&th[t], NULL, reader, (void *)(uintptr_t)t);
     sleep_s(1.0); /* every context has read, connected, settled */
-    idle0 = total_reloads();
     pthread_create(&s.thread, NULL, sample, &s);
     for (int i = 0; i < NCTX; i++)
-        before[i] = reloads(Ctx[i]);
+        before[i] = bench_map_reloads(Ctx[i]);
     t0 = now();
     memset(&r, 0, sizeof r);
     rc = shard_move(mover, MOVED_FIRST, MOVED_LAST, target, &mo, &r, NULL);
     took = now() - t0;
     for (int i = 0; i < NCTX; i++) {
-        uint64_t d = reloads(Ctx[i]) - before[i];
+        uint64_t d = bench_map_reloads(Ctx[i]) - before[i];
         sum += d;
         if (d > max)
             max = d;
@@ -138,7 +124,6 @@ static void one_move(const char *name, const char *target, const char *how)
     for (unsigned t = 0; t < THREADS; t++)
         pthread_join(th[t], NULL);
     pthread_join(s.thread, NULL);
-    (void)idle0;
     if (rc)
         die("move %d-%d -> %s: %s", MOVED_FIRST, MOVED_LAST, target, shard_errmsg());
     if (atomic_load(&Failed))

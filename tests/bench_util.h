@@ -258,6 +258,21 @@ BENCH_UTIL void bench_map_lease(harness *h, unsigned ms)
     shard_store_free(st);
 }
 
+/* The context's reads of the map store so far (shard_ctx_stats' map
+ * reloads; the first read at open not counted). */
+BENCH_UTIL uint64_t bench_map_reloads(shard_ctx *ctx)
+{
+    char *text = NULL, *p;
+    unsigned long long n = 0;
+
+    if (shard_ctx_stats(ctx, &text))
+        die("stats: %s", shard_errmsg());
+    if ((p = strstr(text, "\nlibshard_map_reloads_total ")))
+        n = strtoull(p + strlen("\nlibshard_map_reloads_total "), NULL, 10);
+    shard_free(text);
+    return n;
+}
+
 /* ------------------------------------------------------------ pins */
 
 /* A pin of about 200 bytes of JSON, without "active" (never soft-deleted). */

@@ -69,19 +69,6 @@ static shard_map *make_map(uint64_t version)
     return m;
 }
 
-static uint64_t reloads(shard_ctx *ctx)
-{
-    char *text = NULL, *p;
-    unsigned long long n = 0;
-
-    if (shard_ctx_stats(ctx, &text))
-        die("stats: %s", shard_errmsg());
-    if ((p = strstr(text, "\nlibshard_map_reloads_total ")))
-        n = strtoull(p + strlen("\nlibshard_map_reloads_total "), NULL, 10);
-    shard_free(text);
-    return n;
-}
-
 static shard_ctx *open_ctx(const char *loc, unsigned refresh_ms, seen *s)
 {
     shard_options o = SHARD_OPTIONS_INIT;
@@ -103,10 +90,10 @@ static double idle_reads(shard_ctx **ctx, int n, double scale)
     uint64_t before = 0, after = 0;
 
     for (int i = 0; i < n; i++)
-        before += reloads(ctx[i]);
+        before += bench_map_reloads(ctx[i]);
     sleep_s(WINDOW);
     for (int i = 0; i < n; i++)
-        after += reloads(ctx[i]);
+        after += bench_map_reloads(ctx[i]);
     return (double)(after - before) / n * (3600.0 / WINDOW) * scale;
 }
 
