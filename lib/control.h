@@ -11,6 +11,13 @@
 #define CONTROL_DB "libshard_control"
 /* The fence rows (one per moved database), on every server, unlogged. */
 #define FENCE_TABLE CONTROL_DB ".fence"
+/* A fence row's `fenced`: 0 open; FENCE_ON fenced by a move; FENCE_FLIPPED
+ * still fenced, and the map that routes the database elsewhere is in the
+ * store (the mover writes it after the flip's publish landed), so a fenced
+ * context reads the store once instead of polling it (libshard-move(7),
+ * "The fence"). Every other nonzero value means fenced too. */
+#define FENCE_ON 1
+#define FENCE_FLIPPED 2
 /* The move journal, on a move's target master. */
 #define MOVES_TABLE CONTROL_DB ".moves"
 

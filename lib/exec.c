@@ -19,6 +19,10 @@
  * costs the store little), at most FENCE_POLL_MAX_MS. */
 #define FENCE_POLL_MIN_MS 3.0
 #define FENCE_POLL_MAX_MS 25.0
+/* A fence that stays up this long without its row saying "flipped" (a
+ * mover stopped between its publish and marking the rows) sends a fenced
+ * context to the store all the same, at most once per this interval. */
+#define FENCE_STORE_MS 250.0
 
 bool error_transient(int code)
 {
@@ -103,6 +107,7 @@ void exec_reader_stop(shard_ctx *ctx)
  * on this one, unlocked, if that thread cannot be started). */
 static void reload_start(shard_ctx *ctx)
 {
+    stats_add(&ctx->stats.map_reloads_asked);
     ctx->reloading = true;
     ctx->reload_started = now_seconds();
     if (!ctx->reader_started && !ctx->reader_stop &&
@@ -201,6 +206,77 @@ bool exec_wait_map(shard_ctx *ctx, uint64_t version, double waited_ms, double de
     return ctx_map_version(ctx) > version;
 }
 
+/* The fence row of db on srv's master: 0 open, FENCE_ON, FENCE_FLIPPED
+ * (or another nonzero value); -1 when there is no row or no answer. */
+static int fence_row(shard_server *srv, const char *db)
+{
+    shard_errsave saved;
+    shard_conn *c = NULL;
+    bool connect_failed = false;
+    char v[8] = "";
+    sqlbuf q;
+    int rc;
+
+    shard__error_save(&saved, 0);
+    sql_init(&q);
+    /* db comes from the map's validated database_format: [a-z0-9_] only. */
+    sql_add(&q, "SELECT fenced FROM " FENCE_TABLE " WHERE db = '");
+    sql_add(&q, db);
+    sql_add(&q, "'");
+    if ((rc = sql_check(&q)) == 0 && (rc = conn_acquire(srv, &c, &connect_failed)) == 0) {
+        rc = conn_value(c, q.s, v, sizeof v);
+        conn_release(c, rc);
+    }
+    sql_free(&q);
+    shard__error_restore(&saved); /* the caller's error stays the fence's */
+    return rc || !v[0] ? -1 : atoi(v);
+}
+
+/*
+ * Wait out a fence that a statement on db (on srv) found: poll the fence
+ * row there, not the store, until it lifts (run again) or says the map
+ * that routes db elsewhere is out (FENCE_FLIPPED: one store read). So a
+ * cut-over costs each fenced context one store read, however long it
+ * holds; a row that is gone or a server that does not answer sends it to
+ * the store as before, and so does every FENCE_STORE_MS of waiting.
+ * *store_at: when this call last read the store (for the interval).
+ */
+static bool exec_wait_fence(shard_ctx *ctx, shard_server *srv, const char *db,
+                            uint64_t version, double started, double *store_at,
+                            double deadline)
+{
+    for (;;) {
+        double ms = (now_seconds() - started) * 1000.0 / 8;
+        int v;
+
+        if (ctx_map_version(ctx) > version)
+            return true;
+        if (ms < FENCE_POLL_MIN_MS)
+            ms = FENCE_POLL_MIN_MS;
+        if (ms > FENCE_POLL_MAX_MS)
+            ms = FENCE_POLL_MAX_MS;
+        ms = ms * 0.75 + (double)(ctx_random() % 1000) / 1000.0 * ms / 2;
+        if (now_seconds() + ms / 1000.0 > deadline) {
+            sleep_ms((deadline - now_seconds()) * 1000.0);
+            return false;
+        }
+        sleep_ms(ms);
+        v = fence_row(srv, db);
+        if ((v == 0 || v == FENCE_ON) &&
+            (now_seconds() - *store_at) * 1000.0 < FENCE_STORE_MS) {
+            if (v == 0)
+                return false; /* lifted (an aborted cut-over): run again */
+            continue;
+        }
+        /* Flipped, no row or no answer; or FENCE_STORE_MS without a store
+         * read (also what ends the loop when what held the statement back
+         * was not this row: a read-only master after a failover). */
+        *store_at = now_seconds();
+        exec_reload(ctx, FENCE_POLL_MIN_MS, true, deadline);
+        return ctx_map_version(ctx) > version;
+    }
+}
+
 /* The pair now serving a shard differs from old_pair? (message set) */
 static bool route_changed(shard_ctx *ctx, unsigned shard, bool mod, const char *old_pair)
 {
@@ -268,8 +344,9 @@ bool exec_answer_late(const exec_env *env)
     return env->fence_skip && now_seconds() >= env->lease_until;
 }
 
-int exec_fenced(const exec_env *env)
+int exec_fenced(exec_env *env)
 {
+    env->fenced = true;
     return shard__fail(SHARD_EMOVED, "shard %u on pair %s is fenced by a move in progress",
                       env->shard, env->pair);
 }
@@ -386,6 +463,7 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
     double deadline = started + ctx->opts.retry_budget_ms / 1000.0;
     unsigned attempt = 0, tries = 0; /* attempts counted against retry_max; all */
     bool waited = false, recheck = false, lost = false;
+    double store_at = started; /* the last store read of a fence wait */
     int rc;
 
     for (;;) {
@@ -396,7 +474,7 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
         uint64_t version = map->version;
         shard_server *srv;
         shard_conn *c = NULL;
-        bool ambiguous = false, connect_failed = false;
+        bool ambiguous = false, connect_failed = false, fenced = false;
 
         if (pi < 0) {
             rc = shard__fail(SHARD_ENOSHARD, "%sshard %u is not in any range of map "
@@ -419,7 +497,7 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
             rc = SHARD_ECONNECT;
         if (rc == 0) {
             exec_env env = {c, map, db, shard, map->pairs[pi].name, false, false, false,
-                            false, 0, lost};
+                            false, 0, lost, false};
             env.fence_skip = !(flags & (EXEC_WRITE | EXEC_MOD)) && !recheck &&
                              exec_fence_skip(ctx, map, shard, &env.lease_until);
             rc = run(&env, flags, fn, arg);
@@ -431,6 +509,7 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
                 continue;
             }
             ambiguous = env.ambiguous;
+            fenced = env.fenced && rc == SHARD_EMOVED;
             /* Lost in flight: the statement may have been applied, which a
              * retry of an idempotent write must allow for. */
             lost = lost || rc == SHARD_ECONNECT || rc == SHARD_ETIMEOUT;
@@ -468,7 +547,10 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
                 waited = true;
                 stats_add(&ctx->stats.fence_waits);
             }
-            exec_wait_map(ctx, version, (now_seconds() - started) * 1000.0, deadline);
+            if (fenced)
+                exec_wait_fence(ctx, srv, db, version, started, &store_at, deadline);
+            else
+                exec_wait_map(ctx, version, (now_seconds() - started) * 1000.0, deadline);
             continue;
         }
         /* A server that does not answer: maybe a failover replaced it. */

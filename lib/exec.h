@@ -59,6 +59,8 @@ typedef struct exec_env {
      * what it sent may have been applied (an idempotent write's retry may
      * find its own work done). */
     bool after_loss;
+    /* Set by exec_fenced: the shard's fence row said fenced. */
+    bool fenced;
 } exec_env;
 
 typedef int (*exec_fn)(exec_env *env, void *arg);
@@ -84,8 +86,9 @@ bool exec_fence_skip(shard_ctx *ctx, const shard_map *map, unsigned shard, doubl
  * count (at or after the lease's end). */
 bool exec_answer_late(const exec_env *env);
 
-/* SHARD_EMOVED for a statement that found the shard fenced. */
-int exec_fenced(const exec_env *env);
+/* SHARD_EMOVED for a statement that found the shard fenced (env->fenced:
+ * the wait that follows polls the fence row, not the store). */
+int exec_fenced(exec_env *env);
 /* A read's fence column: " (SELECT fenced FROM libshard_control.fence WHERE db = 'DB')". */
 void sql_fence_value(sqlbuf *q, const char *db);
 /* A condition true while DB is not fenced: "NOT EXISTS (SELECT 1 FROM

@@ -431,8 +431,11 @@ static int create_fn(exec_env *env, void *arg)
     int rc = object_table(env->map, a->type, &table);
     if (rc)
         return rc;
-    return object_insert(env->conn, env->db, table, env->shard, a->type, a->json, a->len,
-                         env->fence_inline, &a->id);
+    rc = object_insert(env->conn, env->db, table, env->shard, a->type, a->json, a->len,
+                       env->fence_inline, &a->id);
+    if (rc == SHARD_EMOVED && env->fence_inline)
+        env->fenced = true; /* its own fence check held it back */
+    return rc;
 }
 
 int shard_object_create(shard_ctx *ctx, unsigned type, unsigned shard, const char *json,

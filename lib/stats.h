@@ -65,6 +65,7 @@ typedef struct shard_stats {
     stats_counter retries;     /* attempts run again after a transient failure */
     stats_counter fence_waits; /* calls that waited for a new map (fenced/moved shard) */
     stats_counter map_reloads; /* reads of the map store */
+    stats_counter map_reloads_asked; /* of those, asked for by a call (exec_reload) */
 } shard_stats;
 
 static inline void stats_add(stats_counter *c)

@@ -198,6 +198,10 @@ int shard_ctx_stats(shard_ctx *ctx, char **text)
             "new map.", get(&st->fence_waits));
     counter(&b, "libshard_map_reloads_total", "Reads of the shard map store.",
             get(&st->map_reloads));
+    counter(&b, "libshard_map_reloads_asked_total",
+            "Reads of the shard map store that calls asked for (a fenced or moved shard, a "
+            "server that does not answer), not the periodic refresh.",
+            get(&st->map_reloads_asked));
     head(&b, "libshard_map_version", "gauge", "Version of the shard map in use.");
     sql_addf(&b, "libshard_map_version %llu\n", (unsigned long long)ctx_map_version(ctx));
     pools(&b, ctx);

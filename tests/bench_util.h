@@ -260,17 +260,24 @@ BENCH_UTIL void bench_map_lease(harness *h, unsigned ms)
 
 /* The context's reads of the map store so far (shard_ctx_stats' map
  * reloads; the first read at open not counted). */
-BENCH_UTIL uint64_t bench_map_reloads(shard_ctx *ctx)
+/* A counter of shard_ctx_stats' text, by its name. */
+BENCH_UTIL uint64_t bench_counter(shard_ctx *ctx, const char *name)
 {
-    char *text = NULL, *p;
+    char *text = NULL, *p, key[128];
     unsigned long long n = 0;
 
+    snprintf(key, sizeof key, "\n%s ", name);
     if (shard_ctx_stats(ctx, &text))
         die("stats: %s", shard_errmsg());
-    if ((p = strstr(text, "\nlibshard_map_reloads_total ")))
-        n = strtoull(p + strlen("\nlibshard_map_reloads_total "), NULL, 10);
+    if ((p = strstr(text, key)))
+        n = strtoull(p + strlen(key), NULL, 10);
     shard_free(text);
     return n;
+}
+
+BENCH_UTIL uint64_t bench_map_reloads(shard_ctx *ctx)
+{
+    return bench_counter(ctx, "libshard_map_reloads_total");
 }
 
 /* ------------------------------------------------------------ pins */

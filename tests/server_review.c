@@ -411,7 +411,7 @@ static void *commit_late(void *arg)
         char *out = NULL;
         usleep(50000);
         if (harness_sql(h, "s1", "SELECT (SELECT COUNT(*) FROM libshard_control.fence WHERE"
-                                 " db = 'db00007' AND fenced = 1), (SELECT COUNT(*) FROM"
+                                 " db = 'db00007' AND fenced <> 0), (SELECT COUNT(*) FROM"
                                  " information_schema.INNODB_LOCK_WAITS)", &out) == 0) {
             lc->fenced_first = atoi(out) > 0;
             lc->blocked = atoi(strchr(out, '\t') ? strchr(out, '\t') + 1 : "0") > 0;

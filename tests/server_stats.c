@@ -673,6 +673,66 @@ START_TEST(test_fence_wait)
 }
 END_TEST
 
+/* A call that waits on a fence polls the fence row, not the store: a
+ * fence held 1 s costs its context a store read every 250 ms at most, and
+ * the row's "flipped" mark (fenced = 2, as a mover writes it once its
+ * publish landed) sends it to the store once. Polling the store instead
+ * (every 3-25 ms) makes dozens of reads in that second. */
+START_TEST(test_fence_wait_polls_row)
+{
+    const unsigned F = 3; /* the last shard of MySQL001 */
+    shard_ctx *ctx = open_ctx_with(harness_map_path(H), 16, 60000);
+    shard_map *map = NULL;
+    char db[64];
+
+    OK(shard_ctx_map(ctx, &map));
+    OK(shard_map_database(map, F, db, sizeof db));
+    create(ctx, PINS, F, "{\"before\":1}");
+    uint64_t v = shard_map_version(map);
+    char *moved = map_routing(map, NSHARDS, F, "MySQL002", v + 1);
+    char *path = map_schema_apply(H, moved);
+
+    metrics m = read_metrics(ctx);
+    double asked0 = must(&m, "libshard_map_reloads_asked_total", "");
+    metrics_free(&m);
+    fence_set(H, map, "s1", F, 1);
+    waiter w = {.ctx = ctx, .shard = F};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, create_waiting, &w), 0);
+    m = wait_for(ctx, "libshard_fence_waits_total", "", 1);
+    metrics_free(&m);
+    nap_ms(1000); /* the fence holds */
+    m = read_metrics(ctx);
+    double asked1 = must(&m, "libshard_map_reloads_asked_total", "");
+    metrics_free(&m);
+    map_publish(H, moved);
+    fence_set(H, map, "s1", F, 2); /* the mover's mark: the new map is out */
+    pthread_join(th, NULL);
+    ck_assert_msg(w.rc == 0, "the waiting create: %s", shard_strerror(w.rc));
+    char *n = sql_okf(H, "s3", "SELECT COUNT(*) FROM `%s`.pins WHERE local_id = %llu", db,
+                     (unsigned long long)shard_id_local(w.id));
+    ck_assert_str_eq(n, "1\n"); /* it ran on MySQL002 */
+    free(n);
+    m = read_metrics(ctx);
+    double asked2 = must(&m, "libshard_map_reloads_asked_total", "");
+    ck_assert(must(&m, "libshard_map_version", "") == (double)(v + 1));
+    metrics_free(&m);
+    fprintf(stderr, "  (store reads asked: %.0f while fenced 1 s, %.0f in all)\n",
+            asked1 - asked0, asked2 - asked0);
+    ck_assert_msg(asked1 - asked0 <= 6, "%.0f store reads while the fence held 1 s",
+                  asked1 - asked0);
+    ck_assert_msg(asked2 - asked1 <= 3, "%.0f store reads after the flip's mark",
+                  asked2 - asked1);
+
+    route_back(H, map, NSHARDS, F, v + 2, db);
+    free(moved);
+    unlink(path);
+    free(path);
+    shard_map_free(map);
+    shard_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_arguments)
 {
     char *text = (char *)"x";
@@ -689,7 +749,8 @@ static Suite *stats_suite(void)
     TCase *tc = tcase_create("stats");
     tcase_set_timeout(tc, 120);
     tcase_add_tests(tc, TESTS(test_arguments, test_every_call_once, test_threads_exact,
-                              test_errors_by_code, test_pool_wait, test_fence_wait));
+                              test_errors_by_code, test_pool_wait, test_fence_wait,
+                              test_fence_wait_polls_row));
     suite_add_tcase(s, tc);
     return s;
 }

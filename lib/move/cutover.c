@@ -59,7 +59,7 @@ int move_fence_state(mv *m, bool *on)
 
     *on = false;
     sql_init(&q);
-    sql_add(&q, "SELECT COUNT(*) FROM " FENCE_TABLE " WHERE fenced = 1 AND db IN (");
+    sql_add(&q, "SELECT COUNT(*) FROM " FENCE_TABLE " WHERE fenced <> 0 AND db IN (");
     move_db_list(m, &q, true);
     sql_add(&q, ")");
     if ((rc = sql_check(&q)) == 0)

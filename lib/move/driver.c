@@ -305,7 +305,13 @@ static int fenced_flip(mv *m)
     /* Flipped (also when the publish's answer was lost but the store shows it). */
     m->r->pause_ms = (now_seconds() - t0) * 1000.0;
     m->r->cutover_seconds = now_seconds() - t0;
-    /* The target serves from here: its fence (since planning) comes off. */
+    /* The target serves from here: its fence (since planning) comes off.
+     * Contexts fenced on the source learn from its rows that the new map
+     * is out; should that fail they find it in the store all the same (a
+     * slower poll), so it is only a warning. */
+    if (move_fence_mark_flipped(m))
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: marking the source's fence rows flipped: "
+                "%s", (unsigned long long)m->id, shard_errmsg());
     if ((rc = move_fence_target_lift(m)) || (rc = move_hook(m, "flipped")) ||
         (rc = move_read_pos(move_tgt(m), &m->flip)) ||
         (rc = move_enter(m, MOVE_FLIPPED, NULL)))

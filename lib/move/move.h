@@ -302,6 +302,9 @@ int move_fence_rows_source(mv *m);
 /* The one unlogged statement that fences (or unfences) every moved
  * database on c; *matched: the rows it found. */
 int move_fence_update(mv *m, shard_conn *c, bool on, uint64_t *matched);
+/* The source's rows (still fenced) say the flip's map is in the store
+ * (FENCE_FLIPPED): fenced contexts read the store once, now. */
+int move_fence_mark_flipped(mv *m);
 /* The target master's rows (fenced since planning) unfenced: after the
  * flip. */
 int move_fence_target_lift(mv *m);

@@ -493,6 +493,15 @@ int move_fence_update(mv *m, shard_conn *c, bool on, uint64_t *matched)
     return fence_rows(m, c, head, ")", matched);
 }
 
+int move_fence_mark_flipped(mv *m)
+{
+    char head[200];
+
+    snprintf(head, sizeof head, "UPDATE " FENCE_TABLE " SET fenced = %d WHERE fenced <> 0 AND "
+             "move_id = %llu AND db IN (", FENCE_FLIPPED, (unsigned long long)m->id);
+    return fence_rows(m, move_src(m), head, ")", NULL);
+}
+
 int move_fence_delete(mv *m)
 {
     int rc = fence_rows(m, move_src(m), "DELETE FROM " FENCE_TABLE " WHERE db IN (", ")", NULL);
