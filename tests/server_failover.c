@@ -193,7 +193,7 @@ static void nothing_changed(const char *pair, const char *master, uint64_t versi
 START_TEST(planned_failover_under_writes)
 {
     shard_ctx *admin = admin_ctx();
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     atomic_int stop = 0;
     writer w[2] = {{0, &stop, 0, "", 0}, {1, &stop, 0, "", 0}};
     pthread_t t[2];
@@ -249,7 +249,7 @@ END_TEST
 START_TEST(forced_failover_of_dead_master)
 {
     shard_ctx *admin = admin_ctx();
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     uint64_t id;
     double t0;
 
@@ -286,7 +286,7 @@ END_TEST
 START_TEST(failover_refuses_overlapping_ids)
 {
     shard_ctx *admin = admin_ctx();
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     uint64_t v0 = stored_version();
     char s3[32], s4[32];
     const char *msg;
@@ -336,7 +336,7 @@ START_TEST(failover_refuses_unfenceable_account)
          "through role PUBLIC"},
     };
     shard_ctx *admin = admin_ctx();
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     uint64_t v0 = stored_version();
     char msg0[1024];
     int rc0;
@@ -396,6 +396,7 @@ START_TEST(failover_waits_past_the_read_timeout)
     int i;
 
     memset(&f, 0, sizeof f);
+    f.r = (shard_failover_report)SHARD_FAILOVER_REPORT_INIT;
     f.ctx = admin_ctx_ex(2000);
     f.pair = "MySQL002";
     master_is("MySQL002", harness_port(h, "s4"));
@@ -428,7 +429,7 @@ END_TEST
 START_TEST(failover_refuses_unchecked_moves)
 {
     shard_ctx *admin = admin_ctx_ex(2000);
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     uint64_t v0 = stored_version();
     int rc;
 
@@ -455,7 +456,7 @@ typedef struct long_call {
 static void *long_failover_thread(void *arg)
 {
     long_call *f = arg;
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     f->rc = shard_pair_failover(f->ctx, "MySQL002", 0, &r);
     snprintf(f->err, sizeof f->err, "%s", shard_errmsg());
     atomic_store(&f->done, 1);
@@ -599,7 +600,7 @@ static uint64_t forced_over_unsent_writes(const char *master, const char *standb
     id_writer w[WRITERS];
     pthread_t t[WRITERS];
     atomic_int stop = 0;
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     static int generation;
     unsigned long long raised = 0;
     const char *said;
@@ -714,7 +715,7 @@ END_TEST
 START_TEST(failover_refusals)
 {
     shard_ctx *admin = admin_ctx();
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     ck_assert_int_eq(shard_pair_failover(admin, "MySQL009", 0, &r), SHARD_EINVAL);
     ck_assert_int_eq(shard_pair_failover(admin, "MySQL001", 8, &r), SHARD_EINVAL);
     ck_assert_int_eq(shard_pair_failover(NULL, "MySQL001", 0, &r), SHARD_EINVAL);

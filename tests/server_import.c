@@ -99,7 +99,7 @@ static shard_import_options table_opts(shard_ctx *ctx, const char *table, const 
 
 static shard_import_report import_ok(shard_ctx *ctx, const shard_import_options *o)
 {
-    shard_import_report r;
+    shard_import_report r = SHARD_IMPORT_REPORT_INIT;
     int rc = shard_import_table(ctx, o, &r);
     ck_assert_msg(rc == 0, "import %s: %s", o->table, shard_errmsg());
     return r;
@@ -249,7 +249,7 @@ START_TEST(second_and_third_pass)
 {
     shard_ctx *ctx = open_ctx();
     shard_import_options o = table_opts(ctx, "pins", "pins");
-    shard_import_report r;
+    shard_import_report r = SHARD_IMPORT_REPORT_INIT;
     uint64_t gone;
 
     o.near_column = "board_id";
@@ -281,7 +281,7 @@ START_TEST(mapping_passes)
 {
     shard_ctx *ctx = open_ctx();
     shard_import_options o = mapping_opts(ctx);
-    shard_import_report r;
+    shard_import_report r = SHARD_IMPORT_REPORT_INIT;
     shard_edge *edges;
     size_t n;
     uint64_t board, pin, count;
@@ -417,7 +417,7 @@ START_TEST(hostile_values)
 {
     shard_ctx *ctx = open_ctx();
     shard_import_options o = table_opts(ctx, "hostiles", "hostiles");
-    shard_import_report r;
+    shard_import_report r = SHARD_IMPORT_REPORT_INIT;
     uint64_t id;
     char sql[1024], h1[200], h2[200];
     char *before, *after;
@@ -492,7 +492,7 @@ START_TEST(json_column)
 {
     shard_ctx *ctx = open_ctx();
     shard_import_options o = table_opts(ctx, "docs", "users");
-    shard_import_report r;
+    shard_import_report r = SHARD_IMPORT_REPORT_INIT;
     json_t *got, *want;
     uint64_t id;
     int rc;
@@ -562,7 +562,7 @@ START_TEST(killed_import_no_duplicates)
 {
     shard_ctx *ctx;
     shard_import_options o;
-    shard_import_report r;
+    shard_import_report r = SHARD_IMPORT_REPORT_INIT;
     uint64_t *ids;
     pid_t pid;
     int st;
@@ -936,7 +936,7 @@ START_TEST(import_refuses_too_big)
     char *old = sql_out("s1", "SELECT @@GLOBAL.max_allowed_packet"), set[100];
     shard_ctx *ctx;
     shard_import_options o;
-    shard_import_report r;
+    shard_import_report r = SHARD_IMPORT_REPORT_INIT;
     uint64_t id, objects = 0;
     json_t *got;
     int rc;

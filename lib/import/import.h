@@ -25,6 +25,7 @@
 
 #include "../legacy.h"
 #include "../object.h"
+#include "../report.h"
 
 #define IMPORT_MAX_BATCH 100000
 #define IMPORT_MAX_THREADS 64

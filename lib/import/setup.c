@@ -67,8 +67,7 @@ void import_run_end(import_run *r, shard_import_report *report, int rc)
                 "than planned: a native object held their legacy id there", r->name,
                 r->collisions);
     import_source_close(&r->src);
-    if (report)
-        *report = r->rep;
+    report_import_out(report, &r->rep);
 }
 
 int import_probe(import_run *r, MYSQL_RES **res)
