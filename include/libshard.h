@@ -844,8 +844,8 @@ typedef int (*shard_rebalance_fn)(const shard_rebalance_move *move, size_t index
                                   size_t count, int rc, const shard_move_report *report,
                                   void *payload);
 
-/* 2: the step's report is this header's shard_move_report (version
- * SHARD_MOVE_REPORT_VERSION); a version-1 caller's step gets the first layout. */
+/* 2: the step's report has this header's layout, SHARD_MOVE_REPORT_VERSION;
+ * a version-1 caller's step gets the first layout (libshard 0.1.0's). */
 #define SHARD_REBALANCE_OPTIONS_VERSION 2
 
 typedef struct shard_rebalance_options {

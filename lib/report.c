@@ -142,7 +142,7 @@ void report_move_first(void *dst, const shard_move_report *full)
     memcpy(dst, &v0, sizeof v0);
 }
 
-static void failover_first_layout(void *dst, const shard_failover_report *full)
+void report_failover_first(void *dst, const shard_failover_report *full)
 {
     failover_report_v0 v0;
 
@@ -159,7 +159,7 @@ static void failover_first_layout(void *dst, const shard_failover_report *full)
     memcpy(dst, &v0, sizeof v0);
 }
 
-static void import_first_layout(void *dst, const shard_import_report *full)
+void report_import_first(void *dst, const shard_import_report *full)
 {
     import_report_v0 v0;
 
@@ -193,14 +193,14 @@ static int move_first(int rc, void *report, const shard_move_report *full)
 static int failover_first(int rc, void *report, const shard_failover_report *full)
 {
     if (report)
-        failover_first_layout(report, full);
+        report_failover_first(report, full);
     return rc;
 }
 
 static int import_first(int rc, void *report, const shard_import_report *full)
 {
     if (report)
-        import_first_layout(report, full);
+        report_import_first(report, full);
     return rc;
 }
 

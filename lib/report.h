@@ -29,9 +29,12 @@ void report_move_out(shard_move_report *dst, const shard_move_report *full);
 void report_failover_out(shard_failover_report *dst, const shard_failover_report *full);
 void report_import_out(shard_import_report *dst, const shard_import_report *full);
 
-/* The first layout (libshard 0.1.0) of a move report, for a rebalance step
- * built against it; dst has room for it (a shard_move_report has). */
+/* Write `full` into dst in the first layout (libshard 0.1.0), for the
+ * 0.1.0 entry points and a rebalance step built against 0.1.0; dst has
+ * room for that layout (the current struct of the same kind has). */
 void report_move_first(void *dst, const shard_move_report *full);
+void report_failover_first(void *dst, const shard_failover_report *full);
+void report_import_first(void *dst, const shard_import_report *full);
 
 /* ---- the 0.1.0 entry points (shard_move@LIBSHARD_0, ...) -------------------- */
 
