@@ -704,8 +704,8 @@ class NoServerTests(Case):
     def test_rebalance_options(self):
         o, keep = ls.fleet._rebalance_options()  # SHARD_REBALANCE_OPTIONS_INIT
         self.assertEqual((o.version, o.by, o.threshold, o.max_moves, o.pairs,
-                          o.drain, o.sample_ms), (1, 0, 0.10, 0, None, None,
-                                                  5000))
+                          o.drain, o.sample_ms), (2, 0, 0.10, 0, None, None,
+                                                  5000))  # 2: versioned reports
         o, keep = ls.fleet._rebalance_options(
             by="writes", pairs=["A", "B"], drain="C", max_moves=3)
         self.assertEqual((o.by, o.pairs, o.drain, o.max_moves),
