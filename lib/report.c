@@ -1,11 +1,8 @@
 /*
- * Reports copied out in the caller's version, and the entry points that
- * programs built against libshard 0.1.0 call. Those reports had no version
- * field (the first layout, frozen below); a 0.1.0 program's calls bind to
- * shard_move@LIBSHARD_0 and the others, which fill a report of the newest
- * layout and write the first layout into the caller's struct, whatever it
- * held. Versions from 1 on are prefixes of the newest layout, as the
- * options structs are.
+ * Reports copied out in the caller's version. Libshard 0.1.0's reports had
+ * no version field (the first layout, frozen below), which its entry
+ * points (compat.c) and a rebalance step built against it get. Versions
+ * from 1 on are prefixes of the newest layout, as the options structs are.
  */
 #include "report.h"
 
@@ -171,100 +168,4 @@ void report_import_first(void *dst, const shard_import_report *full)
     v0.adopted = full->adopted;
     v0.seconds = full->seconds;
     memcpy(dst, &v0, sizeof v0);
-}
-
-/* ---- the 0.1.0 entry points ---------------------------------------------------- */
-
-#if defined(__GNUC__) && defined(__ELF__)
-#define SYMVER(impl, api) __asm__(".symver " #impl "," #api "@LIBSHARD_0")
-#else
-#define SYMVER(impl, api)
-#endif
-
-/* Each runs the current call on a report of the newest layout (NULL when
- * the caller's is NULL) and writes the first layout into the caller's. */
-static int move_first(int rc, void *report, const shard_move_report *full)
-{
-    if (report)
-        report_move_first(report, full);
-    return rc;
-}
-
-static int failover_first(int rc, void *report, const shard_failover_report *full)
-{
-    if (report)
-        report_failover_first(report, full);
-    return rc;
-}
-
-static int import_first(int rc, void *report, const shard_import_report *full)
-{
-    if (report)
-        report_import_first(report, full);
-    return rc;
-}
-
-SYMVER(shard__move_v0, shard_move);
-int shard__move_v0(shard_ctx *ctx, unsigned first, unsigned last, const char *target,
-                   const shard_move_options *opts, void *report, char **plan)
-{
-    shard_move_report full = SHARD_MOVE_REPORT_INIT;
-
-    return move_first(shard_move(ctx, first, last, target, opts, report ? &full : NULL, plan),
-                      report, &full);
-}
-
-SYMVER(shard__move_resume_v0, shard_move_resume);
-int shard__move_resume_v0(shard_ctx *ctx, uint64_t move_id, const shard_move_options *opts,
-                          void *report)
-{
-    shard_move_report full = SHARD_MOVE_REPORT_INIT;
-
-    return move_first(shard_move_resume(ctx, move_id, opts, report ? &full : NULL), report,
-                      &full);
-}
-
-SYMVER(shard__move_revert_v0, shard_move_revert);
-int shard__move_revert_v0(shard_ctx *ctx, uint64_t move_id, const shard_move_options *opts,
-                          void *report)
-{
-    shard_move_report full = SHARD_MOVE_REPORT_INIT;
-
-    return move_first(shard_move_revert(ctx, move_id, opts, report ? &full : NULL), report,
-                      &full);
-}
-
-SYMVER(shard__move_finish_v0, shard_move_finish);
-int shard__move_finish_v0(shard_ctx *ctx, uint64_t move_id, const shard_move_options *opts,
-                          void *report)
-{
-    shard_move_report full = SHARD_MOVE_REPORT_INIT;
-
-    return move_first(shard_move_finish(ctx, move_id, opts, report ? &full : NULL), report,
-                      &full);
-}
-
-SYMVER(shard__pair_failover_v0, shard_pair_failover);
-int shard__pair_failover_v0(shard_ctx *ctx, const char *pair, int flags, void *report)
-{
-    shard_failover_report full = SHARD_FAILOVER_REPORT_INIT;
-
-    return failover_first(shard_pair_failover(ctx, pair, flags, report ? &full : NULL), report,
-                          &full);
-}
-
-SYMVER(shard__import_table_v0, shard_import_table);
-int shard__import_table_v0(shard_ctx *ctx, const shard_import_options *opts, void *report)
-{
-    shard_import_report full = SHARD_IMPORT_REPORT_INIT;
-
-    return import_first(shard_import_table(ctx, opts, report ? &full : NULL), report, &full);
-}
-
-SYMVER(shard__import_mapping_v0, shard_import_mapping);
-int shard__import_mapping_v0(shard_ctx *ctx, const shard_import_options *opts, void *report)
-{
-    shard_import_report full = SHARD_IMPORT_REPORT_INIT;
-
-    return import_first(shard_import_mapping(ctx, opts, report ? &full : NULL), report, &full);
 }

@@ -5,10 +5,11 @@
  * the caller's version has (libshard(3), "Options and reports").
  *
  * Programs built against libshard 0.1.0, whose reports had no version
- * field, call the entry points of the symbol version LIBSHARD_0, defined
- * here: they write the first layout whatever the caller's struct holds.
- * Their names are internal; lib/libshard.ver keeps them local and binds
- * each to the API name at LIBSHARD_0 (the current ones are LIBSHARD_0.2).
+ * field, call the entry points of the symbol version LIBSHARD_0, declared
+ * here and defined in compat.c: they write the first layout whatever the
+ * caller's struct holds. Their names are internal; lib/libshard.ver keeps
+ * them local and binds each to the API name at LIBSHARD_0 (the current
+ * ones are LIBSHARD_0.2).
  */
 #ifndef LIBSHARD_REPORT_H
 #define LIBSHARD_REPORT_H
@@ -36,7 +37,7 @@ void report_move_first(void *dst, const shard_move_report *full);
 void report_failover_first(void *dst, const shard_failover_report *full);
 void report_import_first(void *dst, const shard_import_report *full);
 
-/* ---- the 0.1.0 entry points (shard_move@LIBSHARD_0, ...) -------------------- */
+/* ---- compat.c: the 0.1.0 entry points (shard_move@LIBSHARD_0, ...) ---------- */
 
 SHARD_EXPORT int shard__move_v0(shard_ctx *ctx, unsigned first, unsigned last,
                                 const char *target, const shard_move_options *opts,
