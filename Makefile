@@ -200,7 +200,7 @@ CHECK_RUN   := $(CHECK_PROGS) tests/abi_check.sh tests/doc_check.sh examples/pyt
 endif
 
 check-run: all $(CHECK_PROGS)
-	@LIBSHARD_TESTS_DIR=tests SHARDCTL=$(B)/shardctl B=$(B) RUN="$(RUN)" JOBS=$(JOBS) \
+	@LIBSHARD_TESTS_DIR=tests SHARDCTL=$(B)/shardctl B=$(B) SANITIZE="$(SANITIZE)" RUN="$(RUN)" JOBS=$(JOBS) \
 	    CK_TIMEOUT_MULTIPLIER=$(CK_TIMEOUT_MULTIPLIER) bash tests/run.sh $(CHECK_RUN)
 
 # Parts of make check: the unit tests (no server), the server tests, the

@@ -514,8 +514,19 @@ typedef struct shard_move_options {
     { SHARD_MOVE_OPTIONS_VERSION, 0, 4, 2000, 500, 2, 20, 3600, NULL, NULL, \
       0, 0, NULL, NULL }
 
+/*
+ * Reports are versioned like the options structs (libshard(3), "Options
+ * and reports"): start from the _INIT macro, which sets the version; the
+ * library writes only the fields that version has, and a version it does
+ * not know (0: a zeroed report) is SHARD_EINVAL. (Programs built against
+ * libshard 0.1.0, whose reports had no version, call the 0.1.0 entry
+ * points, kept under the symbol version LIBSHARD_0.)
+ */
+#define SHARD_MOVE_REPORT_VERSION 1
+
 /* What a move did, filled by shard_move() and shard_move_resume(). */
 typedef struct shard_move_report {
+    unsigned version;            /* SHARD_MOVE_REPORT_VERSION (the caller's; kept) */
     uint64_t move_id;
     char source[65], target[65]; /* pair names */
     unsigned first, last;        /* shard range */
@@ -531,6 +542,9 @@ typedef struct shard_move_report {
     int target_pair_healthy;     /* 1: both replication links of the target pair run
                                     without error at the end; 0: not (see the log) */
 } shard_move_report;
+
+#define SHARD_MOVE_REPORT_INIT \
+    { SHARD_MOVE_REPORT_VERSION, 0, "", "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /*
  * Move ID shards first..last (all on one pair) to pair `target`: plan and
@@ -586,7 +600,10 @@ SHARD_EXPORT int shard_move_finish(shard_ctx *ctx, uint64_t move_id,
 
 #define SHARD_FAILOVER_FORCE 1 /* promote even when the master cannot be reached */
 
+#define SHARD_FAILOVER_REPORT_VERSION 1 /* as for shard_move_report */
+
 typedef struct shard_failover_report {
+    unsigned version;           /* SHARD_FAILOVER_REPORT_VERSION (the caller's; kept) */
     char pair[65];
     char old_master[300], new_master[300]; /* addresses */
     int old_master_fenced;      /* 1: it answered and was made read-only */
@@ -596,6 +613,22 @@ typedef struct shard_failover_report {
     double total_ms;
     uint64_t map_version;       /* the version published */
 } shard_failover_report;
+
+#define SHARD_FAILOVER_REPORT_INIT \
+    { SHARD_FAILOVER_REPORT_VERSION, "", "", "", 0, 0, 0, 0, 0, 0 }
+
+#define SHARD_FAILOVER_OPTIONS_VERSION 1
+
+typedef struct shard_failover_options {
+    unsigned version;  /* SHARD_FAILOVER_OPTIONS_VERSION */
+    int flags;         /* SHARD_FAILOVER_FORCE */
+    unsigned wait_ms;  /* how long the standby may take to apply what it has before
+                          the failover gives up, leaving the master in charge
+                          (default 30000; 0: promote only a standby that has
+                          applied everything already) */
+} shard_failover_options;
+
+#define SHARD_FAILOVER_OPTIONS_INIT { SHARD_FAILOVER_OPTIONS_VERSION, 0, 30000 }
 
 /*
  * Promote the standby of `pair`: fence the old master (read-only) if it
@@ -608,6 +641,14 @@ typedef struct shard_failover_report {
  */
 SHARD_EXPORT int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
                                      shard_failover_report *report);
+/*
+ * The same with options (NULL: the defaults): opts->flags as `flags` above,
+ * opts->wait_ms the bound on the standby's wait (shard_pair_failover()
+ * waits 30 s).
+ */
+SHARD_EXPORT int shard_pair_failover_opts(shard_ctx *ctx, const char *pair,
+                                          const shard_failover_options *opts,
+                                          shard_failover_report *report);
 
 /* ------------------------------------------------------------------ */
 /* Coming from an unsharded database: legacy ids and imports           */
@@ -678,8 +719,11 @@ typedef struct shard_import_options {
     { SHARD_IMPORT_OPTIONS_VERSION, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL, \
       0, NULL, 0, NULL, 4, 1000, NULL, NULL }
 
+#define SHARD_IMPORT_REPORT_VERSION 1 /* as for shard_move_report */
+
 /* What one pass did (with SHARD_IMPORT_DRY_RUN: would do). */
 typedef struct shard_import_report {
+    unsigned version;    /* SHARD_IMPORT_REPORT_VERSION (the caller's; kept) */
     uint64_t rows_read;  /* legacy rows read */
     uint64_t created;    /* objects (mapping rows) new in this pass */
     uint64_t changed;    /* rewritten: their legacy row changed */
@@ -688,6 +732,8 @@ typedef struct shard_import_report {
     uint64_t adopted;    /* of created: made by an interrupted pass, kept */
     double seconds;
 } shard_import_report;
+
+#define SHARD_IMPORT_REPORT_INIT { SHARD_IMPORT_REPORT_VERSION, 0, 0, 0, 0, 0, 0, 0 }
 
 /*
  * One import pass of a legacy table into objects of opts->type: new rows
@@ -798,7 +844,9 @@ typedef int (*shard_rebalance_fn)(const shard_rebalance_move *move, size_t index
                                   size_t count, int rc, const shard_move_report *report,
                                   void *payload);
 
-#define SHARD_REBALANCE_OPTIONS_VERSION 1
+/* 2: the step's report has this header's layout, SHARD_MOVE_REPORT_VERSION;
+ * a version-1 caller's step gets the first layout (libshard 0.1.0's). */
+#define SHARD_REBALANCE_OPTIONS_VERSION 2
 
 typedef struct shard_rebalance_options {
     unsigned version;        /* SHARD_REBALANCE_OPTIONS_VERSION */

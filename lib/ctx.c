@@ -407,6 +407,61 @@ void *ctx_cache(shard_ctx *ctx, void *(*make)(void), void (*free_fn)(void *))
     return expected;
 }
 
+/* ---- the reader thread ------------------------------------------------------------- */
+
+/* Under reload_lock: the read in flight is over; its waiters look. */
+void ctx_reload_done(shard_ctx *ctx)
+{
+    ctx->reloading = false;
+    ctx->reloads_done++;
+    pthread_cond_broadcast(&ctx->reload_cond);
+}
+
+/* The context's reader: the store reads that exec_reload asks for, one at
+ * a time, off the callers' threads. It belongs to the context, which
+ * stops it when it is freed. */
+static void *reader_main(void *arg)
+{
+    shard_ctx *ctx = arg;
+
+    pthread_mutex_lock(&ctx->reload_lock);
+    for (;;) {
+        while (!ctx->reader_wanted && !ctx->reader_stop)
+            pthread_cond_wait(&ctx->reader_cond, &ctx->reload_lock);
+        if (ctx->reader_stop)
+            break;
+        ctx->reader_wanted = false;
+        pthread_mutex_unlock(&ctx->reload_lock);
+        shard_ctx_reload(ctx); /* its message is this thread's own */
+        pthread_mutex_lock(&ctx->reload_lock);
+        ctx_reload_done(ctx);
+    }
+    pthread_mutex_unlock(&ctx->reload_lock);
+    return NULL;
+}
+
+bool ctx_reader_ask(shard_ctx *ctx)
+{
+    if (!ctx->reader_started && !ctx->reader_stop &&
+        pthread_create(&ctx->reader, NULL, reader_main, ctx) == 0)
+        ctx->reader_started = true;
+    if (!ctx->reader_started)
+        return false;
+    ctx->reader_wanted = true;
+    pthread_cond_signal(&ctx->reader_cond);
+    return true;
+}
+
+static void reader_stop(shard_ctx *ctx)
+{
+    pthread_mutex_lock(&ctx->reload_lock);
+    ctx->reader_stop = true;
+    pthread_cond_signal(&ctx->reader_cond);
+    pthread_mutex_unlock(&ctx->reload_lock);
+    if (ctx->reader_started)
+        pthread_join(ctx->reader, NULL); /* within the store's own timeout */
+}
+
 void shard_ctx_free(shard_ctx *ctx)
 {
     shard_server *s, *next;
@@ -420,7 +475,7 @@ void shard_ctx_free(shard_ctx *ctx)
         pthread_mutex_unlock(&ctx->stop_lock);
         pthread_join(ctx->refresher, NULL);
     }
-    exec_reader_stop(ctx);
+    reader_stop(ctx);
     /* First: it stops the store's watch, whose thread swaps maps in. */
     shard_store_free(ctx->store);
     for (s = ctx->servers; s; s = next) {

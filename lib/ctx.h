@@ -63,8 +63,12 @@ int ctx_password_copy(shard_ctx *ctx, char **out);
 const char *ctx_user(const shard_ctx *ctx, const shard_map *map);
 
 shard_map *ctx_map(shard_ctx *ctx);            /* a reference: shard_map_free it */
-/* exec.c: stops the thread that reads the store for calls (if it runs). */
-void exec_reader_stop(shard_ctx *ctx);
+/* The context's reader thread, which reads the store for exec_reload.
+ * Both under reload_lock: the read in flight is over (its waiters look);
+ * hand the next read to the thread, started if need be (false: it cannot
+ * be, and the caller reads itself). */
+void ctx_reload_done(shard_ctx *ctx);
+bool ctx_reader_ask(shard_ctx *ctx);
 uint64_t ctx_map_version(shard_ctx *ctx);
 void ctx_log(shard_ctx *ctx, int level, const char *fmt, ...) SHARD_PRINTF(3, 4);
 shard_server *ctx_server(shard_ctx *ctx, const shard_map *map, size_t pair);

@@ -63,46 +63,6 @@ static void deadline_ts(struct timespec *ts, double at_monotonic)
     ts->tv_nsec = (long)(ns % 1000000000LL);
 }
 
-/* Under reload_lock: the read in flight is over; its waiters look. */
-static void reload_done(shard_ctx *ctx)
-{
-    ctx->reloading = false;
-    ctx->reloads_done++;
-    pthread_cond_broadcast(&ctx->reload_cond);
-}
-
-/* The context's reader: the store reads that exec_reload asks for, one at
- * a time, off the callers' threads. */
-static void *reader_main(void *arg)
-{
-    shard_ctx *ctx = arg;
-
-    pthread_mutex_lock(&ctx->reload_lock);
-    for (;;) {
-        while (!ctx->reader_wanted && !ctx->reader_stop)
-            pthread_cond_wait(&ctx->reader_cond, &ctx->reload_lock);
-        if (ctx->reader_stop)
-            break;
-        ctx->reader_wanted = false;
-        pthread_mutex_unlock(&ctx->reload_lock);
-        shard_ctx_reload(ctx); /* its message is this thread's own */
-        pthread_mutex_lock(&ctx->reload_lock);
-        reload_done(ctx);
-    }
-    pthread_mutex_unlock(&ctx->reload_lock);
-    return NULL;
-}
-
-void exec_reader_stop(shard_ctx *ctx)
-{
-    pthread_mutex_lock(&ctx->reload_lock);
-    ctx->reader_stop = true;
-    pthread_cond_signal(&ctx->reader_cond);
-    pthread_mutex_unlock(&ctx->reload_lock);
-    if (ctx->reader_started)
-        pthread_join(ctx->reader, NULL); /* within the store's own timeout */
-}
-
 /* Under reload_lock: a read of the store starts, on the reader thread (or
  * on this one, unlocked, if that thread cannot be started). */
 static void reload_start(shard_ctx *ctx)
@@ -110,14 +70,8 @@ static void reload_start(shard_ctx *ctx)
     stats_add(&ctx->stats.map_reloads_asked);
     ctx->reloading = true;
     ctx->reload_started = now_seconds();
-    if (!ctx->reader_started && !ctx->reader_stop &&
-        pthread_create(&ctx->reader, NULL, reader_main, ctx) == 0)
-        ctx->reader_started = true;
-    if (ctx->reader_started) {
-        ctx->reader_wanted = true;
-        pthread_cond_signal(&ctx->reader_cond);
+    if (ctx_reader_ask(ctx))
         return;
-    }
     pthread_mutex_unlock(&ctx->reload_lock);
     {
         shard_errsave saved;
@@ -126,7 +80,7 @@ static void reload_start(shard_ctx *ctx)
         shard__error_restore(&saved);
     }
     pthread_mutex_lock(&ctx->reload_lock);
-    reload_done(ctx);
+    ctx_reload_done(ctx);
 }
 
 /* Under reload_lock: wait for reload_cond, until deadline (0: no end).

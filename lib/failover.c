@@ -11,6 +11,7 @@
 #include "move/face.h"
 #include "publish.h"
 #include "repl.h"
+#include "report.h"
 
 #include <mysqld_error.h>
 #include <stdatomic.h>
@@ -19,7 +20,6 @@
 #include <string.h>
 #include <strings.h>
 
-#define FAILOVER_WAIT_S 30
 /* A forced promotion raises every object table's AUTO_INCREMENT this far
  * past the highest local id the promoted server knows of
  * (shard_pair_failover(3), "Local ids"). */
@@ -465,11 +465,11 @@ static void warn_ids_forced(shard_ctx *ctx, const shard_pairdef *p, const id_set
                 "the old master handed out", p->name, p->standby.text, s->inc, s->off);
 }
 
-int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
-                        shard_failover_report *report)
+/* The failover itself, into the library's own report r (the newest layout). */
+static int failover(shard_ctx *ctx, const char *pair, const shard_failover_options *o,
+                    shard_failover_report *r)
 {
-    shard_failover_report scratch;
-    shard_failover_report *r = report ? report : &scratch;
+    int flags = o->flags;
     shard_map *map = NULL;
     shard_conn *sb = NULL, *ms = NULL;
     shard_server *s;
@@ -484,13 +484,6 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
     long pi;
     int rc;
 
-    if (!ctx || !pair)
-        return shard__fail(SHARD_EINVAL, "shard_pair_failover: NULL argument");
-    if (flags & ~SHARD_FAILOVER_FORCE)
-        return shard__fail(SHARD_EINVAL, "shard_pair_failover: unknown flags 0x%x", flags);
-    memset(r, 0, sizeof *r);
-    r->lag_transactions = -1;
-    r->lag_seconds = -1;
     /* The store, not our snapshot: failover acts on the current truth. */
     if ((rc = shard_store_load(ctx->store, &map)))
         return rc;
@@ -562,7 +555,7 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
         goto out;
     }
     tw = now_seconds();
-    if (pos[0] && (rc = repl_wait_pos(sb, pos, FAILOVER_WAIT_S, &reached))) {
+    if (pos[0] && (rc = repl_wait_pos(sb, pos, o->wait_ms / 1000.0, &reached))) {
         if (ms)
             conn_query_str(ms, "SET GLOBAL read_only = 0"); /* give the master back */
         goto out;
@@ -571,8 +564,9 @@ int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
     if (pos[0] && !reached) {
         if (ms)
             conn_query_str(ms, "SET GLOBAL read_only = 0"); /* give the master back */
-        rc = shard__fail(SHARD_ETIMEOUT, "standby %s did not apply %.300s within %d s; the master "
-                        "was left in charge", p->standby.text, pos, FAILOVER_WAIT_S);
+        rc = shard__fail(SHARD_ETIMEOUT, "standby %s did not apply %.300s within %.3g s "
+                        "(the failover's wait); the master was left in charge",
+                        p->standby.text, pos, o->wait_ms / 1000.0);
         goto out;
     }
     if (!ms) {
@@ -616,5 +610,53 @@ out:
     conn_put(sb, false);
     conn_put(ms, false);
     shard_map_free(map);
+    return rc;
+}
+
+/* The options in the caller's version (only version 1 exists so far). */
+static int failover_options(const shard_failover_options *in, shard_failover_options *o)
+{
+    static const shard_failover_options defaults = SHARD_FAILOVER_OPTIONS_INIT;
+
+    *o = defaults;
+    if (!in)
+        return 0;
+    if (in->version < 1 || in->version > SHARD_FAILOVER_OPTIONS_VERSION)
+        return shard__fail(SHARD_EINVAL, "shard_failover_options.version %u is not one this "
+                          "library knows (1..%d)", in->version, SHARD_FAILOVER_OPTIONS_VERSION);
+    if (in->flags & ~SHARD_FAILOVER_FORCE)
+        return shard__fail(SHARD_EINVAL, "shard_failover_options.flags: unknown flags 0x%x",
+                          (unsigned)(in->flags & ~SHARD_FAILOVER_FORCE));
+    *o = *in;
+    return 0;
+}
+
+int shard_pair_failover(shard_ctx *ctx, const char *pair, int flags,
+                        shard_failover_report *report)
+{
+    shard_failover_options o = SHARD_FAILOVER_OPTIONS_INIT;
+
+    if (flags & ~SHARD_FAILOVER_FORCE)
+        return shard__fail(SHARD_EINVAL, "shard_pair_failover: unknown flags 0x%x", flags);
+    o.flags = flags;
+    return shard_pair_failover_opts(ctx, pair, &o, report);
+}
+
+int shard_pair_failover_opts(shard_ctx *ctx, const char *pair,
+                             const shard_failover_options *opts, shard_failover_report *report)
+{
+    shard_failover_options o;
+    shard_failover_report full;
+    int rc;
+
+    if (!ctx || !pair)
+        return shard__fail(SHARD_EINVAL, "shard_pair_failover: NULL argument");
+    if ((rc = failover_options(opts, &o)) || (rc = report_failover_check(report)))
+        return rc;
+    memset(&full, 0, sizeof full);
+    full.lag_transactions = -1;
+    full.lag_seconds = -1;
+    rc = failover(ctx, pair, &o, &full);
+    report_failover_out(report, &full);
     return rc;
 }

@@ -8,6 +8,7 @@
 #include "ctx.h"
 #include "move/face.h"
 #include "rebalance.h"
+#include "report.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -322,8 +323,7 @@ static int copy_options(const shard_rebalance_options *in, shard_rebalance_optio
     if (in->version < 1 || in->version > SHARD_REBALANCE_OPTIONS_VERSION)
         return shard__fail(SHARD_EINVAL, "shard_rebalance_options.version %u is not one this "
                           "library knows (1..%d)", in->version, SHARD_REBALANCE_OPTIONS_VERSION);
-    *o = *in;
-    o->version = SHARD_REBALANCE_OPTIONS_VERSION;
+    *o = *in; /* the caller's version stays: it says which report its step reads */
     if (o->by != SHARD_REBALANCE_BY_BYTES && o->by != SHARD_REBALANCE_BY_WRITES)
         return shard__fail(SHARD_EINVAL, "shard_rebalance_options.by %d is neither "
                           "SHARD_REBALANCE_BY_BYTES nor SHARD_REBALANCE_BY_WRITES", o->by);
@@ -821,7 +821,7 @@ int shard_rebalance_run(shard_ctx *ctx, const shard_rebalance *plan,
                           (unsigned long long)plan->map_version);
     for (size_t i = 0; i < plan->nmoves; i++) {
         const shard_rebalance_move *mv = &plan->moves[i];
-        shard_move_report report;
+        shard_move_report report = SHARD_MOVE_REPORT_INIT, first_layout;
         shard_errsave saved;
         int stop;
 
@@ -829,13 +829,17 @@ int shard_rebalance_run(shard_ctx *ctx, const shard_rebalance *plan,
             return 0;
         if ((rc = still_on_source(ctx, mv)))
             return rc;
-        memset(&report, 0, sizeof report);
         rc = shard_move(ctx, mv->first, mv->last, mv->to, o.move, &report, NULL);
         if (rc)
             rc = shard__fail_prefix(rc, "move %zu of %zu (shards %u-%u from %s to %s): ", i + 1,
                                    plan->nmoves, mv->first, mv->last, mv->from, mv->to);
         shard__error_save(&saved, rc);
-        stop = o.step ? o.step(mv, i, plan->nmoves, rc, &report, o.payload) : 0;
+        if (o.step && o.version < 2) { /* a step built before reports had a version */
+            report_move_first(&first_layout, &report);
+        }
+        stop = o.step ? o.step(mv, i, plan->nmoves, rc, o.version < 2 ? &first_layout : &report,
+                               o.payload)
+                      : 0;
         if (rc)
             return shard__error_restore(&saved);
         if (done)

@@ -1,8 +1,10 @@
 #!/bin/sh
 # The public contract: the header stands alone (C11 pedantic and C++); the
-# shared library exports nothing but shard_* symbols, all under the version
-# node LIBSHARD_0; the static library defines no global name but shard_*; and
-# an application that defines names the library uses internally
+# shared library exports nothing but shard_* symbols, under the version
+# nodes LIBSHARD_0 and LIBSHARD_0.2 (the calls whose reports gained a
+# version, whose 0.1.0 entry points stay at LIBSHARD_0, and a 0.1.0 binary's
+# calls reach those); the static library defines no global name but shard_*;
+# and an application that defines names the library uses internally
 # (now_seconds, conn_get, ...) still links statically against libshard.a.
 set -eu
 B=${B:-build}
@@ -29,9 +31,23 @@ nm -D --defined-only --with-symbol-versions "$so" |
 bad=$(awk '$1 !~ /^shard_/ { print $1 }' "$tmp/dyn")
 [ -z "$bad" ] || fail "$so exports symbols without the shard_ prefix:
 $bad"
-unversioned=$(awk '$2 != "LIBSHARD_0" { print $1 }' "$tmp/dyn")
-[ -z "$unversioned" ] || fail "$so exports symbols outside the version node LIBSHARD_0:
+# The calls whose report gained a version: their current entry points are
+# LIBSHARD_0.2's, and libshard 0.1.0's stay at LIBSHARD_0.
+REPORT_CALLS="shard_move shard_move_resume shard_move_revert shard_move_finish
+shard_pair_failover shard_import_table shard_import_mapping"
+NEW_CALLS="$REPORT_CALLS shard_pair_failover_opts"
+unversioned=$(awk -v new="$NEW_CALLS" '
+    BEGIN { n = split(new, w, /[ \n]+/); for (i = 1; i <= n; i++) isnew[w[i]] = 1 }
+    !($2 == "LIBSHARD_0" || ($2 == "LIBSHARD_0.2" && ($1 in isnew))) { print $1, $2 }' "$tmp/dyn")
+[ -z "$unversioned" ] || fail "$so exports symbols outside their version node (LIBSHARD_0.2 holds only $NEW_CALLS, LIBSHARD_0 the rest):
 $unversioned"
+for f in $NEW_CALLS; do
+    grep -qx "$f LIBSHARD_0.2" "$tmp/dyn" || fail "$f is not exported under LIBSHARD_0.2"
+done
+for f in $REPORT_CALLS; do
+    grep -qx "$f LIBSHARD_0" "$tmp/dyn" ||
+        fail "$f@LIBSHARD_0 (libshard 0.1.0's entry point, for its binaries) is not exported"
+done
 soname=$(objdump -p "$so" | awk '$1 == "SONAME" {print $2}')
 major=$(sed -n 's/^#define SHARD_VERSION_MAJOR \([0-9]*\)/\1/p' include/libshard.h)
 [ "$soname" = "libshard.so.$major" ] || fail "soname $soname, expected libshard.so.$major"
@@ -40,6 +56,65 @@ for f in $(grep -oE '\bshard_[a-z0-9_]+ *\(' include/libshard.h | tr -d ' (' | s
     awk '{ print $1 }' "$tmp/dyn" | grep -qx "$f" ||
         fail "$f is declared in libshard.h but not exported by $so"
 done
+
+# A program built against libshard 0.1.0 binds to the LIBSHARD_0 entry
+# points (the .symver lines stand for its link) and passes reports of 0.1.0's
+# layout, which had no version: every call resolves at run time and answers
+# (SHARD_EINVAL for a NULL context) without writing past the report.
+cat >"$tmp/old.c" <<'C'
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#define OLD(ret, name, args) ret name##_v0 args; __asm__(".symver " #name "_v0," #name "@LIBSHARD_0")
+OLD(int, shard_move, (void *, unsigned, unsigned, const char *, const void *, void *, char **));
+OLD(int, shard_move_resume, (void *, uint64_t, const void *, void *));
+OLD(int, shard_move_revert, (void *, uint64_t, const void *, void *));
+OLD(int, shard_move_finish, (void *, uint64_t, const void *, void *));
+OLD(int, shard_pair_failover, (void *, const char *, int, void *));
+OLD(int, shard_import_table, (void *, const void *, void *));
+OLD(int, shard_import_mapping, (void *, const void *, void *));
+/* 0.1.0's sizes: shard_move_report 256, shard_failover_report 712,
+ * shard_import_report 56 bytes; a guard after each. */
+static unsigned char mv[256 + 16], fo[712 + 16], im[56 + 16];
+static int guarded(const unsigned char *b, size_t n)
+{
+    for (size_t i = n; i < n + 16; i++)
+        if (b[i] != 0xA5)
+            return 0;
+    return 1;
+}
+int main(void)
+{
+    int bad = 0;
+    memset(mv, 0xA5, sizeof mv);
+    memset(fo, 0xA5, sizeof fo);
+    memset(im, 0xA5, sizeof im);
+    bad |= shard_move_v0(NULL, 0, 0, "x", NULL, mv, NULL) != -1;
+    bad |= shard_move_resume_v0(NULL, 0, NULL, mv) != -1;
+    bad |= shard_move_revert_v0(NULL, 0, NULL, mv) != -1;
+    bad |= shard_move_finish_v0(NULL, 0, NULL, mv) != -1;
+    bad |= shard_pair_failover_v0(NULL, "x", 0, fo) != -1;
+    bad |= shard_import_table_v0(NULL, NULL, im) != -1;
+    bad |= shard_import_mapping_v0(NULL, NULL, im) != -1;
+    if (bad || !guarded(mv, 256) || !guarded(fo, 712) || !guarded(im, 56) || mv[0] != 0 ||
+        fo[0] != 0 || im[0] != 0) {
+        fprintf(stderr, "a 0.1.0 entry point answered wrongly or wrote past its report\n");
+        return 1;
+    }
+    return 0;
+}
+C
+case $(basename "$B") in
+    build) ;; # a sanitizer build's .so needs its runtime loaded first: not here
+    *) skip_old=1 ;;
+esac
+if [ -z "${skip_old:-}" ]; then
+    $CC -std=c11 -o "$tmp/old" "$tmp/old.c" -L"$B" -l:"$(basename "$so")" >"$tmp/old.log" 2>&1 ||
+        { cat "$tmp/old.log"; fail "a program calling the LIBSHARD_0 entry points does not link"; }
+    objdump -T "$tmp/old" | grep -q '(LIBSHARD_0) *shard_move$' ||
+        fail "the 0.1.0 program does not bind shard_move@LIBSHARD_0"
+    LD_LIBRARY_PATH=$B "$tmp/old" || fail "the 0.1.0 program fails against $so"
+fi
 
 # ---- the static library --------------------------------------------------
 a=$B/libshard.a
@@ -91,10 +166,16 @@ int main(void)
 C
 deps_cflags=$(pkg-config --cflags libmariadb jansson libcrypto 2>/dev/null || true)
 deps="$(pkg-config --libs libmariadb jansson libcrypto 2>/dev/null || echo "-lmariadb -ljansson -lcrypto") -lzookeeper_mt"
+# The library's sanitizers: make check passes SANITIZE; else a build dir
+# named for them (build-address-undefined).
 sanflags=""
-case $(basename "$B") in
-    build-*) sanflags="-fsanitize=$(basename "$B" | sed 's/^build-//; s/-/,/g')" ;;
-esac
+if [ -n "${SANITIZE:-}" ]; then
+    sanflags="-fsanitize=$SANITIZE"
+else
+    case $(basename "$B") in
+        build-*) sanflags="-fsanitize=$(basename "$B" | sed 's/^build-//; s/-/,/g')" ;;
+    esac
+fi
 if ! $CC -std=c11 -Iinclude $deps_cflags $sanflags -o "$tmp/app" "$tmp/app.c" "$tmp/all.c" "$a" $deps -lpthread \
     >"$tmp/link.log" 2>&1; then
     cat "$tmp/link.log"
@@ -102,4 +183,4 @@ if ! $CC -std=c11 -Iinclude $deps_cflags $sanflags -o "$tmp/app" "$tmp/app.c" "$
 fi
 "$tmp/app" >/dev/null || fail "the statically linked application does not run"
 
-echo "abi_check: ok ($(awk 'END { print NR }' "$tmp/dyn") exported symbols under LIBSHARD_0, soname $soname; $a defines only shard_*)"
+echo "abi_check: ok ($(awk '$2 == "LIBSHARD_0" { n++ } END { print n }' "$tmp/dyn") exported symbols under LIBSHARD_0, $(awk '$2 == "LIBSHARD_0.2" { n++ } END { print n }' "$tmp/dyn") under LIBSHARD_0.2, soname $soname; $a defines only shard_*)"

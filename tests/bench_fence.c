@@ -94,7 +94,7 @@ static void *sample(void *arg)
 static void one_move(const char *name, const char *target, const char *how)
 {
     shard_move_options mo = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     shard_ctx *mover = NULL;
     pthread_t th[THREADS];
     uint64_t before[NCTX], asked[NCTX], idle1 = 0, max = 0, sum = 0, all = 0, allmax = 0;
@@ -114,7 +114,7 @@ static void one_move(const char *name, const char *target, const char *how)
         asked[i] = bench_counter(Ctx[i], ASKED);
     }
     t0 = now();
-    memset(&r, 0, sizeof r);
+    r = (shard_move_report)SHARD_MOVE_REPORT_INIT;
     rc = shard_move(mover, MOVED_FIRST, MOVED_LAST, target, &mo, &r, NULL);
     took = now() - t0;
     for (int i = 0; i < NCTX; i++) {

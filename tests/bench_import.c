@@ -198,7 +198,7 @@ static void make_legacy(unsigned rows)
 static shard_import_report import_pass(shard_ctx *ctx, unsigned type, const char *url)
 {
     shard_import_options o = SHARD_IMPORT_OPTIONS_INIT;
-    shard_import_report r;
+    shard_import_report r = SHARD_IMPORT_REPORT_INIT;
 
     o.source = url;
     o.table = "pins";
@@ -270,7 +270,7 @@ static void resolve_vs_mget(const shard_options *so, unsigned type, unsigned row
 int main(int argc, char **argv)
 {
     shard_options so = SHARD_OPTIONS_INIT;
-    shard_import_report r1, r2;
+    shard_import_report r1 = SHARD_IMPORT_REPORT_INIT, r2 = SHARD_IMPORT_REPORT_INIT;
     shard_ctx *ctx = NULL;
     shard_map *map;
     unsigned rows = DEFAULT_ROWS, type = 0;

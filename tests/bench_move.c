@@ -398,6 +398,7 @@ static int mover_main(char **argv)
     double t0;
 
     memset(&Child, 0, sizeof Child);
+    Child.r = (shard_move_report)SHARD_MOVE_REPORT_INIT;
     if (pids) {
         int a[4] = {0, 0, 0, 0};
         sscanf(pids, "%d %d %d %d", &a[0], &a[1], &a[2], &a[3]);
@@ -1301,7 +1302,7 @@ static void scale_bench(bool have_mydumper)
     unsigned nmoved = SCALE_SHARDS, first, last, open;
     shard_options so = SHARD_OPTIONS_INIT;
     shard_move_options mo = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     shard_ctx *app = NULL, *mover = NULL;
     scale_tools_res tr = {0}, trw = {0};
     swriter w[SCALE_WRITERS];
@@ -1357,7 +1358,7 @@ static void scale_bench(bool have_mydumper)
         scale_tools(1, 3, first, last, &trw);
     mo.copy_threads = THREADS;
     mo.progress = scale_phase;
-    memset(&r, 0, sizeof r);
+    r = (shard_move_report)SHARD_MOVE_REPORT_INIT;
     for (int k = 1; k <= 6; k++)
         c0[k] = cpu_of(Srv_pid[k]);
     c0[0] = cpu_self();

@@ -342,6 +342,7 @@ CHECK_UTIL void *run_move_thread(void *arg)
     move_thread *mv = arg;
     shard_ctx *admin = mv->ctx;
 
+    mv->r = (shard_move_report)SHARD_MOVE_REPORT_INIT;
     mv->rc = admin ? 0 : harness_open_admin(mv->h, &admin, NULL);
     if (mv->rc == 0)
         mv->rc = shard_move(admin, mv->first, mv->last, mv->target, &mv->o, &mv->r, NULL);

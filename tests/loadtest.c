@@ -6,6 +6,8 @@
  *
  *   loadtest [THREADS [SECONDS]]      (defaults: 8 threads, 20 seconds)
  */
+#define BENCH_NAME "loadtest"
+#include "bench_util.h" /* now() */
 #include "harness.h"
 
 #include <libshard.h>
@@ -42,13 +44,6 @@ typedef struct worker {
     float *lat[NOPS];    /* microseconds */
     size_t nlat[NOPS];
 } worker;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static uint64_t rnd(uint64_t *s)
 {

@@ -9,11 +9,14 @@
  * (shard_pair_failover(3)).
  *
  * Pairs: MySQL001 (s1, s2; shards 0-1) for the first two tests, MySQL002
- * (s3, s4; shards 2-3) for the refusals and the slow standby, MySQL003 (s5,
+ * (s3, s4; shards 2-3) for the refusals, the slow standby, the wait option
+ * and a report of libshard 0.1.0's layout, MySQL003 (s5,
  * s6; shards 4-5) for the forced failovers over unsent writes.
  */
 #include "check_util.h"
+#include "first_reports.h"
 #include "harness.h"
+#include "report.h" /* the 0.1.0 entry point: tests link the internal archive */
 
 #include <check.h>
 #include <libshard.h>
@@ -193,7 +196,7 @@ static void nothing_changed(const char *pair, const char *master, uint64_t versi
 START_TEST(planned_failover_under_writes)
 {
     shard_ctx *admin = admin_ctx();
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     atomic_int stop = 0;
     writer w[2] = {{0, &stop, 0, "", 0}, {1, &stop, 0, "", 0}};
     pthread_t t[2];
@@ -249,7 +252,7 @@ END_TEST
 START_TEST(forced_failover_of_dead_master)
 {
     shard_ctx *admin = admin_ctx();
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     uint64_t id;
     double t0;
 
@@ -286,7 +289,7 @@ END_TEST
 START_TEST(failover_refuses_overlapping_ids)
 {
     shard_ctx *admin = admin_ctx();
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     uint64_t v0 = stored_version();
     char s3[32], s4[32];
     const char *msg;
@@ -336,7 +339,7 @@ START_TEST(failover_refuses_unfenceable_account)
          "through role PUBLIC"},
     };
     shard_ctx *admin = admin_ctx();
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     uint64_t v0 = stored_version();
     char msg0[1024];
     int rc0;
@@ -396,6 +399,7 @@ START_TEST(failover_waits_past_the_read_timeout)
     int i;
 
     memset(&f, 0, sizeof f);
+    f.r = (shard_failover_report)SHARD_FAILOVER_REPORT_INIT;
     f.ctx = admin_ctx_ex(2000);
     f.pair = "MySQL002";
     master_is("MySQL002", harness_port(h, "s4"));
@@ -423,12 +427,92 @@ START_TEST(failover_waits_past_the_read_timeout)
 }
 END_TEST
 
+/* The failover's wait option (shard_pair_failover_opts(3)): a standby that
+ * cannot apply what it has within wait_ms gives SHARD_ETIMEOUT after about
+ * that long, not the default 30 s, and the master stays in charge. */
+START_TEST(failover_wait_option_bounds_the_wait)
+{
+    shard_ctx *admin = admin_ctx_ex(2000);
+    shard_failover_options o = SHARD_FAILOVER_OPTIONS_INIT;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
+    uint64_t v0 = stored_version(), id;
+    double t0, took;
+    int rc;
+
+    master_is("MySQL002", harness_port(h, "s3"));
+    caught_up("s4", "s3");
+    sql_do("s4", "STOP SLAVE SQL_THREAD");
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(shard_object_create(ctx, 1, 2, "{\"p\":1}", 7, &id), 0);
+    o.wait_ms = 1000;
+    t0 = now_s();
+    rc = shard_pair_failover_opts(admin, "MySQL002", &o, &r);
+    took = now_s() - t0;
+    sql_do("s4", "START SLAVE SQL_THREAD");
+    ck_assert_msg(rc == SHARD_ETIMEOUT, "rc %d: %s", rc, shard_errmsg());
+    ck_assert_msg(strstr(shard_errmsg(), "within 1 s (the failover's wait)"), "%s",
+                  shard_errmsg());
+    ck_assert_msg(took >= 0.9 && took < 8, "the failover took %.1f s for a 1 s wait", took);
+    ck_assert_uint_eq(r.version, SHARD_FAILOVER_REPORT_VERSION);
+    ck_assert_str_eq(r.pair, "MySQL002");
+    ck_assert_int_eq(r.old_master_fenced, 1);
+    ck_assert_msg(r.wait_ms >= 900 && r.wait_ms < 8000, "wait_ms %.0f", r.wait_ms);
+    ck_assert_uint_eq(r.map_version, 0);
+    caught_up("s4", "s3");
+    nothing_changed("MySQL002", "s3", v0, 2);
+    shard_ctx_free(admin);
+}
+END_TEST
+
+/* A program built against libshard 0.1.0 calls shard_pair_failover@LIBSHARD_0
+ * with the first layout of the report: filled, and nothing written past its
+ * end (a heap struct of exactly that size: ASan). Then back, with a wait
+ * option long enough. */
+START_TEST(failover_fills_a_first_layout_report)
+{
+    shard_ctx *admin = admin_ctx();
+    old_failover_report *old = malloc(sizeof *old);
+    shard_failover_options o = SHARD_FAILOVER_OPTIONS_INIT;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
+    char s3[32], s4[32];
+    int rc;
+
+    ck_assert_ptr_nonnull(old);
+    memset(old, 0xA5, sizeof *old); /* a 0.1.0 program need not zero it */
+    snprintf(s3, sizeof s3, "127.0.0.1:%d", harness_port(h, "s3"));
+    snprintf(s4, sizeof s4, "127.0.0.1:%d", harness_port(h, "s4"));
+    master_is("MySQL002", harness_port(h, "s3"));
+    caught_up("s4", "s3");
+    rc = shard__pair_failover_v0(admin, "MySQL002", 0, old);
+    ck_assert_msg(rc == 0, "failover: %s", shard_errmsg());
+    ck_assert_str_eq(old->pair, "MySQL002");
+    ck_assert_str_eq(old->old_master, s3);
+    ck_assert_str_eq(old->new_master, s4);
+    ck_assert_int_eq(old->old_master_fenced, 1);
+    ck_assert_int_ge(old->lag_transactions, 0);
+    ck_assert(old->total_ms > 0 && old->wait_ms >= 0);
+    ck_assert_uint_eq(old->map_version, stored_version());
+    master_is("MySQL002", harness_port(h, "s4"));
+    free(old);
+
+    caught_up("s3", "s4");
+    o.wait_ms = 20000;
+    rc = shard_pair_failover_opts(admin, "MySQL002", &o, &r);
+    ck_assert_msg(rc == 0, "failover back: %s", shard_errmsg());
+    ck_assert_str_eq(r.new_master, s3);
+    ck_assert_uint_eq(r.map_version, stored_version());
+    master_is("MySQL002", harness_port(h, "s3"));
+    check_all_present();
+    shard_ctx_free(admin);
+}
+END_TEST
+
 /* Issue 9 item 5: a master that cannot be asked about unfinished moves
  * makes failover refuse (it would otherwise proceed without looking). */
 START_TEST(failover_refuses_unchecked_moves)
 {
     shard_ctx *admin = admin_ctx_ex(2000);
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     uint64_t v0 = stored_version();
     int rc;
 
@@ -455,7 +539,7 @@ typedef struct long_call {
 static void *long_failover_thread(void *arg)
 {
     long_call *f = arg;
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     f->rc = shard_pair_failover(f->ctx, "MySQL002", 0, &r);
     snprintf(f->err, sizeof f->err, "%s", shard_errmsg());
     atomic_store(&f->done, 1);
@@ -599,7 +683,7 @@ static uint64_t forced_over_unsent_writes(const char *master, const char *standb
     id_writer w[WRITERS];
     pthread_t t[WRITERS];
     atomic_int stop = 0;
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     static int generation;
     unsigned long long raised = 0;
     const char *said;
@@ -714,10 +798,17 @@ END_TEST
 START_TEST(failover_refusals)
 {
     shard_ctx *admin = admin_ctx();
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
+    uint64_t v0 = stored_version();
     ck_assert_int_eq(shard_pair_failover(admin, "MySQL009", 0, &r), SHARD_EINVAL);
     ck_assert_int_eq(shard_pair_failover(admin, "MySQL001", 8, &r), SHARD_EINVAL);
     ck_assert_int_eq(shard_pair_failover(NULL, "MySQL001", 0, &r), SHARD_EINVAL);
+    r.version = 5; /* an unknown report version: refused, naming it, nothing done */
+    ck_assert_int_eq(shard_pair_failover(admin, "MySQL001", 0, &r), SHARD_EINVAL);
+    ck_assert_msg(strstr(shard_errmsg(), "shard_failover_report.version 5"), "%s",
+                  shard_errmsg());
+    ck_assert_str_eq(r.pair, "");
+    ck_assert_uint_eq(stored_version(), v0);
     shard_ctx_free(admin);
 }
 END_TEST
@@ -744,6 +835,8 @@ int main(void)
                               failover_refusals, failover_refuses_overlapping_ids,
                               failover_refuses_unfenceable_account,
                               failover_waits_past_the_read_timeout,
+                              failover_wait_option_bounds_the_wait,
+                              failover_fills_a_first_layout_report,
                               failover_refuses_unchecked_moves,
                               failover_waits_for_a_long_position, forced_failover_never_reuses_ids,
                               forced_failover_raises_counters));

@@ -872,7 +872,7 @@ static void kill_source_mid_copy(int phase, uint64_t done, uint64_t total, void 
 START_TEST(move_source_killed_mid_copy)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     move_kill k = {0, 0, 0, 0};
     shard_ctx *mover;
     char sql[200];
@@ -1103,7 +1103,7 @@ static void pair_link_report(const char *server)
 START_TEST(forced_failover_under_writes)
 {
     shard_ctx *admin = admin_ctx(), *txn_app = app_ctx(), *mget_app = app_ctx();
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     atomic_int stop = 0;
     worker wk[3] = {
         {.name = "create0", .fn = create_loop, .shard = 0, .w = 10},
@@ -1660,7 +1660,7 @@ static int settles(const char *server, const char *sql, const char *want)
 START_TEST(old_master_returns_after_forced_failover)
 {
     shard_ctx *admin = admin_ctx();
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     char sql[300], found[64], *res = NULL, *out, *json = NULL;
     unsigned long long s3_seq;
     uint64_t x;

@@ -100,7 +100,7 @@ static shard_import_options opts(shard_ctx *ctx)
 static shard_import_report import_ok(shard_ctx *ctx)
 {
     shard_import_options o = opts(ctx);
-    shard_import_report r;
+    shard_import_report r = SHARD_IMPORT_REPORT_INIT;
     int rc = shard_import_table(ctx, &o, &r);
     ck_assert_msg(rc == 0, "import: %s", shard_errmsg());
     return r;
@@ -200,7 +200,7 @@ static void expect_exact(shard_ctx *ctx, const char *trial)
     uint64_t *legacy = calloc(rows, sizeof *legacy), *ids = calloc(rows, sizeof *ids);
     char **want = calloc(rows, sizeof *want), *line = out, sql[300];
     shard_item *items;
-    shard_import_report r;
+    shard_import_report r = SHARD_IMPORT_REPORT_INIT;
 
     for (uint64_t i = 0; i < rows; i++) {
         char *tab = strchr(line, '\t'), *nl = strchr(line, '\n');
@@ -279,7 +279,7 @@ START_TEST(first_pass_killed_at_each_step)
     for (size_t i = 0; i < sizeof first_points / sizeof first_points[0]; i++) {
         char trial[80];
         shard_ctx *ctx;
-        shard_import_report r;
+        shard_import_report r = SHARD_IMPORT_REPORT_INIT;
         reset();
         snprintf(trial, sizeof trial, "first pass killed at %s #%d", first_points[i].name,
                  first_points[i].at);

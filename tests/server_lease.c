@@ -172,7 +172,7 @@ END_TEST
 START_TEST(stale_context_never_reads_the_source_after_the_flip)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char *json = NULL, path[600];
     uint64_t id = create(ctx, 2, "{\"v\":\"old\"}");
     shard_ctx *stale;
@@ -220,7 +220,7 @@ END_TEST
 START_TEST(mover_waits_out_the_lease)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     int rc;
 
     create(ctx, 3, "{\"w\":1}");
@@ -263,7 +263,7 @@ static void *write_main(void *arg)
 START_TEST(writes_under_a_lease_lose_nothing)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char path[600];
     pthread_t t;
     static lease_writer lw;

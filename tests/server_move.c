@@ -6,9 +6,11 @@
  * catch-up applies nothing outside the moved databases; verification finds
  * a row changed behind the mover's back; two pairs merge onto a third.
  */
+#include "first_reports.h"
 #include "harness.h"
 #include "move/face.h" /* private: move_refuse_unfinished, as failover calls it */
 #include "move_util.h"
+#include "report.h" /* the 0.1.0 entry point, shard__move_v0 */
 #include "run_cmd.h"
 
 #include <check.h>
@@ -125,7 +127,7 @@ START_TEST(move_under_concurrent_writes)
 {
     static const unsigned shards[4][2] = {{0, 1}, {1, 2}, {0, 6}, {1, 7}};
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     static load l;
     double worst = 0;
     int rc;
@@ -204,7 +206,7 @@ START_TEST(killed_in_each_phase_then_resumed)
     ledger_fill(ctx, 2, 3, 100);
     for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
         const char *target = targets[i % 2];
-        shard_move_report r;
+        shard_move_report r = SHARD_MOVE_REPORT_INIT;
         move_killed_at(2, 3, target, phases[i]);
         resume_ok(&r);
         ck_assert_str_eq(pair_of(ctx, 2), target);
@@ -293,7 +295,7 @@ static void hold_at_catchup(int phase, uint64_t done, uint64_t total, void *payl
 START_TEST(long_transaction_delays_fence)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     static holder hd;
     double t0, worst = 0;
 
@@ -324,7 +326,7 @@ END_TEST
 /* The target restarted during catch-up: nothing else is applied there. */
 START_TEST(target_restart_during_catchup)
 {
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
 
     ledger_fill(ctx, 6, 7, 30);
     ck_assert_str_eq(pair_of(ctx, 6), "MySQL002");
@@ -365,7 +367,7 @@ static void tamper(int phase, uint64_t done, uint64_t total, void *payload)
 START_TEST(verification_finds_tampering)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char sql[300];
     int rc, victim = -1;
 
@@ -408,7 +410,7 @@ END_TEST
 START_TEST(merge_two_pairs_onto_one)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
 
     ck_assert_str_eq(pair_of(ctx, 0), "MySQL002");
     ck_assert_str_eq(pair_of(ctx, 2), "MySQL001");
@@ -420,7 +422,29 @@ START_TEST(merge_two_pairs_onto_one)
                          " DROP COLUMN flip_gtid, DROP COLUMN fence_statements"));
     ledger_fill(ctx, 0, 3, 5);
     ck_assert_msg(shard_move(admin, 0, 1, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
-    ck_assert_msg(shard_move(admin, 2, 3, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
+    /* The second as a program built against libshard 0.1.0 calls it: its
+     * report has the first layout (no version), filled without a byte past
+     * its end (a heap struct of exactly that size: ASan). */
+    {
+        old_move_report *old = malloc(sizeof *old);
+        ck_assert_ptr_nonnull(old);
+        memset(old, 0xA5, sizeof *old);
+        ck_assert_msg(shard__move_v0(admin, 2, 3, "MySQL003", &o, old, NULL) == 0, "%s",
+                      shard_errmsg());
+        ck_assert_int_eq(old->phase, SHARD_MOVE_DONE);
+        ck_assert_str_eq(old->source, "MySQL001");
+        ck_assert_str_eq(old->target, "MySQL003");
+        ck_assert_uint_eq(old->first, 2);
+        ck_assert_uint_eq(old->last, 3);
+        ck_assert_uint_gt(old->move_id, r.move_id);
+        ck_assert_uint_gt(old->rows_copied, 0);
+        ck_assert_uint_eq(old->rows_verified, old->rows_copied);
+        ck_assert_uint_eq(old->mismatches, 0);
+        ck_assert_uint_gt(old->map_version, r.map_version);
+        ck_assert_int_eq(old->source_dropped, 1);
+        ck_assert_int_eq(old->target_pair_healthy, 1);
+        free(old);
+    }
     {
         char *out = sql_ok(h, "s5", "SELECT GROUP_CONCAT(COLUMN_NAME, ' ', DATA_TYPE ORDER BY"
                                     " COLUMN_NAME) FROM information_schema.COLUMNS WHERE"
@@ -452,7 +476,7 @@ END_TEST
  * after the standby runs again drops it with every row on both halves. */
 START_TEST(standby_behind_keeps_source)
 {
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char *a, *b;
 
     ck_assert_str_eq(pair_of(ctx, 8), "MySQL003");
@@ -508,7 +532,7 @@ END_TEST
 START_TEST(fence_is_one_statement)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char sql[300], *out;
     int rc;
 
@@ -562,7 +586,7 @@ static void restart_target(int phase, uint64_t done, uint64_t total, void *paylo
 START_TEST(transient_failure_retried_in_phase)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     int rc;
 
     ck_assert_str_eq(pair_of(ctx, 10), "MySQL003");
@@ -587,7 +611,7 @@ END_TEST
  * is an error naming it, never "no move" (failover relies on this). */
 START_TEST(unfinished_moves_fail_closed)
 {
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     shard_map *m = NULL;
     int rc;
 
@@ -649,7 +673,7 @@ static void forget(uint64_t id)
 START_TEST(verification_finds_swapped_rows)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char sql[600], target[65], source[65];
     unsigned s = 9;
     int a, b, rc;
@@ -692,7 +716,7 @@ END_TEST
 START_TEST(verification_chunks_a_large_table)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char sql[600], target[65], source[65], *out;
     unsigned s = 10;
     uint64_t rows;
@@ -832,7 +856,7 @@ END_TEST
 START_TEST(resumed_after_flip_ignores_later_writes)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char target[65], source[65], sql[600], *res = NULL;
     unsigned s = 9;
     int a, b, rc;
@@ -1148,7 +1172,7 @@ static void hostile_rows(unsigned s, size_t big)
 static void move_exact(unsigned s, const char *must_log, size_t big)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     shard_ctx *mc;
     const char *to = copy_other_pair(s);
     char *before, *after, *after_sb;
@@ -1209,7 +1233,7 @@ START_TEST(copy_throttle_options_checked)
                                       "Threads_running=5x", "=5", "A=1,", "A=1,,B=2",
                                       "Threads_running=-1"};
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
 
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         o.max_load = bad[i];
@@ -1263,6 +1287,8 @@ typedef struct bg_move {
 static void *bg_move_main(void *arg)
 {
     bg_move *b = arg;
+
+    b->r = (shard_move_report)SHARD_MOVE_REPORT_INIT;
     b->rc = shard_move(b->c, b->s, b->s, b->to, &b->o, &b->r, NULL);
     snprintf(b->err, sizeof b->err, "%s", shard_errmsg());
     return NULL;
@@ -1339,7 +1365,7 @@ START_TEST(copy_rate_limited)
 {
     static pace p = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, 0, 0};
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     int rc;
 
     ledger_fill(ctx, 9, 9, 200);
@@ -1413,7 +1439,7 @@ static void restart_verifying(int phase, uint64_t done, uint64_t total, void *pa
 static void restarted_mid_verification(unsigned s, bool kill_source, const char *logged)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     shard_ctx *vmover;
     char source[65], target[65], smaster[16], killed[16];
     int rc;

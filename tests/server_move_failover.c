@@ -37,7 +37,7 @@ static void stop_in_catchup(int phase, uint64_t done, uint64_t total, void *payl
 static int parked_move(shard_ctx *mc, void *arg)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
 
     (void)arg;
     o.postpone_cutover_file = postpone;

@@ -418,7 +418,7 @@ START_TEST(move_64_shards_of_6_tables_under_writers)
 {
     static writer wr[WRITERS];
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     shard_ctx *mover = NULL;
     atomic_int stop = 0;
     unsigned moved[NMOVED], stayed[SHARDS - NMOVED];

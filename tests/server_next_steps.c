@@ -70,8 +70,8 @@ static int rebalance_refusal(char *msg, size_t n)
 START_TEST(reversible_move_names_finish_and_revert)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_failover_report fr;
-    shard_move_report r;
+    shard_failover_report fr = SHARD_FAILOVER_REPORT_INIT;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char msg[1200], cmd[80];
 
     ledger_fill(app, 1, 1, 5);
@@ -108,7 +108,7 @@ static void stop_in_verifying(int phase, uint64_t done, uint64_t total, void *pa
 static int move_body(shard_ctx *mc, void *arg)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
 
     (void)arg;
     o.progress = stop_in_verifying;
@@ -118,7 +118,7 @@ static int move_body(shard_ctx *mc, void *arg)
 START_TEST(interrupted_after_the_flip_names_resume)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char msg[1200], cmd[80];
     int status;
 
@@ -153,7 +153,7 @@ static int hold_hook(uint64_t id, const char *point)
 START_TEST(running_move_is_not_called_interrupted)
 {
     move_thread mv = {.h = h, .first = 2, .last = 2, .target = "MySQL002"};
-    shard_failover_report fr;
+    shard_failover_report fr = SHARD_FAILOVER_REPORT_INIT;
     char msg[1200], msg2[1200];
     pthread_t t;
 
@@ -193,7 +193,7 @@ static int kill_at_publish(uint64_t id, const char *point)
 static int move3_body(shard_ctx *mc, void *arg)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
 
     (void)arg;
     return shard_move(mc, 3, 3, "MySQL002", &o, &r, NULL) ? 1 : 0;
@@ -211,7 +211,7 @@ static int fenced_on(const char *server, unsigned shard)
 START_TEST(next_mover_lifts_a_dead_movers_fence)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char *phase;
     int status;
 

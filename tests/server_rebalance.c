@@ -488,7 +488,7 @@ static void plan_while_moving(int phase, uint64_t done, uint64_t total, void *pa
 START_TEST(no_plan_while_a_move_is_unfinished)
 {
     shard_move_options mo = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     shard_map *m = NULL;
     const char *from = NULL;
     unsigned shard = SHARDS;

@@ -45,6 +45,8 @@ static void *run_move(void *arg)
 {
     mover *mv = arg;
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+
+    mv->r = (shard_move_report)SHARD_MOVE_REPORT_INIT;
     mv->rc = shard_move(admin, mv->first, mv->last, mv->to, &o, &mv->r, NULL);
     if (mv->rc)
         snprintf(mv->err, sizeof mv->err, "%s", shard_errmsg());
@@ -91,7 +93,7 @@ START_TEST(revert_under_writers_then_forward_again)
 {
     static const unsigned shards[4][2] = {{0, 1}, {1, 0}, {0, 2}, {1, 3}};
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r, rr;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT, rr = SHARD_MOVE_REPORT_INIT;
     char *st = NULL, *out, json[64], sql[200], during[65] = "";
     uint64_t marker = 0;
     int rc, rrc = -1, mrc, kept = -1, streams = -1, status_ok = 0;
@@ -100,7 +102,7 @@ START_TEST(revert_under_writers_then_forward_again)
     ledger_fill(ctx, 0, 1, 100);
     ck_assert_str_eq(pair_of(ctx, 0), "MySQL001");
     o.reverse_window_s = 3600;
-    memset(&rr, 0, sizeof rr);
+    rr = (shard_move_report)SHARD_MOVE_REPORT_INIT;
     /* Under the writers nothing may end the test: what is seen is kept
      * and checked once they have stopped. */
     load_start(&l, ctx, shards, 2000, 200000);
@@ -181,7 +183,7 @@ END_TEST
  * starts it again and finish ends the window. */
 START_TEST(broken_reverse_stream_refuses_revert)
 {
-    shard_move_report r, rr;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT, rr = SHARD_MOVE_REPORT_INIT;
     char *st = NULL;
     int rc;
 
@@ -277,7 +279,7 @@ START_TEST(two_moves_share_one_connection)
     ck_assert_str_eq(pair_of(ctx, 4), "MySQL003");
     /* 6-7 to MySQL003 first, so that both ranges come from there. */
     {
-        mover pre = {6, 7, "MySQL003", {0}, 0, "", 0};
+        mover pre = {6, 7, "MySQL003", SHARD_MOVE_REPORT_INIT, 0, "", 0};
         run_move(&pre);
         move_ok(&pre);
     }
@@ -330,7 +332,7 @@ static void revert_killed_at(uint64_t id, int nth)
 START_TEST(killed_revert_resumed)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r, rr;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT, rr = SHARD_MOVE_REPORT_INIT;
     int rc;
 
     ck_assert_str_eq(pair_of(ctx, 8), "MySQL001");

@@ -54,7 +54,7 @@ static int job_body(shard_ctx *mc, void *arg)
 {
     job *j = arg;
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     int rc;
 
     kill_seen = 0;
@@ -140,7 +140,7 @@ START_TEST(killed_between_starting_the_reverse_stream_and_journaling_it)
 {
     static const unsigned shards[4][2] = {{2, 3}, {3, 2}, {2, 0}, {3, 1}};
     job j = {0, 2, 3, "MySQL002"};
-    shard_move_report r, rr;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT, rr = SHARD_MOVE_REPORT_INIT;
     char *st = NULL, err[600] = "", st_killed[1000] = "", st_after[1000] = "";
     int status = -1, rc, rrc = -1;
     uint64_t id;
@@ -198,7 +198,7 @@ END_TEST
  */
 START_TEST(revert_killed_at_every_step)
 {
-    shard_move_report r, rr;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT, rr = SHARD_MOVE_REPORT_INIT;
     int n, status = -1, killed = 1;
 
     ck_assert_str_eq(pair_of(ctx, 4), "MySQL002");
@@ -288,7 +288,7 @@ static void setup_at_cleaning(int phase, uint64_t done, uint64_t total, void *pa
 START_TEST(cleanup_waits_out_another_movers_setup)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r, fr;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT, fr = SHARD_MOVE_REPORT_INIT;
     char err[1000];
     int rc;
 

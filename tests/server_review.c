@@ -127,7 +127,7 @@ static void hook_clear(void)
 START_TEST(reverse_start_survives_a_stop_after_the_flip)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r, rr;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT, rr = SHARD_MOVE_REPORT_INIT;
     uint64_t x, y;
     char *got;
     int rc;
@@ -172,7 +172,7 @@ END_TEST
  */
 START_TEST(retry_in_planning_keeps_existing_target)
 {
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char *out;
     int rc;
 
@@ -217,7 +217,7 @@ END_TEST
  * entered again as a resume enters it): the move completes. */
 START_TEST(transient_failure_is_retried)
 {
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     int rc;
 
     ck_assert_str_eq(pair_of(ctx, 8), "MySQL002");
@@ -287,7 +287,7 @@ static void move_killed_in_catchup(unsigned shard, const char *to)
 START_TEST(stale_map_write_during_move_back)
 {
     shard_options so = SHARD_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     shard_ctx *old = NULL;
     uint64_t id;
     char *got, *st = NULL;
@@ -351,7 +351,7 @@ static void write_c_in_catchup(int phase, uint64_t done, uint64_t total, void *p
 START_TEST(join_keeps_other_connections_positions)
 {
     shard_move_options oc = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r, rb;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT, rb = SHARD_MOVE_REPORT_INIT;
     uint64_t ids[10];
     int rc, brc, n = 0;
     char *got;
@@ -434,7 +434,7 @@ static void *commit_late(void *arg)
 START_TEST(read_committed_server_still_fences)
 {
     shard_options so = SHARD_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     shard_ctx *rc_ctx = NULL;
     late_commit lc = {0};
     pthread_t th;
@@ -534,7 +534,7 @@ static void restart_with(const char *server, const char *from, const char *to)
  */
 START_TEST(resume_rechecks_log_slave_updates)
 {
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     int rc, master, standby, acked = 0;
 
     ck_assert_str_eq(pair_of(ctx, 4), "MySQL001");
@@ -590,7 +590,7 @@ static void write_in_catchup(int phase, uint64_t done, uint64_t total, void *pay
 START_TEST(target_without_log_slave_updates)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char *out;
     int rc, before, master, standby;
 

@@ -639,7 +639,7 @@ START_TEST(passwords_never_show)
     shard_map *m = NULL;
     shard_store *st = NULL;
     shard_item *items = NULL;
-    shard_failover_report fr;
+    shard_failover_report fr = SHARD_FAILOVER_REPORT_INIT;
     shard_move_options dry = SHARD_MOVE_OPTIONS_INIT;
     char *json = NULL, *plan = NULL, *text = NULL, args[4 * PATH_MAX], uri[512];
     size_t len;
@@ -794,7 +794,7 @@ START_TEST(app_role)
     shard_ctx *c;
     shard_item *items = NULL;
     shard_edge *edges = NULL;
-    shard_failover_report fr;
+    shard_failover_report fr = SHARD_FAILOVER_REPORT_INIT;
     shard_txn *txn = NULL;
     char *json = NULL, *v = NULL, *out;
     size_t len, n;
@@ -1065,8 +1065,8 @@ START_TEST(app_account_cannot_operate)
     char from[16], to[16], master[8], target[8], grown[PATH_MAX + 32], args[4 * PATH_MAX];
     uint64_t version = map_version(path), id;
     long journal[2], fences[2];
-    shard_failover_report fr;
-    shard_move_report r;
+    shard_failover_report fr = SHARD_FAILOVER_REPORT_INIT;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     shard_ctx *app, *admin;
     pthread_t t;
     writer *w;
@@ -1174,7 +1174,7 @@ END_TEST
 
 START_TEST(mover_role)
 {
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char *json = NULL, *st = NULL;
     size_t len;
     shard_ctx *app;
@@ -1223,7 +1223,7 @@ END_TEST
 
 START_TEST(failover_role)
 {
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     shard_ctx *c, *app;
     char old[8];
     uint64_t id;
@@ -1251,7 +1251,7 @@ END_TEST
  * waits out catchup_timeout_s (an hour by default) before saying anything. */
 START_TEST(mover_over_tls)
 {
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char tmp[PATH_MAX + 32];
     json_error_t e;
     json_t *m = json_load_file(harness_map_path(h), 0, &e), *cred;
@@ -1287,7 +1287,7 @@ START_TEST(failover_failing_after_the_fence)
     static const char *const monitor[] = {"SLAVE MONITOR ON *.*", "SELECT ON `mysql`.*",
                                           "SELECT ON `libshard\\_control`.*"};
     char master[8], *out, sql[512];
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     shard_ctx *c;
     uint64_t version = map_version(harness_map_path(h));
     int rc;
@@ -1343,7 +1343,7 @@ static void print_set(const char *role, const char *const *g, size_t n, unsigned
 START_TEST(search_mover_privileges)
 {
     const size_t n = NELEM(MOVER_CANDIDATES);
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     unsigned skip = 0;
     int rc;
 
@@ -1370,7 +1370,7 @@ END_TEST
  * writable again (see failover_failing_after_the_fence). */
 static int failover_as(const char *user, const char *pwenv)
 {
-    shard_failover_report fr;
+    shard_failover_report fr = SHARD_FAILOVER_REPORT_INIT;
     shard_ctx *c = open_as(harness_map_path(h), user, pwenv);
     int rc = shard_pair_failover(c, "MySQL001", 0, &fr);
 

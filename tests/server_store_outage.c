@@ -263,7 +263,7 @@ static void move_through_outage(shard_ctx *admin, unsigned first, unsigned last,
 START_TEST(fence_lifts_while_the_store_is_stopped)
 {
     shard_ctx *admin = open_ctx(true, 0), *check;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char err[600];
     double worst;
     int rc, errors;
@@ -290,7 +290,7 @@ START_TEST(fence_lifts_when_the_mover_gives_up)
 {
     shard_ctx *admin = open_ctx(true, 0), *check;
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     char err[600];
     double worst;
     int rc, errors;

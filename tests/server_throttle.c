@@ -56,7 +56,7 @@ START_TEST(rate_holds_over_24_tables)
     static pace p = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_options co = SHARD_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     shard_ctx *ctx = NULL;
     shard_map *map = NULL;
     double seconds, rate;

@@ -108,7 +108,7 @@ static void *run_move(void *arg)
 {
     mover *mv = arg;
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
 
     mv->rc = shard_move(admin, mv->first, mv->last, mv->to, &o, &r, NULL);
     if (mv->rc)
@@ -184,7 +184,7 @@ static int snapshot_hook(uint64_t move_id, const char *point)
 START_TEST(snapshots_hold_back_only_the_moved_shards)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     int rc;
 
     ck_assert_str_eq(pair_of(ctx, 2), "MySQL001");

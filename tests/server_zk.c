@@ -668,7 +668,7 @@ START_TEST(zk_move_under_writers)
     char *loc = zk_location(zk, "/libshard/move", NULL);
     shard_options ao = SHARD_OPTIONS_INIT;
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     shard_ctx *admin = NULL, *app[W];
     atomic_int stop = 0;
     writer *w = calloc(W, sizeof *w);
@@ -706,7 +706,7 @@ START_TEST(zk_failover_under_writers)
     enum { W = 3 };
     char *loc = zk_location(zk, "/libshard/failover", NULL);
     shard_options ao = SHARD_OPTIONS_INIT;
-    shard_failover_report r;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
     shard_ctx *admin = NULL, *app[W];
     atomic_int stop = 0;
     writer *w = calloc(W, sizeof *w);

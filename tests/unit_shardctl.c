@@ -361,6 +361,13 @@ START_TEST(check_rejects)
     expect_usage(RUN_ENV("", "check"), NULL);
     expect_usage(RUN("--map", map_path, "check", "extra"), NULL);
     expect_usage(RUN("--map"), "--map");
+    /* failover's --wait is checked before any server is asked (the map's
+     * servers do not exist). */
+    setenv("LIBSHARD_PASSWORD", "unused", 1);
+    expect_usage(RUN("--map", map_path, "failover", "MySQL001", "--wait", "3601"), "--wait");
+    expect_usage(RUN("--map", map_path, "failover", "MySQL001", "--wait", "ten"), "--wait");
+    expect_usage(RUN("--map", map_path, "move", "status", "--wait", "1"), "--wait");
+    unsetenv("LIBSHARD_PASSWORD");
 }
 END_TEST
 

@@ -443,6 +443,7 @@ class NoServerTests(Case):
                ("CEdge", "shard_edge"), ("MoveOptions", "shard_move_options"),
                ("CMoveReport", "shard_move_report"),
                ("CFailoverReport", "shard_failover_report"),
+               ("FailoverOptions", "shard_failover_options"),
                ("ImportOptions", "shard_import_options"),
                ("CImportReport", "shard_import_report"),
                ("CRebalanceMove", "shard_rebalance_move"),
@@ -452,7 +453,9 @@ class NoServerTests(Case):
     MACROS = tuple((ls._lib, n, "SHARD_" + n) for n in (
         "OPTIONS_VERSION", "MOVE_OPTIONS_VERSION", "MOVE_DRY_RUN",
         "MOVE_KEEP_SOURCE", "FAILOVER_FORCE", "DELETE_HARD", "IMPORT_DRY_RUN",
-        "IMPORT_OPTIONS_VERSION", "REBALANCE_OPTIONS_VERSION")) + tuple(
+        "IMPORT_OPTIONS_VERSION", "REBALANCE_OPTIONS_VERSION",
+        "FAILOVER_OPTIONS_VERSION", "MOVE_REPORT_VERSION",
+        "FAILOVER_REPORT_VERSION", "IMPORT_REPORT_VERSION")) + tuple(
         (ls, n, "SHARD_" + n) for n in (
             "ANY", "SEQ_NOW", "SEQ_NONE", "LOG_ERROR", "LOG_WARN", "LOG_INFO",
             "LOG_DEBUG", "MAX_SHARD", "MAX_TYPE", "MAX_LOCAL",
@@ -619,7 +622,8 @@ class NoServerTests(Case):
         "shard_move_status": "a.move_status(", "shard_move_phase_name":
         "ls.phase_name(", "shard_move_revert": "a.move_revert(",
         "shard_move_finish": "a.move_finish(", "shard_pair_failover":
-        ".failover(", "shard_legacy_resolve": "c.legacy_resolve(",
+        ".failover(", "shard_pair_failover_opts": "failover(\"MySQL002\", wait_ms=",
+        "shard_legacy_resolve": "c.legacy_resolve(",
         "shard_legacy_resolve_many": "c.legacy_resolve_many(",
         "shard_import_table": "c.import_table(", "shard_import_mapping":
         "c.import_mapping(", "shard_fleet_status": ".fleet_status(",
@@ -700,8 +704,8 @@ class NoServerTests(Case):
     def test_rebalance_options(self):
         o, keep = ls.fleet._rebalance_options()  # SHARD_REBALANCE_OPTIONS_INIT
         self.assertEqual((o.version, o.by, o.threshold, o.max_moves, o.pairs,
-                          o.drain, o.sample_ms), (1, 0, 0.10, 0, None, None,
-                                                  5000))
+                          o.drain, o.sample_ms), (2, 0, 0.10, 0, None, None,
+                                                  5000))  # 2: versioned reports
         o, keep = ls.fleet._rebalance_options(
             by="writes", pairs=["A", "B"], drain="C", max_moves=3)
         self.assertEqual((o.by, o.pairs, o.drain, o.max_moves),
@@ -1768,7 +1772,9 @@ with libshard.Context(sys.argv[2], refresh_interval_ms=0, user="shardadmin",
         e = self.assertRaisesShard(ls.PrivilegeError, -16, c.failover,
                                    "MySQL002")
         self.assertEqual(e.report.pair, "MySQL002")
-        rep = self.admin.failover("MySQL002")
+        self.assertRaisesShard(ls.Invalid, -1, c.failover, "MySQL002",
+                               wait_ms=-1)
+        rep = self.admin.failover("MySQL002", wait_ms=20000)
         self.assertIsInstance(rep, ls.FailoverReport)
         self.assertEqual((rep.pair, rep.old_master, rep.new_master),
                          ("MySQL002", master, standby))

@@ -75,7 +75,7 @@ static int import_passes(const args *a, shard_ctx *ctx, const shard_import_optio
     int until_clean = a->val[OPT_UNTIL_CLEAN] != NULL;
 
     for (int pass = 1;; pass++) {
-        shard_import_report r;
+        shard_import_report r = SHARD_IMPORT_REPORT_INIT;
         int rc = mapping ? shard_import_mapping(ctx, o, &r) : shard_import_table(ctx, o, &r);
         progress_stop(o->payload); /* the error line starts on a line of its own */
         if (rc)

@@ -101,6 +101,7 @@ static const struct option_def {
     [OPT_PRETTY] = {"--pretty", NULL, "indented JSON, for people"},
     [OPT_MAP_VERSION] = {"--map-version", "N", "published version N from the store's history "
                          "(a MySQL or ZooKeeper store keeps every version)"},
+    [OPT_WAIT] = {"--wait", "SECONDS", "wait at most SECONDS, 0..3600"},
 };
 
 #define GLOBAL_OPTS \
@@ -159,6 +160,8 @@ static const flag_doc rebalance_docs[] = {
 static const flag_doc failover_docs[] = {
     {OPT_FORCE, NULL, "promote the standby even when the master does not answer (writes "
      "it never sent are lost)"},
+    {OPT_WAIT, "SECONDS", "give the standby at most SECONDS, 0..3600, to apply what it has "
+     "(default 30); longer, and the master stays in charge (exit 1)"},
     {0, NULL, NULL}};
 static const flag_doc publish_docs[] = {
     {OPT_FORCE, NULL, "publish without checking that the new shards' databases exist"},
@@ -239,8 +242,8 @@ static const command commands[] = {
      O(OPT_BY) | O(OPT_THRESHOLD) | O(OPT_MAX_MOVES) | O(OPT_DRAIN) | O(OPT_PAIRS) |
          O(OPT_DRY_RUN) | O(OPT_YES) | O(OPT_THREADS),
      0, 0, rebalance_docs},
-    {"failover", NULL, "PAIR [--force]", "promote PAIR's standby", 1, 1, NEED_CTX, 1,
-     cmd_failover, O(OPT_FORCE), 0, 0, failover_docs},
+    {"failover", NULL, "PAIR [--force] [--wait SECONDS]", "promote PAIR's standby", 1, 1, NEED_CTX, 1,
+     cmd_failover, O(OPT_FORCE) | O(OPT_WAIT), 0, 0, failover_docs},
     {"map", "show", "[--pretty] [--map-version N]",
      "the current map (or published version N), as canonical JSON on one line", 0, 0,
      NEED_MAP, 0, cmd_map_show, O(OPT_PRETTY) | O(OPT_MAP_VERSION), 0, 0, NULL},

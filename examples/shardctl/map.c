@@ -129,11 +129,19 @@ out:
 
 int cmd_failover(const args *a, shard_ctx *ctx, shard_map *map)
 {
-    shard_failover_report r;
+    shard_failover_options o = SHARD_FAILOVER_OPTIONS_INIT;
+    shard_failover_report r = SHARD_FAILOVER_REPORT_INIT;
+    unsigned long long wait_s;
     int rc;
 
     (void)map;
-    rc = shard_pair_failover(ctx, a->pos[1], a->val[OPT_FORCE] ? SHARD_FAILOVER_FORCE : 0, &r);
+    if (a->val[OPT_WAIT]) {
+        if (parse_num("--wait", a->val[OPT_WAIT], 0, 3600, &wait_s))
+            return EXIT_USAGE;
+        o.wait_ms = (unsigned)wait_s * 1000;
+    }
+    o.flags = a->val[OPT_FORCE] ? SHARD_FAILOVER_FORCE : 0;
+    rc = shard_pair_failover_opts(ctx, a->pos[1], &o, &r);
     if (rc)
         return lib_error(rc);
     printf("failover %s: promoted %s (was standby); old master %s %s\n", r.pair, r.new_master,

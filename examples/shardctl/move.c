@@ -421,7 +421,7 @@ static void print_plan(const args *a, const char *plan)
 int cmd_move(const args *a, shard_ctx *ctx, shard_map *map)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     move_display d;
     unsigned first, last;
     char *plan = NULL;
@@ -467,7 +467,7 @@ enum { MOVE_RESUME, MOVE_REVERT, MOVE_FINISH };
 static int move_again(const args *a, shard_ctx *ctx, int how)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
-    shard_move_report r;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
     move_display d;
     uint64_t id;
     int rc;

@@ -72,6 +72,7 @@ enum {
     OPT_MAX_LOAD,
     OPT_PRETTY,
     OPT_MAP_VERSION,
+    OPT_WAIT,
     NOPTS
 };
 

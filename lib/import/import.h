@@ -25,6 +25,7 @@
 
 #include "../legacy.h"
 #include "../object.h"
+#include "../report.h"
 
 #define IMPORT_MAX_BATCH 100000
 #define IMPORT_MAX_THREADS 64
@@ -113,6 +114,8 @@ typedef struct import_run {
 int import_check_options(const shard_import_options *o);
 void import_run_init(import_run *r, shard_ctx *ctx, const shard_import_options *o);
 void import_run_end(import_run *r, shard_import_report *report, int rc);
+/* The test hook, at a named point of a pass (legacy.h). */
+void import_hook(const char *point);
 void import_progress(import_run *r, const char *phase, bool force);
 int import_table_setup(import_run *r);
 int import_mapping_setup(import_run *r);
@@ -161,8 +164,6 @@ int import_create(import_run *r, import_item **its, size_t n, uint64_t *made);
 int import_change(import_run *r, import_item **its, size_t n, uint64_t *changed);
 /* Gone rows: objects soft-deleted, then their entries "ID deleted". */
 int import_delete(import_run *r, import_item **its, size_t n);
-/* The test hook, at a named point of a pass (legacy.h). */
-void import_hook(const char *point);
 
 
 #endif

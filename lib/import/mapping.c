@@ -293,11 +293,9 @@ int shard_import_mapping(shard_ctx *ctx, const shard_import_options *opts,
     import_run r;
     int rc;
 
-    if (report)
-        memset(report, 0, sizeof *report);
     if (!ctx)
         return shard__fail(SHARD_EINVAL, "shard_import_mapping: NULL context");
-    if ((rc = import_check_options(opts)))
+    if ((rc = report_import_check(report)) || (rc = import_check_options(opts)))
         return rc;
     import_run_init(&r, ctx, opts);
     if ((rc = import_mapping_setup(&r)) == 0 && (rc = edge_forward(&r)) == 0)

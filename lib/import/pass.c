@@ -251,11 +251,9 @@ int shard_import_table(shard_ctx *ctx, const shard_import_options *opts,
     import_run r;
     int rc;
 
-    if (report)
-        memset(report, 0, sizeof *report);
     if (!ctx)
         return shard__fail(SHARD_EINVAL, "shard_import_table: NULL context");
-    if ((rc = import_check_options(opts)))
+    if ((rc = report_import_check(report)) || (rc = import_check_options(opts)))
         return rc;
     import_run_init(&r, ctx, opts);
     if ((rc = import_table_setup(&r)) == 0 && (rc = import_marker_read(&r)) == 0 &&

@@ -57,6 +57,12 @@ void import_run_init(import_run *r, shard_ctx *ctx, const shard_import_options *
     snprintf(r->table, sizeof r->table, "%s", o->table);
 }
 
+void import_hook(const char *point)
+{
+    if (shard__import_hook)
+        shard__import_hook(point);
+}
+
 void import_run_end(import_run *r, shard_import_report *report, int rc)
 {
     r->rep.seconds = now_seconds() - r->t0;
@@ -67,8 +73,7 @@ void import_run_end(import_run *r, shard_import_report *report, int rc)
                 "than planned: a native object held their legacy id there", r->name,
                 r->collisions);
     import_source_close(&r->src);
-    if (report)
-        *report = r->rep;
+    report_import_out(report, &r->rep);
 }
 
 int import_probe(import_run *r, MYSQL_RES **res)

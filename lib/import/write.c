@@ -18,12 +18,6 @@
  * insert rate levels off (libshard-move(7)). */
 #define UPSERT_ROWS 1000
 
-void import_hook(const char *point)
-{
-    if (shard__import_hook)
-        shard__import_hook(point);
-}
-
 typedef struct upsert_arg {
     import_run *r;
     import_item **its; /* one shard's, in local id order */

@@ -66,33 +66,6 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
     return a > b ? a : b;
 }
 
-/*
- * The total is the sum over the tables of their estimate, or of what was
- * copied once that is more, and of exactly what was copied once a table
- * is done (copy_fn): corrected as tables finish, never behind the rows
- * done.
- */
-void move_copied(mv *m, const mtable *t, uint64_t rows, uint64_t bytes)
-{
-    mtable *mt = &m->tables[t - m->tables];
-    uint64_t done, total;
-
-    pthread_mutex_lock(&m->lock);
-    m->total -= max_u64(mt->rows, mt->copied);
-    mt->copied += rows;
-    m->total += max_u64(mt->rows, mt->copied);
-    m->done += rows;
-    m->r->rows_copied += rows;
-    m->r->bytes_copied += bytes;
-    if (m->total < m->done) /* the estimate was low: never past the total */
-        m->total = m->done;
-    done = m->done;
-    total = m->total;
-    pthread_mutex_unlock(&m->lock);
-    move_throttle_charge(m->th, rows);
-    move_progress(m, SHARD_MOVE_COPYING, done, total);
-}
-
 /* Send the batch of *rows rows, count them, and start the next batch. */
 static int flush_batch(mv *m, const mtable *t, shard_conn *dst, sqlbuf *q, size_t head,
                        unsigned *rows, uint64_t *bytes)

@@ -10,6 +10,7 @@
  * journaled as phase reverting and its step.
  */
 #include "move.h"
+#include "../report.h"
 
 #include <stddef.h>
 
@@ -741,13 +742,15 @@ static int no_overlap(mv *m)
 int shard_move(shard_ctx *ctx, unsigned first, unsigned last, const char *target,
                const shard_move_options *opts, shard_move_report *report, char **plan)
 {
-    shard_move_report scratch;
+    shard_move_report full;
     mv m;
     int rc;
 
     if (!ctx || !target)
         return shard__fail(SHARD_EINVAL, "shard_move: NULL argument");
-    mv_init(&m, ctx, report ? report : &scratch);
+    if ((rc = report_move_check(report)))
+        return rc;
+    mv_init(&m, ctx, &full);
     m.first = first;
     m.last = last;
     if ((rc = options(&m, opts)) || (rc = move_resolve_pairs(&m, target)))
@@ -765,19 +768,22 @@ int shard_move(shard_ctx *ctx, unsigned first, unsigned last, const char *target
     rc = drive(&m);
 out:
     mv_free(&m);
+    report_move_out(report, &full);
     return rc;
 }
 
 int shard_move_resume(shard_ctx *ctx, uint64_t move_id, const shard_move_options *opts,
                       shard_move_report *report)
 {
-    shard_move_report scratch;
+    shard_move_report full;
     mv m;
     int rc;
 
     if (!ctx)
         return shard__fail(SHARD_EINVAL, "shard_move_resume: NULL context");
-    mv_init(&m, ctx, report ? report : &scratch);
+    if ((rc = report_move_check(report)))
+        return rc;
+    mv_init(&m, ctx, &full);
     if ((rc = options(&m, opts)) == 0 && (rc = move_load(ctx, move_id, &m)) == 0 &&
         (rc = move_recheck(&m)) == 0) {
         ctx_log(ctx, SHARD_LOG_INFO, "move %llu: resuming in phase %s",
@@ -785,6 +791,7 @@ int shard_move_resume(shard_ctx *ctx, uint64_t move_id, const shard_move_options
         rc = drive(&m);
     }
     mv_free(&m);
+    report_move_out(report, &full);
     return rc;
 }
 
@@ -845,13 +852,15 @@ static int reversible_call(shard_ctx *ctx, uint64_t move_id, const shard_move_op
                            shard_move_report *report, bool revert)
 {
     const char *what = revert ? "shard_move_revert" : "shard_move_finish";
-    shard_move_report scratch;
+    shard_move_report full;
     mv m;
     int rc;
 
     if (!ctx)
         return shard__fail(SHARD_EINVAL, "%s: NULL context", what);
-    mv_init(&m, ctx, report ? report : &scratch);
+    if ((rc = report_move_check(report)))
+        return rc;
+    mv_init(&m, ctx, &full);
     if ((rc = options(&m, opts)) || (rc = move_load(ctx, move_id, &m)) ||
         (rc = move_recheck(&m)))
         goto out;
@@ -874,6 +883,7 @@ static int reversible_call(shard_ctx *ctx, uint64_t move_id, const shard_move_op
     rc = drive(&m);
 out:
     mv_free(&m);
+    report_move_out(report, &full);
     return rc;
 }
 

@@ -372,6 +372,9 @@ int move_throttle_gate(move_throttle *th);
 /* Wait until the rows copied are paid for: the copy ends no sooner than
  * its rows at the rate allow. */
 void move_throttle_settle(move_throttle *th);
+/* Count rows and bytes as copied, pay for them (move_throttle_charge) and
+ * tell the progress callback: every copy path calls it per batch. */
+void move_copied(mv *m, const mtable *t, uint64_t rows, uint64_t bytes);
 
 /* ---- bulk.c ------------------------------------------------------------------------------ */
 
@@ -393,8 +396,6 @@ int move_infile_probe(mv *m, shard_conn *dst, const mtable *t);
  * size, each its own transaction. */
 int move_infile_copy(mv *m, move_throttle *th, shard_conn *src, shard_conn *dst,
                      const mtable *t, MYSQL_RES *res);
-/* Count rows and bytes as copied, and tell the progress callback. */
-void move_copied(mv *m, const mtable *t, uint64_t rows, uint64_t bytes);
 
 /* ---- catchup.c ------------------------------------------------------------------------ */
 

@@ -85,7 +85,11 @@ UPDATE_FN = CFUNCTYPE(c_int, c_void_p, c_void_p)  # (json_t *, payload)
 OPTIONS_VERSION = 2
 MOVE_OPTIONS_VERSION = 2
 IMPORT_OPTIONS_VERSION = 1
-REBALANCE_OPTIONS_VERSION = 1
+REBALANCE_OPTIONS_VERSION = 2
+FAILOVER_OPTIONS_VERSION = 1
+MOVE_REPORT_VERSION = 1
+FAILOVER_REPORT_VERSION = 1
+IMPORT_REPORT_VERSION = 1
 DELETE_HARD = 1
 MOVE_DRY_RUN = 1
 MOVE_KEEP_SOURCE = 2
@@ -124,7 +128,8 @@ class MoveOptions(Structure):
 
 
 class CMoveReport(Structure):
-    _fields_ = [("move_id", c_uint64), ("source", c_char * 65),
+    """A report starts with its version, set here (SHARD_MOVE_REPORT_INIT)."""
+    _fields_ = [("version", c_uint), ("move_id", c_uint64), ("source", c_char * 65),
                 ("target", c_char * 65), ("first", c_uint), ("last", c_uint),
                 ("phase", c_int), ("tables", c_uint64),
                 ("rows_copied", c_uint64), ("bytes_copied", c_uint64),
@@ -135,13 +140,24 @@ class CMoveReport(Structure):
                 ("map_version", c_uint64), ("source_dropped", c_int),
                 ("target_pair_healthy", c_int)]
 
+    def __init__(self) -> None:
+        super().__init__(MOVE_REPORT_VERSION)
+
 
 class CFailoverReport(Structure):
-    _fields_ = [("pair", c_char * 65), ("old_master", c_char * 300),
+    """SHARD_FAILOVER_REPORT_INIT: the version set."""
+    _fields_ = [("version", c_uint), ("pair", c_char * 65), ("old_master", c_char * 300),
                 ("new_master", c_char * 300), ("old_master_fenced", c_int),
                 ("lag_transactions", c_int64), ("lag_seconds", c_double),
                 ("wait_ms", c_double), ("total_ms", c_double),
                 ("map_version", c_uint64)]
+
+    def __init__(self) -> None:
+        super().__init__(FAILOVER_REPORT_VERSION)
+
+
+class FailoverOptions(Structure):
+    _fields_ = [("version", c_uint), ("flags", c_int), ("wait_ms", c_uint)]
 
 
 class ImportOptions(Structure):
@@ -158,10 +174,14 @@ class ImportOptions(Structure):
 
 
 class CImportReport(Structure):
-    _fields_ = [("rows_read", c_uint64), ("created", c_uint64),
+    """SHARD_IMPORT_REPORT_INIT: the version set."""
+    _fields_ = [("version", c_uint), ("rows_read", c_uint64), ("created", c_uint64),
                 ("changed", c_uint64), ("deleted", c_uint64),
                 ("unchanged", c_uint64), ("adopted", c_uint64),
                 ("seconds", c_double)]
+
+    def __init__(self) -> None:
+        super().__init__(IMPORT_REPORT_VERSION)
 
 
 class CRebalanceMove(Structure):
@@ -284,6 +304,8 @@ PROTOTYPES = {
     "shard_move_finish": (c_int, [_P, c_uint64] + _MOVE),
     "shard_pair_failover": (c_int, [_P, c_char_p, c_int,
                                     POINTER(CFailoverReport)]),
+    "shard_pair_failover_opts": (c_int, [_P, c_char_p, POINTER(FailoverOptions),
+                                         POINTER(CFailoverReport)]),
     "shard_legacy_resolve": (c_int, [_P, c_uint, c_uint64, _U64P]),
     "shard_legacy_resolve_many": (c_int, [_P, c_uint, _U64P, c_size_t, _U64P]),
     "shard_import_table": (c_int, _IMPORT),

@@ -1,6 +1,7 @@
 """The fleet: status, topology, failover and rebalancing
 (shard_fleet_status(3), shard_pair_add(3), shard_shards_open(3),
-shard_schema_check(3), shard_pair_failover(3), shard_rebalance_plan(3));
+shard_schema_check(3), shard_pair_failover(3), shard_pair_failover_opts(3),
+shard_rebalance_plan(3));
 Context has these methods."""
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ import json as _json
 from ctypes import byref, c_double, c_size_t, c_uint64, c_void_p, pointer
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from ._lib import (FAILOVER_FORCE, REBALANCE_FN, REBALANCE_OPTIONS_VERSION,
-                   Callback, CFailoverReport, RebalanceOptions,
+from ._lib import (FAILOVER_FORCE, FAILOVER_OPTIONS_VERSION, REBALANCE_FN,
+                   REBALANCE_OPTIONS_VERSION, Callback, CFailoverReport,
+                   FailoverOptions, RebalanceOptions,
                    check_callable, cstr, invalid, lib, names_list, opt_cstr,
                    out_ptr,
                    option_uint, progress_callback, take, text, uint)
@@ -160,13 +162,24 @@ class FleetMixin:
         check(rc)
         return v.value
 
-    def failover(self, pair: str, *, force: bool = False) -> FailoverReport:
+    def failover(self, pair: str, *, force: bool = False,
+                 wait_ms: Optional[int] = None) -> FailoverReport:
         """Promote the standby of `pair`; a FailoverReport. Without force an
         unreachable master is ConnectionError; with it, unsent writes are
-        lost. A failed failover raises with .report."""
+        lost. wait_ms bounds the standby's wait to apply what it has
+        (default 30000; shard_pair_failover_opts(3)): a standby that takes
+        longer is Timeout, and the master stays in charge. A failed
+        failover raises with .report."""
         r = CFailoverReport()
-        rc = lib.shard_pair_failover(self._handle(), cstr(pair, "pair"),
-                                     FAILOVER_FORCE if force else 0, byref(r))
+        flags = FAILOVER_FORCE if force else 0
+        if wait_ms is None:
+            rc = lib.shard_pair_failover(self._handle(), cstr(pair, "pair"),
+                                         flags, byref(r))
+        else:
+            o = FailoverOptions(FAILOVER_OPTIONS_VERSION, flags,
+                                uint(wait_ms, "wait_ms"))
+            rc = lib.shard_pair_failover_opts(self._handle(), cstr(pair, "pair"),
+                                              byref(o), byref(r))
         if rc < 0:
             err = last_error(rc)
             err.report = FailoverReport._from(r)  # type: ignore[attr-defined]
