@@ -153,8 +153,12 @@ int import_md5_hex(const char *data, size_t len, char hex[33])
 
     if (!EVP_Digest(len ? data : "", len, md, &mdlen, EVP_md5(), NULL) || mdlen != 16)
         return shard__fail(SHARD_ENOMEM, "computing MD5 failed");
-    for (unsigned i = 0; i < 16; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    /* Not snprintf: a pass computes one per row. */
+    for (unsigned i = 0; i < 16; i++) {
+        hex[2 * i] = "0123456789abcdef"[md[i] >> 4];
+        hex[2 * i + 1] = "0123456789abcdef"[md[i] & 15];
+    }
+    hex[32] = '\0';
     return 0;
 }
 
