@@ -710,14 +710,15 @@ typedef struct shard_import_options {
     const char *seq_column;   /* NULL: the to side's legacy id is the sequence */
     /* both */
     unsigned threads;         /* objects or rows written in parallel (default 4) */
-    unsigned batch_rows;      /* legacy rows read per statement (default 1000) */
+    unsigned batch_rows;      /* legacy rows read per statement (default 0: about
+                                 4 MB of objects, sized from the rows seen) */
     shard_progress_fn progress; /* may be NULL */
     void *payload;
 } shard_import_options;
 
 #define SHARD_IMPORT_OPTIONS_INIT \
     { SHARD_IMPORT_OPTIONS_VERSION, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL, \
-      0, NULL, 0, NULL, 4, 1000, NULL, NULL }
+      0, NULL, 0, NULL, 4, 0, NULL, NULL }
 
 #define SHARD_IMPORT_REPORT_VERSION 1 /* as for shard_move_report */
 

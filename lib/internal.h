@@ -35,6 +35,9 @@ int shard__fail_prefix(int code, const char *fmt, ...) SHARD_PRINTF(2, 3);
 void shard__clear_error(void);
 
 /* Allocation wrappers, replaceable in tests to fail the Nth allocation. */
+/* MD5 of data[0..len) into out (lib/modshard.c): 0, or SHARD_ENOMEM /
+ * SHARD_EINTERNAL with the message set. */
+int shard__md5(const void *data, size_t len, unsigned char out[16]);
 void *shard__malloc(size_t n);
 void *shard__calloc(size_t n, size_t size);
 void *shard__realloc(void *p, size_t n);

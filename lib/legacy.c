@@ -186,14 +186,20 @@ static int get_batch(exec_env *env, kv_group *g, size_t from, size_t to)
         return rc;
     }
     sql_free(&q);
+    /* Rows come one mod shard's run after another: its slots are found
+     * once per run, not once per row. */
+    size_t lo = from, hi = from;
+    uint32_t cur = UINT32_MAX;
     while (rc == 0 && (row = mysql_fetch_row(res))) {
         unsigned long *len = mysql_fetch_lengths(res);
         uint32_t ms = (uint32_t)strtoul(row[0], NULL, 10);
-        size_t lo = from, hi;
-        while (lo < to && g->slots[lo].modshard != ms)
-            lo++;
-        for (hi = lo; hi < to && g->slots[hi].modshard == ms; hi++)
-            ;
+        if (ms != cur) {
+            for (lo = from; lo < to && g->slots[lo].modshard != ms; lo++)
+                ;
+            for (hi = lo; hi < to && g->slots[hi].modshard == ms; hi++)
+                ;
+            cur = ms;
+        }
         rc = deliver(g, lo, hi, row[1], len[1], row[2], len[2]);
     }
     mysql_free_result(res);

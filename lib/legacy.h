@@ -72,6 +72,10 @@ typedef struct source_url {
 int import_parse_url(const char *url, source_url *u);
 /* Strict UTF-8: the offset of the first bad byte, or -1 when all is valid. */
 long import_utf8_bad(const unsigned char *s, size_t n);
+/* s[0..n) as a JSON string, quotes included, escaped as json_dumps() does
+ * (no JSON_ENSURE_ASCII): into out, which has room for 6 * n + 2 bytes;
+ * returns the length written. */
+size_t import_json_escape(char *out, const char *s, size_t n);
 
 /* Remember a resolution in the context's cache. */
 void legacy_cache_put(shard_ctx *ctx, unsigned type, uint64_t legacy, uint64_t id);

@@ -4,6 +4,9 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 
+#include <pthread.h>
+#include <string.h>
+
 /*
  * Why OpenSSL's MD5 failed, from its error queue (emptied, so no stale
  * entry misleads the client library's TLS code later). MD5 missing from
@@ -27,11 +30,40 @@ static int digest_failed(void)
     return shard__fail(SHARD_ENOMEM, "out of memory computing MD5");
 }
 
+/* MD5 fetched from the providers once: EVP_md5() looks it up (under a lock)
+ * at every digest, a cost that a lookup of 1000 keys or an import's rows
+ * pay per key. Where the fetch fails, EVP_md5() as before (and its error). */
+static EVP_MD *md5_fetched;
+static pthread_once_t md5_once = PTHREAD_ONCE_INIT;
+
+static void md5_fetch(void)
+{
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+    md5_fetched = EVP_MD_fetch(NULL, "MD5", NULL);
+    ERR_clear_error();
+#endif
+}
+
+int shard__md5(const void *data, size_t len, unsigned char out[16])
+{
+    unsigned int mdlen = 0;
+    unsigned char md[EVP_MAX_MD_SIZE];
+
+    pthread_once(&md5_once, md5_fetch);
+    if (!EVP_Digest(len ? data : "", len, md, &mdlen,
+                    md5_fetched ? md5_fetched : EVP_md5(), NULL))
+        return digest_failed();
+    if (mdlen != 16)
+        return shard__fail(SHARD_EINTERNAL, "MD5 gave %u bytes, not 16", mdlen);
+    memcpy(out, md, 16);
+    return 0;
+}
+
 int shard_mod(const void *key, size_t len, uint32_t nshards, uint32_t *shard)
 {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
+    unsigned char md[16];
     uint32_t r = 0;
+    int rc;
 
     if (!shard)
         return shard__fail(SHARD_EINVAL, "shard_mod: shard output is NULL");
@@ -40,12 +72,10 @@ int shard_mod(const void *key, size_t len, uint32_t nshards, uint32_t *shard)
                           nshards);
     if (!key && len > 0)
         return shard__fail(SHARD_EINVAL, "shard_mod: key is NULL but length is %zu", len);
-    if (!EVP_Digest(len ? key : "", len, md, &mdlen, EVP_md5(), NULL))
-        return digest_failed();
-    if (mdlen != 16)
-        return shard__fail(SHARD_EINTERNAL, "MD5 gave %u bytes, not 16", mdlen);
+    if ((rc = shard__md5(key, len, md)))
+        return rc;
     /* Horner's rule over the big-endian bytes; r < 65536 keeps r*256+255 in 32 bits. */
-    for (unsigned i = 0; i < mdlen; i++)
+    for (unsigned i = 0; i < 16; i++)
         r = (r * 256u + md[i]) % nshards;
     *shard = r;
     return SHARD_OK;

@@ -3,7 +3,9 @@
  * (a password is never accepted, nor echoed), strict UTF-8, lookup values.
  */
 #include <check.h>
+#include <jansson.h>
 #include <libshard.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check_util.h"
@@ -99,10 +101,50 @@ START_TEST(entries)
 }
 END_TEST
 
+/* The import writes a row's strings itself: byte for byte what jansson
+ * writes, or the checksums of rows imported before would all differ. */
+static void same_as_jansson(const char *str, size_t n)
+{
+    json_t *v = json_stringn(str, n);
+    char *want = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    char *got = malloc(6 * n + 2 + 1);
+    size_t len = import_json_escape(got, str, n);
+
+    got[len] = '\0';
+    ck_assert_ptr_nonnull(want);
+    ck_assert_uint_eq(len, strlen(want));
+    ck_assert_msg(memcmp(got, want, len) == 0, "escaped as %s, jansson: %s", got, want);
+    free(got);
+    free(want);
+    json_decref(v);
+}
+
+START_TEST(json_strings)
+{
+    char one[3];
+    static const char *texts[] = {"", "plain", "quote \" backslash \\ slash /",
+                                  "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80",
+                                  "tab\tnl\ncr\rbs\bff\f", "del \x7F", "</script>",
+                                  "\xE2\x80\xA8 line separator"};
+
+    for (int c = 0; c < 0x80; c++) { /* every ASCII byte, alone and in text */
+        one[0] = (char)c;
+        same_as_jansson(one, 1);
+        one[0] = 'a';
+        one[1] = (char)c;
+        one[2] = 'z';
+        same_as_jansson(one, 3);
+    }
+    same_as_jansson("nul\0inside", 10);
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
+        same_as_jansson(texts[i], strlen(texts[i]));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("import");
 
-    tcase_of(s, "import", TESTS(urls, url_password_refused, utf8, entries));
+    tcase_of(s, "import", TESTS(urls, url_password_refused, utf8, entries, json_strings));
     return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }

@@ -202,6 +202,209 @@ static int column_json(import_run *r, uint64_t legacy, const MYSQL_FIELD *f, con
     return *out ? 0 : shard__fail(SHARD_ENOMEM, "out of memory converting a row");
 }
 
+/* ---- the columns' object, written directly ----------------------------------
+ *
+ * A pass converts every row, unchanged or not: building each row as a
+ * jansson object and dumping it twice (column order, sorted keys) was most
+ * of an unchanged pass's time. The text written here is byte for byte
+ * what json_dumps() writes with JSON_COMPACT (checksums of earlier passes
+ * stay valid): strings escape '"', '\\' and bytes below 0x20 (\b \f \n \r
+ * \t, else \u00XX), integers in decimal, reals through jansson itself.
+ */
+
+size_t import_json_escape(char *out, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    char *o = out;
+
+    *o++ = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            continue;
+        }
+        *o++ = '\\';
+        switch (c) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '\b': *o++ = 'b'; break;
+        case '\f': *o++ = 'f'; break;
+        case '\n': *o++ = 'n'; break;
+        case '\r': *o++ = 'r'; break;
+        case '\t': *o++ = 't'; break;
+        default:
+            memcpy(o, "u00", 3);
+            o[3] = hex[c >> 4];
+            o[4] = hex[c & 15];
+            o += 5;
+        }
+    }
+    *o++ = '"';
+    return (size_t)(o - out);
+}
+
+typedef struct jtext {
+    char *s;
+    size_t len, cap;
+} jtext;
+
+static int jt_reserve(jtext *b, size_t extra)
+{
+    size_t cap = b->cap ? b->cap : 256;
+    char *s;
+
+    if (b->len + extra <= b->cap)
+        return 0;
+    while (cap < b->len + extra)
+        cap *= 2;
+    if (!(s = shard__realloc(b->s, cap)))
+        return shard__fail(SHARD_ENOMEM, "out of memory converting a row");
+    b->s = s;
+    b->cap = cap;
+    return 0;
+}
+
+static int jt_add(jtext *b, const char *s, size_t n)
+{
+    int rc = jt_reserve(b, n);
+    if (rc == 0) {
+        memcpy(b->s + b->len, s, n);
+        b->len += n;
+    }
+    return rc;
+}
+
+static int jt_string(jtext *b, const char *s, size_t n)
+{
+    int rc = jt_reserve(b, 6 * n + 2);
+    if (rc == 0)
+        b->len += import_json_escape(b->s + b->len, s, n);
+    return rc;
+}
+
+static int jt_int(jtext *b, int64_t v)
+{
+    char t[24];
+    return jt_add(b, t, (size_t)snprintf(t, sizeof t, "%" PRId64, v));
+}
+
+/* A real as jansson writes it (its precision and exponent rules). */
+static int jt_real(jtext *b, double d)
+{
+    json_t *v = json_real(d);
+    char *s = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    json_malloc_t jm;
+    json_free_t jf;
+    int rc = s ? jt_add(b, s, strlen(s)) : shard__fail(SHARD_ENOMEM, "out of memory "
+                                                      "converting a row");
+
+    json_get_alloc_funcs(&jm, &jf);
+    if (s)
+        jf(s);
+    json_decref(v);
+    return rc;
+}
+
+/* One column's value as JSON text, with column_json's rules and refusals. */
+static int column_text(import_run *r, uint64_t legacy, const MYSQL_FIELD *f, const char *v,
+                       unsigned long len, jtext *b)
+{
+    int64_t i;
+
+    if (!v)
+        return jt_add(b, "null", 4);
+    switch (import_kind_of(f)) {
+    case COL_INT:
+        if (import_parse_i64(v, &i))
+            return row_fail(r, legacy, f->name, "integer \"%.40s\" out of range", v);
+        return jt_int(b, i);
+    case COL_UINT: {
+        char *end;
+        errno = 0;
+        unsigned long long u = strtoull(v, &end, 10);
+        if (errno || *end || u > INT64_MAX)
+            return row_fail(r, legacy, f->name, "%.40s is above 2^63-1, which a JSON integer "
+                            "cannot hold", v);
+        return jt_int(b, (int64_t)u);
+    }
+    case COL_REAL: {
+        char *end;
+        double d = strtod(v, &end);
+        if (*end || !isfinite(d))
+            return row_fail(r, legacy, f->name, "\"%.40s\" is not a finite number", v);
+        return jt_real(b, d);
+    }
+    case COL_DECIMAL:
+    case COL_TEMPORAL:
+        return jt_string(b, v, len);
+    case COL_TEXT: {
+        long bad = import_utf8_bad((const unsigned char *)v, len);
+        if (bad >= 0)
+            return row_fail(r, legacy, f->name, "not valid UTF-8 (byte %ld of %lu is 0x%02x)",
+                            bad, len, (unsigned char)v[bad]);
+        return jt_string(b, v, len);
+    }
+    case COL_NULL:
+        return jt_add(b, "null", 4);
+    default: { /* BIT, and the refusals: column_json's */
+        json_t *j;
+        int rc = column_json(r, legacy, f, v, len, &j);
+        if (rc == 0)
+            rc = jt_int(b, json_integer_value(j));
+        json_decref(j);
+        return rc;
+    }
+    }
+}
+
+/*
+ * The object of a row's columns in column order and, sorted by column name
+ * (order[]: the columns' indexes so sorted), its canonical form: each value
+ * written once, then both texts put together.
+ */
+static int columns_item(import_run *r, const MYSQL_FIELD *f, unsigned nf,
+                        const unsigned *order, MYSQL_ROW row, const unsigned long *len,
+                        import_item *it)
+{
+    jtext vals = {0}, out = {0};
+    size_t *at = shard__calloc(nf + 1, sizeof *at);
+    bool sorted = true;
+    int rc = at ? 0 : shard__fail(SHARD_ENOMEM, "out of memory converting a row");
+
+    for (unsigned c = 0; rc == 0 && c < nf; c++) {
+        at[c] = vals.len;
+        rc = column_text(r, it->legacy, &f[c], row[c], len[c], &vals);
+        sorted = sorted && order[c] == c;
+    }
+    if (rc == 0)
+        at[nf] = vals.len;
+    for (int pass = 0; rc == 0 && pass < 2; pass++) {
+        out.len = 0;
+        rc = jt_add(&out, "{", 1);
+        for (unsigned k = 0; rc == 0 && k < nf; k++) {
+            unsigned c = pass ? order[k] : k;
+            if ((k && (rc = jt_add(&out, ",", 1))) ||
+                (rc = jt_string(&out, f[c].name, strlen(f[c].name))) ||
+                (rc = jt_add(&out, ":", 1)))
+                break;
+            rc = jt_add(&out, vals.s + at[c], at[c + 1] - at[c]);
+        }
+        if (rc == 0)
+            rc = jt_add(&out, "}", 1);
+        if (rc == 0 && pass == 0)
+            rc = copy_out(out.s, out.len, &it->text, &it->len);
+        if (rc == 0 && (pass == 1 || sorted)) {
+            rc = import_md5_hex(out.s, out.len, it->md5);
+            break;
+        }
+    }
+    free(at);
+    free(vals.s);
+    free(out.s);
+    return rc;
+}
+
 static int dump(const json_t *obj, size_t flags, char **text, size_t *len)
 {
     char *s = json_dumps(obj, flags);
@@ -218,12 +421,10 @@ static int dump(const json_t *obj, size_t flags, char **text, size_t *len)
 }
 
 /* The object a legacy row becomes, its canonical checksum, and its keys. */
-static int row_item(import_run *r, MYSQL_RES *res, MYSQL_ROW row, import_item *it)
+static int row_item(import_run *r, const MYSQL_FIELD *f, unsigned nf, const unsigned *order,
+                    MYSQL_ROW row, const unsigned long *len, import_item *it)
 {
     const shard_import_options *o = r->o;
-    MYSQL_FIELD *f = mysql_fetch_fields(res);
-    unsigned long *len = mysql_fetch_lengths(res);
-    unsigned nf = mysql_num_fields(res);
     json_t *obj = NULL, *v;
     char *canon = NULL;
     size_t clen;
@@ -277,13 +478,7 @@ static int row_item(import_run *r, MYSQL_RES *res, MYSQL_ROW row, import_item *i
         if (!v && json_object_set_new(obj, r->id_col, json_integer(legacy)))
             rc = shard__fail(SHARD_ENOMEM, "out of memory converting a row");
     } else {
-        if (!(obj = json_object()))
-            return shard__fail(SHARD_ENOMEM, "out of memory converting a row");
-        for (unsigned c = 0; rc == 0 && c < nf; c++) {
-            if ((rc = column_json(r, it->legacy, &f[c], row[c], len[c], &v)) == 0 &&
-                json_object_set_new(obj, f[c].name, v))
-                rc = shard__fail(SHARD_ENOMEM, "out of memory converting a row");
-        }
+        return columns_item(r, f, nf, order, row, len, it);
     }
     if (rc == 0)
         rc = dump(obj, JSON_COMPACT | JSON_PRESERVE_ORDER, &it->text, &it->len);
@@ -319,23 +514,91 @@ int import_read_rows(import_run *r, const char *where, MYSQL_RES **res)
     return rc;
 }
 
+/* Rows are converted on r->threads threads, CONV_CHUNK rows at a time: a
+ * pass whose lookups say "unchanged" is bound by this conversion. */
+#define CONV_CHUNK 256
+
+typedef struct conv_job {
+    import_run *r;
+    const MYSQL_FIELD *f;
+    unsigned nf;
+    unsigned *order;     /* the columns by name (the canonical form's order) */
+    MYSQL_ROW *rows;
+    unsigned long *lens; /* nf per row */
+    import_item *it;
+    size_t n;
+    int *rc;             /* per chunk */
+    shard_errsave *err;  /* per chunk: its first failure's message */
+} conv_job;
+
+static int conv_chunk(void *arg, size_t c, unsigned worker)
+{
+    conv_job *j = arg;
+    size_t hi = (c + 1) * CONV_CHUNK < j->n ? (c + 1) * CONV_CHUNK : j->n;
+
+    (void)worker;
+    for (size_t i = c * CONV_CHUNK; i < hi; i++) {
+        int rc = row_item(j->r, j->f, j->nf, j->order, j->rows[i], j->lens + i * j->nf,
+                          &j->it[i]);
+        if (rc) {
+            j->rc[c] = rc;
+            shard__error_save(&j->err[c], rc);
+            return rc;
+        }
+    }
+    return 0;
+}
+
 int import_res_items(import_run *r, MYSQL_RES *res, import_item **out, size_t *n)
 {
-    size_t rows = mysql_num_rows(res), k = 0;
-    import_item *it = shard__calloc(rows ? rows : 1, sizeof *it);
+    size_t rows = mysql_num_rows(res), k = 0, chunks = (rows + CONV_CHUNK - 1) / CONV_CHUNK;
+    unsigned nf = mysql_num_fields(res);
+    conv_job j = {r, mysql_fetch_fields(res), nf, NULL, NULL, NULL, NULL, rows, NULL, NULL};
     MYSQL_ROW row;
     int rc = 0;
 
-    if (!it)
-        return shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", rows);
-    while (rc == 0 && (row = mysql_fetch_row(res)))
-        if ((rc = row_item(r, res, row, &it[k])) == 0)
-            k++;
-    if (rc) {
-        import_items_free(it, k + 1);
-        return rc;
+    j.it = shard__calloc(rows ? rows : 1, sizeof *j.it);
+    j.rows = shard__calloc(rows ? rows : 1, sizeof *j.rows);
+    j.lens = shard__calloc(rows && nf ? rows * nf : 1, sizeof *j.lens);
+    j.rc = shard__calloc(chunks ? chunks : 1, sizeof *j.rc);
+    j.err = shard__calloc(chunks ? chunks : 1, sizeof *j.err);
+    j.order = shard__calloc(nf ? nf : 1, sizeof *j.order);
+    if (!j.it || !j.rows || !j.lens || !j.rc || !j.err || !j.order) {
+        rc = shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", rows);
+        goto out;
     }
-    *out = it;
-    *n = k;
-    return 0;
+    for (unsigned c = 0; c < nf; c++) { /* insertion sort: a table's columns are few */
+        unsigned at = c;
+        for (; at > 0 && strcmp(j.f[j.order[at - 1]].name, j.f[c].name) > 0; at--)
+            j.order[at] = j.order[at - 1];
+        j.order[at] = c;
+    }
+    /* The result's cursor is one thread's: rows and lengths first. */
+    while (k < rows && (row = mysql_fetch_row(res))) {
+        memcpy(j.lens + k * nf, mysql_fetch_lengths(res), nf * sizeof *j.lens);
+        j.rows[k++] = row;
+    }
+    j.n = k;
+    chunks = (k + CONV_CHUNK - 1) / CONV_CHUNK;
+    if (fanout_run(chunks, r->threads, conv_chunk, &j)) {
+        /* The first bad row in table order: chunks start in order, so
+         * every chunk before a failed one ran to its end. */
+        for (size_t c = 0; c < chunks && !rc; c++)
+            if (j.rc[c])
+                rc = shard__error_restore(&j.err[c]);
+    }
+out:
+    if (rc) {
+        import_items_free(j.it, j.it ? rows : 0);
+        j.it = NULL;
+    } else {
+        *out = j.it;
+        *n = k;
+    }
+    free(j.order);
+    free(j.rows);
+    free(j.lens);
+    free(j.rc);
+    free(j.err);
+    return rc;
 }

@@ -7,7 +7,6 @@
 
 #include <errmsg.h>
 #include <mysqld_error.h>
-#include <openssl/evp.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,13 +147,17 @@ void import_source_close(import_source *s)
 
 int import_md5_hex(const char *data, size_t len, char hex[33])
 {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
+    unsigned char md[16];
+    int rc = shard__md5(data, len, md);
 
-    if (!EVP_Digest(len ? data : "", len, md, &mdlen, EVP_md5(), NULL) || mdlen != 16)
-        return shard__fail(SHARD_ENOMEM, "computing MD5 failed");
-    for (unsigned i = 0; i < 16; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    if (rc)
+        return rc;
+    /* Not snprintf: a pass computes one per row. */
+    for (unsigned i = 0; i < 16; i++) {
+        hex[2 * i] = "0123456789abcdef"[md[i] >> 4];
+        hex[2 * i + 1] = "0123456789abcdef"[md[i] & 15];
+    }
+    hex[32] = '\0';
     return 0;
 }
 

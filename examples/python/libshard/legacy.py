@@ -100,7 +100,7 @@ class LegacyMixin:
                      json_column: Optional[str] = None,
                      near: Union[None, str, Tuple[str, TypeArg]] = None,
                      password_env: Optional[str] = None, threads: int = 4,
-                     batch_rows: int = 1000, dry_run: bool = False,
+                     batch_rows: int = 0, dry_run: bool = False,
                      progress: Progress = None) -> ImportReport:
         """One import pass of legacy table `table` of `source`
         ("mysql://USER@HOST[:PORT]/DB", never a password: it comes from
@@ -131,7 +131,7 @@ class LegacyMixin:
                        from_column: str, from_type: TypeArg, to_column: str,
                        to_type: TypeArg, seq_column: Optional[str] = None,
                        password_env: Optional[str] = None, threads: int = 4,
-                       batch_rows: int = 1000, dry_run: bool = False,
+                       batch_rows: int = 0, dry_run: bool = False,
                        progress: Progress = None) -> ImportReport:
         """One import pass of legacy join table `table` into rows of
         `mapping` (and its reverse), both ends translated through their
