@@ -30,8 +30,7 @@ static const char *const mod_keys[] = {"count", "database_format", "tables",
                                        "ranges", NULL};
 static const char *const legacy_keys[] = {"table", NULL};
 
-/* Text from json_dumps() goes back to jansson's allocator, whatever it is. */
-static void jansson_free(void *p)
+void map_json_text_free(void *p)
 {
     json_malloc_t m;
     json_free_t f;
@@ -1070,7 +1069,7 @@ int shard_map_to_json(const shard_map *map, char **json)
         return shard__fail(SHARD_EINVAL, "shard_map_to_json: NULL argument");
     s = json_dumps(map->doc, JSON_INDENT(2) | JSON_SORT_KEYS);
     copy = s ? shard__strdup(s) : NULL;
-    jansson_free(s);
+    map_json_text_free(s);
     if (!copy)
         return shard__fail(SHARD_ENOMEM, "out of memory writing the shard map");
     *json = copy;
@@ -1152,7 +1151,7 @@ int map_reassign(const shard_map *cur, unsigned first, unsigned last, const char
     }
     rc = shard_map_parse(out, text, strlen(text));
 out:
-    jansson_free(text);
+    map_json_text_free(text);
     json_decref(ranges);
     json_decref(doc);
     return rc;
@@ -1190,7 +1189,7 @@ int map_mark_moving(const shard_map *cur, unsigned first, unsigned last, bool on
 oom:
     rc = shard__fail(SHARD_ENOMEM, "out of memory editing the shard map");
 out:
-    jansson_free(text);
+    map_json_text_free(text);
     json_decref(moving);
     json_decref(doc);
     return rc;
@@ -1218,7 +1217,7 @@ int map_swap_roles(const shard_map *cur, const char *pair, uint64_t version, sha
     text = json_dumps(doc, JSON_SORT_KEYS);
     rc = text ? shard_map_parse(out, text, strlen(text))
               : shard__fail(SHARD_ENOMEM, "out of memory editing the shard map");
-    jansson_free(text);
+    map_json_text_free(text);
     json_decref(doc);
     return rc;
 }

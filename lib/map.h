@@ -122,4 +122,7 @@ int map_swap_roles(const shard_map *cur, const char *pair, uint64_t version, sha
  * load in every version that may share it. */
 #define SHARD_TABLE_NAME_MAX (64 - 7)
 
+/* Text from json_dumps() goes back to jansson's allocator, whatever it is. */
+void map_json_text_free(void *p);
+
 #endif

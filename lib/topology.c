@@ -15,18 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Text from json_dumps() goes back to jansson's allocator, whatever it is. */
-static void dumps_free(char *p)
-{
-    json_malloc_t m;
-    json_free_t f;
-
-    if (!p)
-        return;
-    json_get_alloc_funcs(&m, &f);
-    f(p);
-}
-
 /* The map of an edited document at `version` (parsed and validated whole). */
 static int doc_map(json_t *doc, uint64_t version, shard_map **out)
 {
@@ -37,7 +25,7 @@ static int doc_map(json_t *doc, uint64_t version, shard_map **out)
         !(text = json_dumps(doc, JSON_SORT_KEYS)))
         return shard__fail(SHARD_ENOMEM, "out of memory editing the shard map");
     rc = shard_map_parse(out, text, strlen(text));
-    dumps_free(text);
+    map_json_text_free(text);
     return rc;
 }
 
