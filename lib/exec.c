@@ -195,9 +195,8 @@ static int fence_row(shard_server *srv, const char *db)
  * the store as before, and so does every FENCE_STORE_MS of waiting.
  * *store_at: when this call last read the store (for the interval).
  */
-static bool exec_wait_fence(shard_ctx *ctx, shard_server *srv, const char *db,
-                            uint64_t version, double started, double *store_at,
-                            double deadline)
+bool exec_wait_fence(shard_ctx *ctx, shard_server *srv, const char *db, uint64_t version,
+                     double started, double *store_at, double deadline)
 {
     for (;;) {
         double ms = (now_seconds() - started) * 1000.0 / 8;

@@ -138,6 +138,16 @@ bool ctx_reload_soon(shard_ctx *ctx, bool force);
  * context's map is now newer than `version`.
  */
 bool exec_wait_map(shard_ctx *ctx, uint64_t version, double waited_ms, double deadline);
+/*
+ * The same wait for a statement that found db fenced on srv (the master
+ * that answered): the fence row there is polled, not the store, until it
+ * lifts or says the new map is out (FENCE_FLIPPED, control.h), then the
+ * store is read once; every 250 ms of waiting reads it all the same.
+ * started: when the call began; *store_at: when its wait last read the
+ * store (started before the first). Returns whether the map is now newer.
+ */
+bool exec_wait_fence(shard_ctx *ctx, shard_server *srv, const char *db, uint64_t version,
+                     double started, double *store_at, double deadline);
 
 /*
  * What a failed statement on (db, shard) means: a missing fence table is a

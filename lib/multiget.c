@@ -27,7 +27,15 @@ typedef struct group {
     int rc;
     shard_errsave err; /* the failure's message, when rc */
     double deadline;   /* the group's retry budget ends (monotonic seconds) */
+    bool fenced;       /* a shard of it was fenced: fenced_shard, the last */
+    unsigned fenced_shard;
 } group;
+
+/* Where a round found a fence, for the wait that follows (exec_wait_fence). */
+typedef struct fence_seen {
+    shard_server *srv; /* NULL: none */
+    char db[SHARD_DBNAME_MAX];
+} fence_seen;
 
 static int cmp_slot(const void *a, const void *b)
 {
@@ -202,8 +210,11 @@ static int run_batch(group *g, shard_conn *c, size_t from, size_t to)
     }
     mysql_free_result(res);
     for (size_t k = 0; rc == 0 && any && k < nshards; k++)
-        if (fenced[k])
+        if (fenced[k]) {
             leave_fenced(g, from, to, shards[k]);
+            g->fenced = true;
+            g->fenced_shard = shards[k];
+        }
     return rc;
 }
 
@@ -276,7 +287,7 @@ static int group_run(void *arg, size_t i, unsigned worker)
 
 /* Items still pending (status SHARD_EMOVED) are asked again; returns how many. */
 static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item *items,
-                      size_t *pending, uint64_t *version)
+                      size_t *pending, uint64_t *version, fence_seen *fs)
 {
     shard_map *map = ctx_map(ctx);
     slot *slots = shard__calloc(n, sizeof *slots);
@@ -343,6 +354,12 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
             it->status = g->rc;
         }
     }
+    fs->srv = NULL;
+    for (size_t i = 0; i < ng && !fs->srv; i++)
+        if (groups[i].fenced && !groups[i].rc) {
+            fs->srv = ctx_server(ctx, map, (size_t)groups[i].pair);
+            shard__dbfmt_name(&map->dbfmt, groups[i].fenced_shard, fs->db);
+        }
     /* Still to ask: a group that found its shard moved, or a fenced shard's items. */
     for (size_t i = 0; i < ns; i++)
         *pending += items[slots[i].idx].status == SHARD_EMOVED;
@@ -398,11 +415,13 @@ static int mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item **out,
      * the retry budget; so are those of a pair whose master a failover
      * replaced. */
     double deadline = started + ctx->opts.retry_budget_ms / 1000.0;
+    double store_at = started; /* the last store read of a fence wait */
     bool waited = false;
     for (unsigned round = 0;; round++) {
+        fence_seen fs = {NULL, ""};
         uint64_t used = 0;
         bool more;
-        if ((rc = mget_round(ctx, ids, n, items, &pending, &used)))
+        if ((rc = mget_round(ctx, ids, n, items, &pending, &used, &fs)))
             break;
         more = now_seconds() < deadline;
         if (pending && more && !waited) { /* fenced or moved, not a failover's re-ask */
@@ -414,9 +433,12 @@ static int mget(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item **out,
         if (!pending || !more)
             break;
         /* Fenced or moved shards: wait for the map that routes them anew
-         * (or one poll of the store), as single calls do. */
+         * (on a fence row, or one poll of the store), as single calls do. */
         stats_add(&ctx->stats.retries);
-        exec_wait_map(ctx, used, (now_seconds() - started) * 1000.0, deadline);
+        if (fs.srv)
+            exec_wait_fence(ctx, fs.srv, fs.db, used, started, &store_at, deadline);
+        else
+            exec_wait_map(ctx, used, (now_seconds() - started) * 1000.0, deadline);
     }
     if (rc) {
         shard_items_free(items, n);

@@ -678,16 +678,27 @@ END_TEST
  * the row's "flipped" mark (fenced = 2, as a mover writes it once its
  * publish landed) sends it to the store once. Polling the store instead
  * (every 3-25 ms) makes dozens of reads in that second. */
+static void *mget_waiting(void *arg)
+{
+    waiter *w = arg;
+    shard_item *items = NULL;
+
+    w->rc = shard_object_mget(w->ctx, &w->id, 1, &items);
+    shard_items_free(items, 1);
+    return NULL;
+}
+
 START_TEST(test_fence_wait_polls_row)
 {
     const unsigned F = 3; /* the last shard of MySQL001 */
     shard_ctx *ctx = open_ctx_with(harness_map_path(H), 16, 60000);
+    shard_ctx *mctx = open_ctx_with(harness_map_path(H), 16, 60000); /* the multi-get's */
     shard_map *map = NULL;
     char db[64];
 
     OK(shard_ctx_map(ctx, &map));
     OK(shard_map_database(map, F, db, sizeof db));
-    create(ctx, PINS, F, "{\"before\":1}");
+    uint64_t before = create(ctx, PINS, F, "{\"before\":1}");
     uint64_t v = shard_map_version(map);
     char *moved = map_routing(map, NSHARDS, F, "MySQL002", v + 1);
     char *path = map_schema_apply(H, moved);
@@ -695,20 +706,33 @@ START_TEST(test_fence_wait_polls_row)
     metrics m = read_metrics(ctx);
     double asked0 = must(&m, "libshard_map_reloads_asked_total", "");
     metrics_free(&m);
+    m = read_metrics(mctx);
+    double masked0 = must(&m, "libshard_map_reloads_asked_total", "");
+    metrics_free(&m);
     fence_set(H, map, "s1", F, 1);
-    waiter w = {.ctx = ctx, .shard = F};
-    pthread_t th;
+    waiter w = {.ctx = ctx, .shard = F}, mw = {.ctx = mctx, .id = before};
+    pthread_t th, mth;
     ck_assert_int_eq(pthread_create(&th, NULL, create_waiting, &w), 0);
+    ck_assert_int_eq(pthread_create(&mth, NULL, mget_waiting, &mw), 0);
     m = wait_for(ctx, "libshard_fence_waits_total", "", 1);
+    metrics_free(&m);
+    m = wait_for(mctx, "libshard_fence_waits_total", "", 1);
     metrics_free(&m);
     nap_ms(1000); /* the fence holds */
     m = read_metrics(ctx);
     double asked1 = must(&m, "libshard_map_reloads_asked_total", "");
     metrics_free(&m);
+    m = read_metrics(mctx);
+    double masked1 = must(&m, "libshard_map_reloads_asked_total", "");
+    metrics_free(&m);
     map_publish(H, moved);
     fence_set(H, map, "s1", F, 2); /* the mover's mark: the new map is out */
     pthread_join(th, NULL);
+    pthread_join(mth, NULL);
     ck_assert_msg(w.rc == 0, "the waiting create: %s", shard_strerror(w.rc));
+    /* The hand-made move copied nothing: on MySQL002 the object is not
+     * there, and the multi-get says so once the map routes it there. */
+    ck_assert_msg(mw.rc == 0, "the waiting multi-get: %s", shard_strerror(mw.rc));
     char *n = sql_okf(H, "s3", "SELECT COUNT(*) FROM `%s`.pins WHERE local_id = %llu", db,
                      (unsigned long long)shard_id_local(w.id));
     ck_assert_str_eq(n, "1\n"); /* it ran on MySQL002 */
@@ -717,8 +741,17 @@ START_TEST(test_fence_wait_polls_row)
     double asked2 = must(&m, "libshard_map_reloads_asked_total", "");
     ck_assert(must(&m, "libshard_map_version", "") == (double)(v + 1));
     metrics_free(&m);
-    fprintf(stderr, "  (store reads asked: %.0f while fenced 1 s, %.0f in all)\n",
-            asked1 - asked0, asked2 - asked0);
+    m = read_metrics(mctx);
+    double masked2 = must(&m, "libshard_map_reloads_asked_total", "");
+    ck_assert(must(&m, "libshard_map_version", "") == (double)(v + 1));
+    metrics_free(&m);
+    fprintf(stderr, "  (store reads asked: create %.0f while fenced 1 s, %.0f in all; "
+            "multi-get %.0f, %.0f)\n", asked1 - asked0, asked2 - asked0, masked1 - masked0,
+            masked2 - masked0);
+    ck_assert_msg(masked1 - masked0 <= 6, "multi-get: %.0f store reads while the fence "
+                  "held 1 s", masked1 - masked0);
+    ck_assert_msg(masked2 - masked1 <= 3, "multi-get: %.0f store reads after the flip's "
+                  "mark", masked2 - masked1);
     ck_assert_msg(asked1 - asked0 <= 6, "%.0f store reads while the fence held 1 s",
                   asked1 - asked0);
     ck_assert_msg(asked2 - asked1 <= 3, "%.0f store reads after the flip's mark",
@@ -729,6 +762,7 @@ START_TEST(test_fence_wait_polls_row)
     unlink(path);
     free(path);
     shard_map_free(map);
+    shard_ctx_free(mctx);
     shard_ctx_free(ctx);
 }
 END_TEST
