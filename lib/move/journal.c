@@ -364,6 +364,9 @@ void move_next_steps(uint64_t id, int phase, bool running, char *buf, size_t siz
     else if (phase == MOVE_REVERSIBLE)
         snprintf(buf, size, "is flipped and keeps its reverse window: finish it (shardctl "
                  "move finish %llu) or revert it (shardctl move revert %llu)", n, n);
+    else if (phase == MOVE_DROPPING)
+        snprintf(buf, size, "is done and left its source's copies to drop: resume it to drop "
+                 "them (shardctl move resume %llu)", n);
     else if (phase == MOVE_REVERTING)
         snprintf(buf, size, "was interrupted reverting: resume the revert (shardctl move "
                  "revert %llu)", n);
@@ -384,7 +387,12 @@ int move_refuse_unfinished(shard_ctx *ctx, const shard_map *map, const char *pai
         return shard__fail_prefix(rc, "%s: cannot tell whether a move involving %s is "
                                  "unfinished: ", what, pair);
     for (size_t i = 0; i < n && rc == 0; i++)
-        if (strcmp(rows[i].source, pair) == 0 || strcmp(rows[i].target, pair) == 0) {
+        /* A move left dropping is flipped and verified, its replication
+         * gone: it holds nothing a failover or a rebalance must wait for
+         * (its drops follow the map's master; a move of its shards
+         * finishes them first). */
+        if (rows[i].phase != MOVE_DROPPING &&
+            (strcmp(rows[i].source, pair) == 0 || strcmp(rows[i].target, pair) == 0)) {
             char steps[400];
             move_next_steps(rows[i].id, rows[i].phase, rows[i].running, steps, sizeof steps);
             rc = shard__fail(SHARD_EBUSY, "%s: unfinished move %llu (shards %u-%u, %s to %s) %s%s%s", what,

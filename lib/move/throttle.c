@@ -315,3 +315,15 @@ int move_throttle_gate(move_throttle *th)
     sleep_ms(wait > 0 ? wait * 1000 : 0);
     return 0;
 }
+
+/* A drop's rest: as long as it took, and at least MOVE_REST_MIN_MS, so a
+ * burst of small drops never runs back to back. */
+#define MOVE_REST_MIN_MS 50.0
+
+int move_throttle_rest(move_throttle *th, double busy)
+{
+    double ms = busy * 1000.0;
+
+    sleep_ms(ms > MOVE_REST_MIN_MS ? ms : MOVE_REST_MIN_MS);
+    return move_throttle_wait(th);
+}
