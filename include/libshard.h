@@ -552,7 +552,8 @@ typedef struct shard_move_report {
 SHARD_EXPORT int shard_move(shard_ctx *ctx, unsigned first, unsigned last,
                             const char *target, const shard_move_options *opts,
                             shard_move_report *report, char **plan);
-/* Resume the unfinished move `move_id` (0: the only unfinished one). A
+/* Resume the unfinished move `move_id` (0: the only unfinished one, a move
+ * left dropping counted only when no other is unfinished). A
  * move left dropping (SHARD_MOVE_DROPPING) drops the rest of its source's
  * copies and ends SHARD_MOVE_DONE with report->source_dropped 1; a move
  * resumed from an earlier phase returns once done, as shard_move does. */

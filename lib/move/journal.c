@@ -453,6 +453,15 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m)
                                (unsigned long long)id)
                   : shard__fail(SHARD_ENOTFOUND, "no unfinished move");
     }
+    if (n > 1 && !id) {
+        /* A move left dropping is done for its user: "the only unfinished
+         * one" is the other one, when there is just one other. */
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (rows[i].phase != MOVE_DROPPING)
+                rows[k++] = rows[i];
+        n = k ? k : n;
+    }
     if (n > 1) {
         sqlbuf ids;
         sql_init(&ids);
