@@ -65,6 +65,7 @@ static void move_ok(mover *mv)
                   mv->err);
     ck_assert_int_eq(mv->r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(mv->r.mismatches, 0);
+    drop_rest(admin, &mv->r);
     ck_assert_int_eq(mv->r.source_dropped, 1);
     for (unsigned s = mv->first; s <= mv->last; s++)
         ck_assert_str_eq(pair_of(ctx, s), mv->to);
@@ -168,6 +169,7 @@ START_TEST(revert_under_writers_then_forward_again)
     load_stop(&l, 200000);
     ck_assert_msg(rc == 0, "forward again: %s", shard_errmsg());
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    drop_rest(admin, &r);
     ck_assert_int_eq(r.source_dropped, 1);
     ck_assert_str_eq(pair_of(ctx, 0), "MySQL002");
     ledger_check_all(ctx);

@@ -196,7 +196,9 @@ int move_enter(mv *m, move_phase phase, const char *msg)
     m->r->phase = move_public_phase(m);
     if (m->id && (rc = journal_write(m, msg)))
         return rc;
-    move_progress(m, m->r->phase, 0, 0);
+    /* The run that reports done there tells its caller done instead. */
+    if (!(phase == MOVE_DROPPING && m->reported))
+        move_progress(m, m->r->phase, 0, 0);
     ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: %s%s%s%s%s", (unsigned long long)m->id,
             shard_move_phase_name(m->r->phase), m->r->phase == MOVE_REVERTING ? " " : "",
             m->r->phase == MOVE_REVERTING ? shard_move_phase_name((int)phase) : "",
