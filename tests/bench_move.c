@@ -1553,7 +1553,8 @@ int main(int argc, char **argv)
     if (bench_selected("copy-vs-myloader") || bench_selected("copy-vs-loaddata") ||
         bench_selected("cutover-pause-ms") || bench_selected("mover-rss"))
         copy_benches(have_mydumper);
-    if (bench_selected("move-scale-pause-ms") || bench_selected("move-scale-vs-myloader"))
+    if (bench_selected("move-scale-pause-ms") || bench_selected("move-scale-vs-myloader") ||
+        bench_selected("move-scale-drop"))
         scale_bench(have_mydumper);
     cleanup_tmpdir();
     note("total %.1f s", now() - t_start);
