@@ -846,8 +846,8 @@ int shard_move(shard_ctx *ctx, unsigned first, unsigned last, const char *target
         goto out;
     }
     settle_interrupted(&m);
-    if ((rc = finish_drops(&m)) || (rc = move_preflight(&m, NULL)) || (rc = move_journal_open(&m)) ||
-        (rc = no_overlap(&m)) || (rc = move_journal_insert(&m)) ||
+    if ((rc = finish_drops(&m)) || (rc = move_preflight(&m, NULL)) ||
+        (rc = move_journal_open(&m)) || (rc = no_overlap(&m)) || (rc = move_journal_insert(&m)) ||
         (rc = move_enter(&m, MOVE_PLANNED, NULL)))
         goto out;
     rc = drive(&m);

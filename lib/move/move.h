@@ -22,9 +22,11 @@
  *   lease.c    the shards marked moving in the map, the lease wait before a fence
  *   verify.c   comparing every row; the target's snapshots
  *   cleanup.c  waiting for both halves of the target, dropping the source
+ *              (a forward move's after it reported done: paced, resumable)
  *   driver.c   the phase switch, in both directions (a revert is the same
  *              phases with the sides exchanged); shard_move, _resume,
- *              _abort, _revert, _finish
+ *              _abort, _revert, _finish; a move of shards another left
+ *              dropping finishes those drops first
  *   status.c   shard_move_status, phase names
  *
  * No file calls one that calls it back: driver.c calls the phases' files,
