@@ -478,6 +478,10 @@ SHARD_EXPORT int shard_object_update(shard_ctx *ctx, uint64_t id, shard_update_f
                                    from the target until finish or revert */
 #define SHARD_MOVE_REVERTING 10 /* a revert's cut-over: the target is fenced */
 #define SHARD_MOVE_REVERTED 11  /* the map is back on the source (over) */
+/* Appended: done for its user (flipped, verified, both halves of the target
+ * hold the flip), the source's copies left to drop (libshard-move(7),
+ * "Dropping the source"): shard_move_resume or shard_move_finish drops them. */
+#define SHARD_MOVE_DROPPING 12
 
 /*
  * Progress of a move: the phase, and units done of total in it (rows while
@@ -549,17 +553,24 @@ typedef struct shard_move_report {
 /*
  * Move ID shards first..last (all on one pair) to pair `target`: plan and
  * check both pairs, copy a consistent snapshot, catch up by replication,
- * fence the source, publish the new map, verify every row, drop the
- * source copy. Every phase is journaled on the target master, so an
- * interrupted move can be resumed (shard_move_resume) or aborted
- * (shard_move_abort). With SHARD_MOVE_DRY_RUN, *plan (caller frees with
+ * fence the source, publish the new map, verify every row. It returns
+ * (report->phase SHARD_MOVE_DONE, report->source_dropped 0) once both
+ * halves of the target hold the flip; the source's copies are left to
+ * drop (journaled as SHARD_MOVE_DROPPING): shard_move_resume drops them,
+ * one database at a time, paced. Every phase is journaled on the target
+ * master, so an interrupted move can be resumed (shard_move_resume) or
+ * aborted (shard_move_abort). With SHARD_MOVE_DRY_RUN, *plan (caller frees with
  * shard_free(); may be NULL otherwise) gets the plan and nothing changes.
  * report may be NULL. SHARD_EVERIFY when rows differ: the source is kept.
  */
 SHARD_EXPORT int shard_move(shard_ctx *ctx, unsigned first, unsigned last,
                             const char *target, const shard_move_options *opts,
                             shard_move_report *report, char **plan);
-/* Resume the unfinished move `move_id` (0: the only unfinished one). */
+/* Resume the unfinished move `move_id` (0: the only unfinished one, a move
+ * left dropping counted only when no other is unfinished). A
+ * move left dropping (SHARD_MOVE_DROPPING) drops the rest of its source's
+ * copies and ends SHARD_MOVE_DONE with report->source_dropped 1; a move
+ * resumed from an earlier phase returns once done, as shard_move does. */
 SHARD_EXPORT int shard_move_resume(shard_ctx *ctx, uint64_t move_id,
                                    const shard_move_options *opts,
                                    shard_move_report *report);
@@ -589,7 +600,9 @@ SHARD_EXPORT int shard_move_revert(shard_ctx *ctx, uint64_t move_id,
                                    const shard_move_options *opts,
                                    shard_move_report *report);
 /* End the reverse window of move `move_id` (0: the only reversible one)
- * now: stop the reverse stream and drop the source's copies. */
+ * now: stop the reverse stream and drop the source's copies (paced, as
+ * shard_move_resume drops those of a move left dropping, which it also
+ * takes). */
 SHARD_EXPORT int shard_move_finish(shard_ctx *ctx, uint64_t move_id,
                                    const shard_move_options *opts,
                                    shard_move_report *report);

@@ -830,6 +830,14 @@ int shard_rebalance_run(shard_ctx *ctx, const shard_rebalance *plan,
         if ((rc = still_on_source(ctx, mv)))
             return rc;
         rc = shard_move(ctx, mv->first, mv->last, mv->to, o.move, &report, NULL);
+        /* Done, its source's copies left to drop: dropped before the next
+         * move, so that a stopped rebalance leaves none behind. */
+        if (rc == 0 && report.phase == SHARD_MOVE_DONE && !report.source_dropped &&
+            !(o.move && (o.move->flags & SHARD_MOVE_KEEP_SOURCE))) {
+            shard_move_report dropped = SHARD_MOVE_REPORT_INIT;
+            if ((rc = shard_move_resume(ctx, report.move_id, o.move, &dropped)) == 0)
+                report.source_dropped = dropped.source_dropped;
+        }
         if (rc)
             rc = shard__fail_prefix(rc, "move %zu of %zu (shards %u-%u from %s to %s): ", i + 1,
                                    plan->nmoves, mv->first, mv->last, mv->from, mv->to);

@@ -19,6 +19,10 @@
  *   bench move-scale-vs-myloader-under-writers the same, with the tools run
  *                             under the writers the move runs under (for
  *                             comparison: the move is online, the tools are not)
+ *   bench move-scale-drop    the writers' p99.9 while the source's databases are
+ *                             dropped after the move reported done / in the
+ *                             seconds before the move; the time to done and to
+ *                             dropped in the detail
  *
  * Data: shards 0-1 (MySQL001) hold BIG_ROWS rows of ~200-byte JSON in their
  * pins and boards tables (four tables, one per copy thread; the other eight
@@ -1092,6 +1096,7 @@ static void copy_benches(bool have_mydumper)
 #define SCALE_PINS 1000       /* per moved shard */
 #define SCALE_WRITERS 4
 #define SCALE_MAX_CALLS 400000 /* recorded per writer */
+#define DROP_QUIET_S 3.0       /* the writers alone before the move: the drop's baseline */
 
 enum { OP_CREATE, OP_PATCH, OP_GET };
 static const char *const op_name[] = {"create", "patch", "get"};
@@ -1308,8 +1313,10 @@ static void scale_bench(bool have_mydumper)
     swriter w[SCALE_WRITERS];
     volatile int stop = 0;
     double t_mv0, t_mv1, t0, t_flip, c0[7], c1[7], worst = 0, worst_cut = 0, *d;
-    long ncalls = 0, nd = 0, in_window = 0;
-    int rc, errors = 0, worst_op = OP_CREATE;
+    double t_q0, t_drop1, *dq, *dd;
+    shard_move_report dr = SHARD_MOVE_REPORT_INIT;
+    long ncalls = 0, nd = 0, in_window = 0, nq = 0, ndrop = 0;
+    int rc, drc = 0, errors = 0, worst_op = OP_CREATE;
     char lasterr[256] = "";
 
     if (getenv("BENCH_MOVE_SCALE_SHARDS"))
@@ -1359,6 +1366,9 @@ static void scale_bench(bool have_mydumper)
     mo.copy_threads = THREADS;
     mo.progress = scale_phase;
     r = (shard_move_report)SHARD_MOVE_REPORT_INIT;
+    /* The writers alone for a while: what the drop's window is held against. */
+    t_q0 = now();
+    sleep_s(DROP_QUIET_S);
     for (int k = 1; k <= 6; k++)
         c0[k] = cpu_of(Srv_pid[k]);
     c0[0] = cpu_self();
@@ -1370,6 +1380,11 @@ static void scale_bench(bool have_mydumper)
     c1[0] = cpu_self();
     if (rc)
         snprintf(lasterr, sizeof lasterr, "%s", shard_errmsg());
+    /* Done: the source's copies dropped after it, the writers still on,
+     * as shardctl move does right after printing done. */
+    if (rc == 0 && (drc = shard_move_resume(mover, r.move_id, &mo, &dr)))
+        snprintf(lasterr, sizeof lasterr, "%s", shard_errmsg());
+    t_drop1 = now();
     sleep_s(0.5);
     stop = 1;
     for (int i = 0; i < SCALE_WRITERS; i++)
@@ -1379,10 +1394,14 @@ static void scale_bench(bool have_mydumper)
     if (r.phase != SHARD_MOVE_DONE || r.mismatches)
         die("the scale move ended in phase %s with %llu mismatches",
             shard_move_phase_name(r.phase), (unsigned long long)r.mismatches);
+    if (drc || !dr.source_dropped)
+        die("dropping the source after the move: %s (%s)", shard_strerror(drc), lasterr);
 
     for (int i = 0; i < SCALE_WRITERS; i++)
         ncalls += w[i].ncalls;
-    if (!(d = malloc((size_t)(ncalls ? ncalls : 1) * sizeof *d)))
+    if (!(d = malloc((size_t)(ncalls ? ncalls : 1) * sizeof *d)) ||
+        !(dq = malloc((size_t)(ncalls ? ncalls : 1) * sizeof *dq)) ||
+        !(dd = malloc((size_t)(ncalls ? ncalls : 1) * sizeof *dd)))
         die("out of memory");
     /* The pause: report.pause_ms up to the flip (the "fenced" progress call
      * comes only once the fence holds). */
@@ -1394,6 +1413,10 @@ static void scale_bench(bool have_mydumper)
         for (long k = 0; k < w[i].ncalls; k++) {
             const scall *c = &w[i].calls[k];
             double dt = c->t1 - c->t0;
+            if (c->t0 >= t_q0 && c->t1 < t_mv0)
+                dq[nq++] = dt;
+            else if (c->t0 > t_mv1 && c->t1 <= t_drop1)
+                dd[ndrop++] = dt;
             if (c->t1 < t_mv0 || c->t0 > t_mv1)
                 continue;
             d[nd++] = dt;
@@ -1410,6 +1433,8 @@ static void scale_bench(bool have_mydumper)
     }
     if (nd == 0)
         die("no writer call during the move");
+    if (nq == 0 || ndrop == 0)
+        die("no writer call before the move (%ld) or during the drop (%ld)", nq, ndrop);
 
     {
         const double *ph = scale_phase_t;
@@ -1430,6 +1455,18 @@ static void scale_bench(bool have_mydumper)
                    (unsigned long long)r.rows_copied, open, p999 * 1000, p99 * 1000,
                    in_window, worst_cut * 1000, r.pause_ms, r.fence_attempts,
                    r.cutover_seconds, errors, errors ? ", last: " : "", lasterr);
+        if (bench_selected("move-scale-drop")) {
+            double q999 = quantile(dq, nq, 0.999), q99 = quantile(dq, nq, 0.99);
+            double x999 = quantile(dd, ndrop, 0.999), x99 = quantile(dd, ndrop, 0.99);
+            printf("bench move-scale-drop ratio=%.2f (the writers' p99.9 during the paced drop "
+                   "of the source's %u databases after the move was done / in the %.1f s "
+                   "before the move: %.1f ms / %.1f ms; p99 %.1f ms / %.1f ms; %ld / %ld "
+                   "calls; the move done %.2f s after it started, the source dropped %.2f s "
+                   "after that (one database at a time, each followed by a rest as long as "
+                   "it took); target about 1)\n",
+                   q999 > 0 ? x999 / q999 : 0, nmoved, DROP_QUIET_S, x999 * 1000, q999 * 1000,
+                   x99 * 1000, q99 * 1000, ndrop, nq, t_mv1 - t_mv0, t_drop1 - t_mv1);
+        }
         if (!bench_selected("move-scale-vs-myloader")) {
             /* not asked for */
         } else if (!have_mydumper) {
@@ -1441,7 +1478,8 @@ static void scale_bench(bool have_mydumper)
                    "of the same %u databases (%lld rows; %d threads each, myloader -e: binlog "
                    "on) from MySQL001 into the empty MySQL003 = %.2f s / the whole shard_move "
                    "%.2f s (%d copy threads, under the %d writers): planning %.2f s, copy "
-                   "%.2f s, catch-up %.2f s, cut-over %.3f s, verify %.2f s, cleanup %.2f s; "
+                   "%.2f s, catch-up %.2f s, cut-over %.3f s, verify %.2f s, cleanup %.2f s "
+                   "(the source's drop after done: %.2f s more); "
                    "%llu rows copied, %llu verified; CPU s: mydumper+myloader clients %.2f, "
                    "source %.2f, target %.2f, target standby %.2f vs this process (mover and "
                    "writers) %.2f, source %.2f, target %.2f, target standby %.2f; tools until "
@@ -1449,7 +1487,7 @@ static void scale_bench(bool have_mydumper)
                    (tr.dump_s + tr.load_s) / (t_mv1 - t_mv0), tr.dump_s, tr.load_s, nmoved,
                    tr.rows, THREADS, tr.dump_s + tr.load_s, t_mv1 - t_mv0, THREADS,
                    SCALE_WRITERS, plan_s, r.copy_seconds, r.catchup_seconds,
-                   r.cutover_seconds, r.verify_seconds, clean_s,
+                   r.cutover_seconds, r.verify_seconds, clean_s, t_drop1 - t_mv1,
                    (unsigned long long)r.rows_copied, (unsigned long long)r.rows_verified,
                    tr.dump_cpu.client + tr.load_cpu.client, tr.dump_cpu.src + tr.load_cpu.src,
                    tr.dump_cpu.dst + tr.load_cpu.dst,
@@ -1479,6 +1517,8 @@ static void scale_bench(bool have_mydumper)
         }
     }
     free(d);
+    free(dq);
+    free(dd);
     shard_ctx_free(mover);
     shard_ctx_free(app);
     harness_stop(H);
@@ -1514,7 +1554,8 @@ int main(int argc, char **argv)
     if (bench_selected("copy-vs-myloader") || bench_selected("copy-vs-loaddata") ||
         bench_selected("cutover-pause-ms") || bench_selected("mover-rss"))
         copy_benches(have_mydumper);
-    if (bench_selected("move-scale-pause-ms") || bench_selected("move-scale-vs-myloader"))
+    if (bench_selected("move-scale-pause-ms") || bench_selected("move-scale-vs-myloader") ||
+        bench_selected("move-scale-drop"))
         scale_bench(have_mydumper);
     cleanup_tmpdir();
     note("total %.1f s", now() - t_start);

@@ -305,6 +305,28 @@ MOVE_UTIL void move_reversible(shard_ctx *admin, unsigned first, unsigned last, 
     ck_assert_uint_eq(r->mismatches, 0);
 }
 
+/* A move that returned done leaves its source's copies to drop (phase
+ * dropping): drop them now, as shardctl does right after, and say so in
+ * *r. One that kept its source (over already) is left as it is. */
+MOVE_UTIL void drop_rest(shard_ctx *admin, shard_move_report *r)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report d = SHARD_MOVE_REPORT_INIT;
+    int rc;
+
+    ck_assert_int_eq(r->phase, SHARD_MOVE_DONE);
+    if (r->source_dropped)
+        return;
+    rc = shard_move_resume(admin, r->move_id, &o, &d);
+    if (rc == SHARD_ENOTFOUND)
+        return;
+    ck_assert_msg(rc == 0, "dropping what move %llu left: %d %s",
+                  (unsigned long long)r->move_id, rc, shard_errmsg());
+    ck_assert_int_eq(d.phase, SHARD_MOVE_DONE);
+    ck_assert_int_eq(d.source_dropped, 1);
+    r->source_dropped = 1;
+}
+
 /* ---- a mover in a child process, stopped, then SIGKILLed --------------------- */
 
 static int child_stop_fd; /* in the child: tells the parent where it stopped */

@@ -917,6 +917,11 @@ START_TEST(move_source_killed_mid_copy)
     t0 = now_s();
     rc = shard_move_resume(mover, 0, &o, &r);
     ck_assert_msg(rc == 0, "resume: %d %s", rc, shard_errmsg());
+    if (rc == 0 && !r.source_dropped) { /* done: the source's drop follows */
+        shard_move_report d = SHARD_MOVE_REPORT_INIT;
+        rc = shard_move_resume(mover, r.move_id, &o, &d);
+        ck_assert_msg(rc == 0 && d.source_dropped, "drop: %d %s", rc, shard_errmsg());
+    }
     shard_ctx_free(mover);
     printf("  resumed in %.2f s: %llu rows copied, %llu verified, pause %.1f ms\n",
            now_s() - t0, (unsigned long long)r.rows_copied, (unsigned long long)r.rows_verified,

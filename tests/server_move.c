@@ -119,6 +119,7 @@ static void resume_ok(shard_move_report *r)
     ck_assert_msg(rc == 0, "resume: %d %s", rc, shard_errmsg());
     ck_assert_int_eq(r->phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r->mismatches, 0);
+    drop_rest(admin, r);
 }
 
 /* ---- tests ------------------------------------------------------------------ */
@@ -147,7 +148,10 @@ START_TEST(move_under_concurrent_writes)
            (unsigned long long)r.rows_verified, worst * 1000);
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r.mismatches, 0);
-    ck_assert_int_eq(r.source_dropped, 1);
+    /* Done before the drops: the source's copies are still there. */
+    ck_assert_int_eq(r.source_dropped, 0);
+    ck_assert_int_eq(db_exists(h, "s1", 0), 1);
+    drop_rest(admin, &r);
     ck_assert_str_eq(pair_of(ctx, 0), "MySQL002");
     ck_assert_str_eq(pair_of(ctx, 1), "MySQL002");
     ck_assert_str_eq(pair_of(ctx, 2), "MySQL001");
@@ -422,6 +426,7 @@ START_TEST(merge_two_pairs_onto_one)
                          " DROP COLUMN flip_gtid, DROP COLUMN fence_statements"));
     ledger_fill(ctx, 0, 3, 5);
     ck_assert_msg(shard_move(admin, 0, 1, "MySQL003", &o, &r, NULL) == 0, "%s", shard_errmsg());
+    drop_rest(admin, &r);
     /* The second as a program built against libshard 0.1.0 calls it: its
      * report has the first layout (no version), filled without a byte past
      * its end (a heap struct of exactly that size: ASan). */
@@ -441,9 +446,13 @@ START_TEST(merge_two_pairs_onto_one)
         ck_assert_uint_eq(old->rows_verified, old->rows_copied);
         ck_assert_uint_eq(old->mismatches, 0);
         ck_assert_uint_gt(old->map_version, r.map_version);
-        ck_assert_int_eq(old->source_dropped, 1);
+        ck_assert_int_eq(old->source_dropped, 0); /* done: the drops follow */
         ck_assert_int_eq(old->target_pair_healthy, 1);
+        shard_move_report d = SHARD_MOVE_REPORT_INIT;
+        d.phase = old->phase;
+        d.move_id = old->move_id;
         free(old);
+        drop_rest(admin, &d);
     }
     {
         char *out = sql_ok(h, "s5", "SELECT GROUP_CONCAT(COLUMN_NAME, ' ', DATA_TYPE ORDER BY"
@@ -596,7 +605,7 @@ START_TEST(transient_failure_retried_in_phase)
     rc = shard_move(admin, 10, 11, "MySQL002", &o, &r, NULL);
     ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
     ck_assert_int_eq(restarts, 1);
-    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    drop_rest(admin, &r);
     ck_assert_int_eq(r.source_dropped, 1);
     ck_assert_str_eq(pair_of(ctx, 10), "MySQL002");
     ck_assert_int_eq(pair_link_running("s3"), 1);
@@ -842,6 +851,7 @@ START_TEST(postponed_cutover_waits_for_the_file)
     ck_assert_msg(mv.rc == 0, "move: %s", mv.err);
     ck_assert_int_eq(mv.r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(mv.r.mismatches, 0);
+    drop_rest(admin, &mv.r);
     ck_assert_int_eq(mv.r.source_dropped, 1);
     ck_assert_str_eq(pair_of(ctx, s), target);
     ledger_check_all(ctx);
@@ -876,6 +886,7 @@ START_TEST(resumed_after_flip_ignores_later_writes)
     ck_assert_msg(rc == 0, "resume: %d %s", rc, shard_errmsg());
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r.mismatches, 0);
+    drop_rest(admin, &r);
     ck_assert_int_eq(r.source_dropped, 1);
     ledger_check_all(ctx);
     check_rows_on_master(s);
@@ -1465,6 +1476,7 @@ static void restarted_mid_verification(unsigned s, bool kill_source, const char 
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
     ck_assert_uint_eq(r.mismatches, 0);
     ck_assert_uint_ge(r.rows_verified, 2500);
+    drop_rest(admin, &r);
     ck_assert_int_eq(r.source_dropped, 1);
     ck_assert_str_eq(pair_of(ctx, s), target);
     ck_assert_int_eq(db_exists(h, smaster, s), 0);

@@ -423,7 +423,9 @@ START_TEST(move_64_shards_of_6_tables_under_writers)
     atomic_int stop = 0;
     unsigned moved[NMOVED], stayed[SHARDS - NMOVED];
     size_t nstayed = 0;
-    double t0, t1, worst = 0;
+    shard_move_report dr = SHARD_MOVE_REPORT_INIT;
+    double t0, t1, t2, worst = 0;
+    int left, drc = 0;
     const char *worst_op = "-";
     long calls = 0, rounds = 0;
     int rc, errors = 0;
@@ -448,6 +450,11 @@ START_TEST(move_64_shards_of_6_tables_under_writers)
     t1 = now_s();
     if (rc)
         fprintf(stderr, "move: %s: %s\n", shard_strerror(rc), shard_errmsg());
+    /* Done before the drops: the source whole; then dropped, writers on. */
+    left = rc ? -1 : databases_between("s1", MOVED_FIRST, MOVED_LAST);
+    if (rc == 0 && (drc = shard_move_resume(mover, r.move_id, NULL, &dr)))
+        fprintf(stderr, "drop: %s: %s\n", shard_strerror(drc), shard_errmsg());
+    t2 = now_s();
     usleep(300000);
     atomic_store(&stop, 1);
     for (int k = 0; k < WRITERS; k++) {
@@ -472,6 +479,8 @@ START_TEST(move_64_shards_of_6_tables_under_writers)
            (unsigned long long)r.rows_copied, (unsigned long long)r.rows_verified,
            (unsigned long long)r.mismatches, r.pause_ms, r.fence_attempts,
            r.target_pair_healthy);
+    printf("drop: %d of %d databases left at done, dropped in %.2f s after it (rc %d)\n",
+           left, NMOVED, t2 - t1, drc);
     printf("writers: %d threads, %ld rounds, %ld calls, %d errors, worst call %.1f ms (%s)\n",
            WRITERS, rounds, calls, errors, worst * 1000, worst_op);
     fflush(stdout);
@@ -481,7 +490,10 @@ START_TEST(move_64_shards_of_6_tables_under_writers)
     ck_assert_uint_eq(r.tables, (uint64_t)NMOVED * 6);
     ck_assert_uint_eq(r.mismatches, 0);
     ck_assert_uint_ge(r.rows_verified, (uint64_t)NMOVED * (4 * PRE_PINS + PRE_BOARDS + 1));
-    ck_assert_int_eq(r.source_dropped, 1);
+    ck_assert_int_eq(r.source_dropped, 0);
+    ck_assert_int_eq(left, NMOVED);
+    ck_assert_msg(drc == 0, "drop: %s", shard_errmsg());
+    ck_assert_int_eq(dr.source_dropped, 1);
     for (int k = 0; k < WRITERS; k++) {
         ck_assert_msg(wr[k].errors == 0, "writer %d: %d errors, last: %s", k, wr[k].errors,
                       wr[k].err);

@@ -984,6 +984,12 @@ static int move_as(const char *user, const char *pwenv, unsigned timeout_s,
     o.copy_threads = 2;
     o.catchup_timeout_s = timeout_s;
     rc = shard_move(c, 0, 0, to, &o, r, NULL);
+    if (rc == 0 && r->phase == SHARD_MOVE_DONE && !r->source_dropped) {
+        /* Done; the source's drop follows, as shardctl runs it. */
+        shard_move_report dr = SHARD_MOVE_REPORT_INIT;
+        if ((rc = shard_move_resume(c, r->move_id, &o, &dr)) == 0)
+            r->source_dropped = dr.source_dropped;
+    }
     snprintf(move_err, sizeof move_err, "%s", errmsg());
     if (rc == 0 && (r->phase != SHARD_MOVE_DONE || r->mismatches || !r->source_dropped)) {
         rc = SHARD_EINTERNAL;

@@ -278,6 +278,13 @@ START_TEST(fence_lifts_while_the_store_is_stopped)
                   out.fenced_while_stopped);
     ck_assert_msg(rc == 0, "the move did not cut over once the store answered: %s", err);
     ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    /* Done: the source's copies stay fenced until they are dropped. */
+    ck_assert_int_eq(fenced_rows("s1"), 2);
+    {
+        shard_move_report d = SHARD_MOVE_REPORT_INIT;
+        rc = shard_move_resume(admin, r.move_id, NULL, &d);
+        ck_assert_msg(rc == 0 && d.source_dropped, "drop: %d %s", rc, shard_errmsg());
+    }
     ck_assert_int_eq(fenced_rows("s1"), 0);
     check = open_ctx(true, 0);
     ledger_check_all(check);

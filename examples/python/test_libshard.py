@@ -1538,7 +1538,14 @@ class TwoPairTests(ServerCase):
         self.assertGreaterEqual(rep.rows_copied, 21)
         self.assertEqual(rep.mismatches, 0)
         self.assertGreater(rep.map_version, version)
-        self.assertTrue(rep.source_dropped)
+        # Done before the source's drop: move_resume() drops it.
+        self.assertFalse(rep.source_dropped)
+        self.assertTrue(self.db_exists("MySQL001", 0))
+        st = [m for m in a.move_status() if m["id"] == rep.move_id]
+        self.assertEqual((st[0]["phase"], st[0]["drop_pending"]),
+                         ("dropping", "2 of 2 databases on MySQL001"))
+        self.assertTrue(a.move_resume(rep.move_id).source_dropped)
+        self.assertFalse(self.db_exists("MySQL001", 0))
         self.assertGreaterEqual(rep.fence_attempts, 1)
         self.assertGreater(rep.tables, 0)
         self.assertGreater(rep.bytes_copied, 0)
@@ -1616,6 +1623,7 @@ with libshard.Context(sys.argv[2], refresh_interval_ms=0, user="shardadmin",
                          (m["id"], "done", 0))
         self.assertEqual(self.pair_of(4), "MySQL001")
         self.assertEqual(self.ctx.get(pin, decode=True), {"k": 4})
+        self.assertTrue(a.move_resume(m["id"]).source_dropped)
 
     def test_move_option_errors_change_nothing(self):
         """A bad option value raises before anything happens: no journal
@@ -1703,8 +1711,9 @@ with libshard.Context(sys.argv[2], refresh_interval_ms=0, user="shardadmin",
         self.assertGreaterEqual(rep.rows_copied, 30)
         self.assertEqual(rep.rows_verified, rep.rows_copied)
         self.assertEqual(rep.mismatches, 0)
-        self.assertTrue(rep.source_dropped)
+        self.assertFalse(rep.source_dropped)
         self.assertTrue(rep.target_pair_healthy)
+        self.assertTrue(self.admin.move_resume(rep.move_id).source_dropped)
         self.assertEqual(self.pair_of(2), "MySQL002")
         self.assertEqual(self.rows("MySQL002", 2), 30)
         self.assertFalse(self.db_exists("MySQL001", 2))

@@ -222,7 +222,7 @@ static const command commands[] = {
     {"move", "status", "", "the journaled moves, one JSON line each", 0, 0, NEED_CTX, 0,
      cmd_move_status, 0, 0, 0, NULL},
     {"move", "resume", "[ID] [--threads N] [cut-over and throttle options]",
-     "finish an interrupted move", 0, 1, NEED_CTX, 1, cmd_move_resume,
+     "finish an interrupted move (or drop what a done one left)", 0, 1, NEED_CTX, 1, cmd_move_resume,
      O(OPT_THREADS) | CUTOVER_OPTS | THROTTLE_OPTS, 0, 0, again_docs},
     {"move", "abort", "[ID]", "undo an interrupted move (before its flip)", 0, 1, NEED_CTX, 1,
      cmd_move_abort, 0, 0, 0, NULL},

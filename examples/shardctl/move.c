@@ -26,6 +26,8 @@ static void on_move_progress(int phase, uint64_t done, uint64_t total, void *pay
         fprintf(stderr, "move: %s\n", shard_move_phase_name(phase));
         if (phase == SHARD_MOVE_COPYING || phase == SHARD_MOVE_VERIFYING)
             progress_begin(&d->bar, shard_move_phase_name(phase), "rows");
+        else if (phase == SHARD_MOVE_DROPPING)
+            progress_begin(&d->bar, shard_move_phase_name(phase), "databases");
     }
     if (done || total)
         progress_update(&d->bar, done, total);
@@ -42,7 +44,14 @@ void move_display_end(move_display *d, int rc)
     d->phase = -1;
 }
 
-static void print_report(const shard_move_report *r)
+/* A move done for its caller whose source's copies are still to drop. */
+static int drop_left(const shard_move_report *r, const shard_move_options *o)
+{
+    return r->move_id && r->phase == SHARD_MOVE_DONE && !r->source_dropped &&
+           !(o->flags & SHARD_MOVE_KEEP_SOURCE);
+}
+
+static void print_report(const shard_move_report *r, const shard_move_options *o)
 {
     printf("move %" PRIu64 ": shards %u-%u from %s to %s: %s\n", r->move_id, r->first,
            r->last, r->source, r->target, shard_move_phase_name(r->phase));
@@ -57,7 +66,8 @@ static void print_report(const shard_move_report *r)
     printf("  verified %" PRIu64 " rows in %.2f s: %" PRIu64 " mismatch%s\n", r->rows_verified,
            r->verify_seconds, r->mismatches, r->mismatches == 1 ? "" : "es");
     printf("  map version %" PRIu64 " published; source %s\n", r->map_version,
-           r->source_dropped ? "dropped" : "kept");
+           r->source_dropped ? "dropped" : drop_left(r, o) ? "left to drop (dropping it now)"
+                                                           : "kept");
     if (r->phase == SHARD_MOVE_REVERSIBLE)
         printf("  reversible: the source is kept in sync from the target until the reverse "
                "window ends; shardctl move revert %" PRIu64 " flips back, shardctl move "
@@ -95,6 +105,32 @@ int move_stopped(int rc, const shard_move_report *r)
     if (r->phase < SHARD_MOVE_FLIPPED)
         fprintf(stderr, "shardctl: to undo it: shardctl move abort %" PRIu64 "\n", r->move_id);
     return exit_code(rc);
+}
+
+/*
+ * A move done with its source's copies left to drop: this process drops
+ * them now, one database at a time, paced (libshard-move(7), "Dropping
+ * the source"); a kill leaves the move dropping, for move resume.
+ */
+static int drop_rest(shard_ctx *ctx, shard_move_options *o, move_display *d,
+                     const shard_move_report *r)
+{
+    shard_move_report dr = SHARD_MOVE_REPORT_INIT;
+    double t0 = ctl_now();
+    int rc;
+
+    if (!drop_left(r, o))
+        return 0;
+    fflush(stdout);
+    rc = shard_move_resume(ctx, r->move_id, o, &dr);
+    move_display_end(d, rc);
+    if (rc == SHARD_ENOTFOUND) /* over already: a resumed move kept its source */
+        return 0;
+    if (rc)
+        return move_stopped(rc, &dr);
+    printf("  source %s: shards %u-%u dropped in %.2f s\n", dr.source, dr.first, dr.last,
+           ctl_now() - t0);
+    return 0;
 }
 
 /* ---- options --------------------------------------------------------------- */
@@ -442,9 +478,9 @@ int cmd_move(const args *a, shard_ctx *ctx, shard_map *map)
     if (plan)
         print_plan(a, plan);
     else if (rc == 0 || r.move_id)
-        print_report(&r);
+        print_report(&r, &o);
     shard_free(plan);
-    return rc ? move_stopped(rc, &r) : 0;
+    return rc ? move_stopped(rc, &r) : drop_rest(ctx, &o, &d, &r);
 }
 
 /* The optional move ID argument. */
@@ -487,8 +523,8 @@ static int move_again(const args *a, shard_ctx *ctx, int how)
                 "ends with shardctl move finish %" PRIu64 " or shardctl move revert %" PRIu64
                 "\n", r.move_id, r.move_id, r.move_id);
     if (rc == 0 || (r.move_id && (how == MOVE_RESUME || r.phase != SHARD_MOVE_REVERSIBLE)))
-        print_report(&r);
-    return rc ? move_stopped(rc, &r) : 0;
+        print_report(&r, &o);
+    return rc ? move_stopped(rc, &r) : drop_rest(ctx, &o, &d, &r);
 }
 
 int cmd_move_resume(const args *a, shard_ctx *ctx, shard_map *map)

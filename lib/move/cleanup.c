@@ -170,3 +170,106 @@ int move_drop_source(mv *m)
     m->r->source_dropped = rc == 0;
     return rc;
 }
+
+/* ---- the forward move's drop, after it reported done ------------------------------ */
+
+int move_source_left(mv *m, shard_conn *c, uint64_t *left)
+{
+    sqlbuf q;
+    int rc;
+
+    *left = 0;
+    sql_init(&q);
+    sql_add(&q, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME IN (");
+    if ((rc = move_db_list(m, &q, true)) == 0) { /* names from the map's checked format */
+        sql_add(&q, ")");
+        if ((rc = sql_check(&q)) == 0)
+            rc = repl_value_u64(c, q.s, left);
+    }
+    sql_free(&q);
+    return rc;
+}
+
+/*
+ * The map never routes to a database being dropped here: the flip
+ * published the moved range on the target before verification, and
+ * only another move of these shards could route one back to the source;
+ * such a move finishes this one's drops before it starts (driver.c,
+ * finish_drops), and cannot start while they run. Checked all the same
+ * against the stored map before the first drop: a shard it routes to the
+ * source keeps its database, and nothing is dropped.
+ */
+static int source_unrouted(mv *m)
+{
+    shard_map *cur = NULL;
+    int rc;
+
+    if ((rc = shard_store_load(m->ctx->store, &cur)))
+        return shard__fail_prefix(rc, "move %llu: not dropping the source while the map store "
+                                 "does not answer: ", (unsigned long long)m->id);
+    for (unsigned s = m->first; s <= m->last && rc == 0; s++) {
+        long p = shard__map_pair_index(cur, s);
+        if (p >= 0 && strcmp(cur->pairs[p].name, move_sp(m)->name) == 0)
+            rc = shard__fail(SHARD_ECONFLICT, "move %llu: the map (version %llu) routes shard "
+                            "%u to %s again: its database there is not this move's to drop; "
+                            "nothing dropped", (unsigned long long)m->id,
+                            (unsigned long long)cur->version, s, move_sp(m)->name);
+    }
+    shard_map_free(cur);
+    return rc;
+}
+
+/* One database, when the source still has it: dropped (logged, so the
+ * standby drops it too), and *busy the seconds it took (0: gone already). */
+static int drop_one(mv *m, unsigned shard, double *busy)
+{
+    char db[SHARD_DBNAME_MAX], sql[200];
+    uint64_t has = 0;
+    double t0 = now_seconds();
+    int rc;
+
+    *busy = 0;
+    move_db(m, shard, db);
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE "
+             "SCHEMA_NAME = '%s'", db);
+    if ((rc = repl_value_u64(move_src(m), sql, &has)) || !has)
+        return rc;
+    if ((rc = move_runf(move_src(m), "DROP DATABASE IF EXISTS `%s`", db)))
+        return shard__fail_prefix(rc, "dropping %s on %s: ", db, move_sp(m)->name);
+    *busy = now_seconds() - t0;
+    return 0;
+}
+
+int move_drop_paced(mv *m)
+{
+    move_throttle th;
+    uint64_t left = 0, total = (uint64_t)(m->last - m->first) + 1, done;
+    int rc;
+
+    m->r->source_dropped = 0;
+    if ((rc = source_unrouted(m)) || (rc = move_source_left(m, move_src(m), &left)))
+        return rc;
+    done = total - (left < total ? left : total);
+    /* The copy's throttle: its max_load pauses the drops too. */
+    if ((rc = move_throttle_start(m, &th))) {
+        move_throttle_stop(&th);
+        return rc;
+    }
+    move_progress(m, SHARD_MOVE_DROPPING, done, total);
+    for (unsigned s = m->first; s <= m->last && rc == 0 && left; s++) {
+        double busy = 0;
+        if ((rc = drop_one(m, s, &busy)) || busy == 0)
+            continue;
+        left--;
+        move_progress(m, SHARD_MOVE_DROPPING, ++done, total);
+        /* Between two drops: a kill here leaves some dropped, some not. */
+        if ((rc = move_hook(m, "source database dropped")) == 0 && left)
+            rc = move_throttle_rest(&th, busy);
+    }
+    move_throttle_stop(&th);
+    /* The rows go last: until the databases are gone they stay fenced. */
+    if (rc == 0)
+        rc = move_fence_delete(m);
+    m->r->source_dropped = rc == 0;
+    return rc;
+}

@@ -365,23 +365,60 @@ static int state_verifying(mv *m)
     return shard__fail(SHARD_EVERIFY, "move %llu: %s", (unsigned long long)m->id, msg);
 }
 
-/* cleaning: once both halves of the target hold everything, the source goes. */
+/*
+ * cleaning: once both halves of the target hold everything, the move is
+ * done for its user. A revert drops its source (the journal's target)
+ * here; a forward move leaves its source's copies to drop (dropping),
+ * off the path its caller waits on.
+ */
 static int state_cleaning(mv *m)
 {
     double t0 = now_seconds();
+    char msg[300];
     int rc;
 
     if (m->o.flags & SHARD_MOVE_KEEP_SOURCE) {
         move_check_target_pair(m); /* nothing is dropped: a warning is enough */
-    } else {
-        if ((rc = move_target_pair_ready(m)))
-            return rc;
-        move_step(m, &t0, "waiting for both halves of the target");
+        return move_enter(m, MOVE_DONE, m->dir ? "reverted" : NULL);
+    }
+    if ((rc = move_target_pair_ready(m)))
+        return rc;
+    move_step(m, &t0, "waiting for both halves of the target");
+    if (m->dir) {
         if ((rc = move_drop_source(m)))
             return rc;
         move_step(m, &t0, "dropping the source");
+        return move_enter(m, MOVE_DONE, "reverted");
     }
-    return move_enter(m, MOVE_DONE, m->dir ? "reverted" : NULL);
+    m->reported = true;
+    snprintf(msg, sizeof msg, "done: the source's %u databases on %s are left to drop "
+             "(shardctl move resume %llu drops them)", m->last - m->first + 1,
+             move_sp(m)->name, (unsigned long long)m->id);
+    return move_enter(m, MOVE_DROPPING, msg);
+}
+
+/*
+ * dropping: the move is done; the source's copies go one database at a
+ * time, paced (cleanup.c). The run that got here reports done and
+ * returns (a finish goes on); a run that starts here drops them.
+ */
+static int state_dropping(mv *m)
+{
+    double t0 = now_seconds();
+    int rc;
+
+    if (m->reported && !m->finish) {
+        m->parked = true;
+        m->r->phase = SHARD_MOVE_DONE;
+        move_progress(m, SHARD_MOVE_DONE, 0, 0);
+        return 0;
+    }
+    if (!m->reported)
+        move_check_target_pair(m); /* for the report: its pair was ready before */
+    if ((rc = move_drop_paced(m)))
+        return rc;
+    move_step(m, &t0, "dropping the source");
+    return move_enter(m, MOVE_DONE, "source dropped");
 }
 
 /*
@@ -553,6 +590,9 @@ static int run_phases(mv *m)
         case MOVE_REVERSIBLE:
             rc = state_reversible(m);
             break;
+        case MOVE_DROPPING:
+            rc = state_dropping(m);
+            break;
         default:
             rc = shard__fail(SHARD_EINTERNAL, "move %llu: unknown phase %d",
                             (unsigned long long)m->id, (int)m->phase);
@@ -586,7 +626,7 @@ static int drive(mv *m)
         shard__error_save(&why, rc);
         move_note(m, why.msg);
         shard__error_restore(&why);
-    } else if (move_over((int)m->phase)) {
+    } else if (move_over((int)m->phase) || m->phase == MOVE_DROPPING) {
         move_unmark(m);
     }
     return rc;
@@ -694,6 +734,60 @@ static void settle_interrupted(mv *m)
     shard__error_restore(&saved);
 }
 
+/*
+ * A move left dropping whose shards this one moves (a move back onto the
+ * pair they left, say) has its drops finished first, or waited for while
+ * its mover runs them: they must never meet this move's copies, and a
+ * move that nobody resumes must not keep refusing this one. Until it is
+ * over, no_overlap refuses.
+ */
+static int finish_drops(mv *m)
+{
+    double end = now_seconds() + m->o.catchup_timeout_s;
+
+    for (;;) {
+        shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+        shard_move_report r = SHARD_MOVE_REPORT_INIT;
+        move_row *rows = NULL;
+        size_t n = 0;
+        uint64_t id = 0;
+        unsigned first = 0, last = 0;
+        bool running = false;
+        int rc = move_find(m->ctx, m->map, 0, &rows, &n);
+
+        if (rc)
+            return rc;
+        for (size_t i = 0; i < n && !id; i++)
+            if (rows[i].phase == MOVE_DROPPING && rows[i].first <= m->last &&
+                m->first <= rows[i].last) {
+                id = rows[i].id;
+                first = rows[i].first;
+                last = rows[i].last;
+                running = rows[i].running;
+            }
+        free(rows);
+        if (!id)
+            return 0;
+        if (!running) {
+            ctx_log(m->ctx, SHARD_LOG_INFO, "dropping what move %llu left of shards %u-%u on "
+                    "its source first", (unsigned long long)id, first, last);
+            o.max_load = m->o.max_load;
+            rc = shard_move_resume(m->ctx, id, &o, &r);
+            if (rc == 0)
+                continue;
+            if (rc != SHARD_EBUSY) /* EBUSY: its mover came back meanwhile */
+                return shard__fail_prefix(rc, "move %llu left its source's copies of shards "
+                                         "%u-%u to drop, and dropping them first failed: ",
+                                         (unsigned long long)id, first, last);
+        }
+        if (now_seconds() > end)
+            return shard__fail(SHARD_ETIMEOUT, "move %llu is still dropping its source's "
+                              "copies of shards %u-%u after %u s", (unsigned long long)id,
+                              first, last, m->o.catchup_timeout_s);
+        sleep_ms(500);
+    }
+}
+
 /* Moves of other ranges run concurrently (libshard-move(7), "Many moves at
  * once"); one that shares a shard with an unfinished move is refused, and
  * so is a reverse window while another move between the same pairs keeps
@@ -761,8 +855,8 @@ int shard_move(shard_ctx *ctx, unsigned first, unsigned last, const char *target
         goto out;
     }
     settle_interrupted(&m);
-    if ((rc = move_preflight(&m, NULL)) || (rc = move_journal_open(&m)) ||
-        (rc = no_overlap(&m)) || (rc = move_journal_insert(&m)) ||
+    if ((rc = finish_drops(&m)) || (rc = move_preflight(&m, NULL)) ||
+        (rc = move_journal_open(&m)) || (rc = no_overlap(&m)) || (rc = move_journal_insert(&m)) ||
         (rc = move_enter(&m, MOVE_PLANNED, NULL)))
         goto out;
     rc = drive(&m);
@@ -864,8 +958,9 @@ static int reversible_call(shard_ctx *ctx, uint64_t move_id, const shard_move_op
     if ((rc = options(&m, opts)) || (rc = move_load(ctx, move_id, &m)) ||
         (rc = move_recheck(&m)))
         goto out;
-    if (!revert && m.phase == MOVE_CLEANING) {
-        rc = drive(&m); /* finished already: only the cleanup was left */
+    if (!revert && (m.phase == MOVE_CLEANING || m.phase == MOVE_DROPPING)) {
+        m.finish = true; /* the drops now, in this call */
+        rc = drive(&m);  /* finished already: only the cleanup was left */
         goto out;
     }
     if (m.phase != MOVE_REVERSIBLE && !(revert && m.dir)) {

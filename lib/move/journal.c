@@ -196,7 +196,9 @@ int move_enter(mv *m, move_phase phase, const char *msg)
     m->r->phase = move_public_phase(m);
     if (m->id && (rc = journal_write(m, msg)))
         return rc;
-    move_progress(m, m->r->phase, 0, 0);
+    /* The run that reports done there tells its caller done instead. */
+    if (!(phase == MOVE_DROPPING && m->reported))
+        move_progress(m, m->r->phase, 0, 0);
     ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: %s%s%s%s%s", (unsigned long long)m->id,
             shard_move_phase_name(m->r->phase), m->r->phase == MOVE_REVERTING ? " " : "",
             m->r->phase == MOVE_REVERTING ? shard_move_phase_name((int)phase) : "",
@@ -364,6 +366,9 @@ void move_next_steps(uint64_t id, int phase, bool running, char *buf, size_t siz
     else if (phase == MOVE_REVERSIBLE)
         snprintf(buf, size, "is flipped and keeps its reverse window: finish it (shardctl "
                  "move finish %llu) or revert it (shardctl move revert %llu)", n, n);
+    else if (phase == MOVE_DROPPING)
+        snprintf(buf, size, "is done and left its source's copies to drop: resume it to drop "
+                 "them (shardctl move resume %llu)", n);
     else if (phase == MOVE_REVERTING)
         snprintf(buf, size, "was interrupted reverting: resume the revert (shardctl move "
                  "revert %llu)", n);
@@ -384,7 +389,12 @@ int move_refuse_unfinished(shard_ctx *ctx, const shard_map *map, const char *pai
         return shard__fail_prefix(rc, "%s: cannot tell whether a move involving %s is "
                                  "unfinished: ", what, pair);
     for (size_t i = 0; i < n && rc == 0; i++)
-        if (strcmp(rows[i].source, pair) == 0 || strcmp(rows[i].target, pair) == 0) {
+        /* A move left dropping is flipped and verified, its replication
+         * gone: it holds nothing a failover or a rebalance must wait for
+         * (its drops follow the map's master; a move of its shards
+         * finishes them first). */
+        if (rows[i].phase != MOVE_DROPPING &&
+            (strcmp(rows[i].source, pair) == 0 || strcmp(rows[i].target, pair) == 0)) {
             char steps[400];
             move_next_steps(rows[i].id, rows[i].phase, rows[i].running, steps, sizeof steps);
             rc = shard__fail(SHARD_EBUSY, "%s: unfinished move %llu (shards %u-%u, %s to %s) %s%s%s", what,
@@ -444,6 +454,15 @@ int move_load(shard_ctx *ctx, uint64_t id, mv *m)
         return id ? shard__fail(SHARD_ENOTFOUND, "no unfinished move %llu",
                                (unsigned long long)id)
                   : shard__fail(SHARD_ENOTFOUND, "no unfinished move");
+    }
+    if (n > 1 && !id) {
+        /* A move left dropping is done for its user: "the only unfinished
+         * one" is the other one, when there is just one other. */
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (rows[i].phase != MOVE_DROPPING)
+                rows[k++] = rows[i];
+        n = k ? k : n;
     }
     if (n > 1) {
         sqlbuf ids;

@@ -22,9 +22,11 @@
  *   lease.c    the shards marked moving in the map, the lease wait before a fence
  *   verify.c   comparing every row; the target's snapshots
  *   cleanup.c  waiting for both halves of the target, dropping the source
+ *              (a forward move's after it reported done: paced, resumable)
  *   driver.c   the phase switch, in both directions (a revert is the same
  *              phases with the sides exchanged); shard_move, _resume,
- *              _abort, _revert, _finish
+ *              _abort, _revert, _finish; a move of shards another left
+ *              dropping finishes those drops first
  *   status.c   shard_move_status, phase names
  *
  * No file calls one that calls it back: driver.c calls the phases' files,
@@ -66,7 +68,8 @@ typedef enum move_phase {
     MOVE_ABORTED = SHARD_MOVE_ABORTED,
     MOVE_REVERSIBLE = SHARD_MOVE_REVERSIBLE,
     MOVE_REVERTING = SHARD_MOVE_REVERTING,
-    MOVE_REVERTED = SHARD_MOVE_REVERTED
+    MOVE_REVERTED = SHARD_MOVE_REVERTED,
+    MOVE_DROPPING = SHARD_MOVE_DROPPING
 } move_phase;
 
 #define MOVE_LINK_WAIT_S 120 /* a shared connection reaching a joining move's start */
@@ -121,6 +124,7 @@ typedef struct mv {
     bool finish;   /* end the reverse window now (shard_move_finish) */
     bool parked;   /* reversible and not finishing: this run ends here */
     bool revert;   /* revert now (shard_move_revert) */
+    bool reported; /* this run brought the move to dropping: it returns done there */
     mtable *tables;
     size_t ntables;
     bool listed;       /* tables listed in this run */
@@ -375,6 +379,10 @@ void move_throttle_settle(move_throttle *th);
 /* Count rows and bytes as copied, pay for them (move_throttle_charge) and
  * tell the progress callback: every copy path calls it per batch. */
 void move_copied(mv *m, const mtable *t, uint64_t rows, uint64_t bytes);
+/* After busy seconds of work on the source that writers share (a drop):
+ * rest so that such work takes at most half of the source's time, and
+ * wait while the load is above max_load. */
+int move_throttle_rest(move_throttle *th, double busy);
 
 /* ---- bulk.c ------------------------------------------------------------------------------ */
 
@@ -510,6 +518,15 @@ void move_close_vsnaps(mv *m);
 int move_target_pair_ready(mv *m);
 /* The same check, only reported (report and a warning). */
 void move_check_target_pair(mv *m);
+/* A revert's drop of its source (the journal's target): all at once,
+ * over the workers. */
 int move_drop_source(mv *m);
+/* The forward move's drop of the source, after it reported done
+ * (libshard-move(7), "Dropping the source"): one database at a time,
+ * paced, each skipped once gone, so that a resume after a kill drops the
+ * rest; the source's fence rows last. */
+int move_drop_paced(mv *m);
+/* How many of the moved databases the source master still has. */
+int move_source_left(mv *m, shard_conn *c, uint64_t *left);
 
 #endif

@@ -349,3 +349,15 @@ void move_copied(mv *m, const mtable *t, uint64_t rows, uint64_t bytes)
     move_throttle_charge(m->th, rows);
     move_progress(m, SHARD_MOVE_COPYING, done, total);
 }
+
+/* A drop's rest: as long as it took, and at least MOVE_REST_MIN_MS, so a
+ * burst of small drops never runs back to back. */
+#define MOVE_REST_MIN_MS 50.0
+
+int move_throttle_rest(move_throttle *th, double busy)
+{
+    double ms = busy * 1000.0;
+
+    sleep_ms(ms > MOVE_REST_MIN_MS ? ms : MOVE_REST_MIN_MS);
+    return move_throttle_wait(th);
+}

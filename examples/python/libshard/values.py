@@ -28,7 +28,7 @@ LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
 REBALANCE_BY_BYTES, REBALANCE_BY_WRITES = 0, 1
 MOVE_PHASES = ("planned", "copying", "catchup", "fenced", "flipped",
                "verifying", "cleaning", "done", "aborted", "reversible",
-               "reverting", "reverted")
+               "reverting", "reverted", "dropping")
 
 
 
