@@ -38,14 +38,35 @@ static int import_first(int rc, void *report, const shard_import_report *full)
     return rc;
 }
 
+/*
+ * A 0.1.0 move returned once its source was dropped; this library's
+ * returns done first and leaves the drops (phase dropping) to a resume,
+ * which a 0.1.0 program never calls: so they run here, before returning,
+ * as they did. Their progress is told as cleaning.
+ */
+static int drop_after(shard_ctx *ctx, const shard_move_options *opts, int rc,
+                      shard_move_report *full)
+{
+    shard_move_report dropped = SHARD_MOVE_REPORT_INIT;
+
+    if (rc || full->phase != SHARD_MOVE_DONE || full->source_dropped || !full->move_id ||
+        (opts && (opts->flags & (SHARD_MOVE_KEEP_SOURCE | SHARD_MOVE_DRY_RUN))))
+        return rc;
+    if ((rc = shard_move_resume(ctx, full->move_id, opts, &dropped)) == 0)
+        full->source_dropped = dropped.source_dropped;
+    return rc;
+}
+
 SYMVER(shard__move_v0, shard_move);
 int shard__move_v0(shard_ctx *ctx, unsigned first, unsigned last, const char *target,
                    const shard_move_options *opts, void *report, char **plan)
 {
     shard_move_report full = SHARD_MOVE_REPORT_INIT;
+    report_progress_first w;
+    const shard_move_options *o = report_opts_first(opts, &w);
+    int rc = shard_move(ctx, first, last, target, o, &full, plan);
 
-    return move_first(shard_move(ctx, first, last, target, opts, report ? &full : NULL, plan),
-                      report, &full);
+    return move_first(drop_after(ctx, o, rc, &full), report, &full);
 }
 
 /* resume, revert and finish: one signature. */
@@ -56,8 +77,11 @@ static int move_id_v0(move_id_fn call, shard_ctx *ctx, uint64_t move_id,
                       const shard_move_options *opts, void *report)
 {
     shard_move_report full = SHARD_MOVE_REPORT_INIT;
+    report_progress_first w;
+    const shard_move_options *o = report_opts_first(opts, &w);
+    int rc = call(ctx, move_id, o, &full);
 
-    return move_first(call(ctx, move_id, opts, report ? &full : NULL), report, &full);
+    return move_first(drop_after(ctx, o, rc, &full), report, &full);
 }
 
 SYMVER(shard__move_resume_v0, shard_move_resume);

@@ -78,8 +78,10 @@ typedef struct fleet_move {
     char message[300];
 } fleet_move;
 
-/* The unfinished moves journaled on the master behind c (none when it has
- * no journal). */
-int fleet_moves_get(shard_conn *c, fleet_move *out, size_t max, size_t *n);
+/* The moves journaled on the master behind c (none when it has no
+ * journal): all that are not over when `all` (a reverse window, a revert,
+ * drops still to do: a pair they name is still needed), else those before
+ * done (what status shows). */
+int fleet_moves_get(shard_conn *c, fleet_move *out, size_t max, size_t *n, bool all);
 
 #endif

@@ -433,8 +433,10 @@ static int create_fn(exec_env *env, void *arg)
         return rc;
     rc = object_insert(env->conn, env->db, table, env->shard, a->type, a->json, a->len,
                        env->fence_inline, &a->id);
-    if (rc == SHARD_EMOVED && env->fence_inline)
-        env->fenced = true; /* its own fence check held it back */
+    /* Its own fence check held it back: the statement ran (no server
+     * error, such as a read-only master after a failover) and wrote nothing. */
+    if (rc == SHARD_EMOVED && env->fence_inline && env->conn->last_errno == 0)
+        env->fenced = true;
     return rc;
 }
 

@@ -819,6 +819,11 @@ int shard_rebalance_run(shard_ctx *ctx, const shard_rebalance *plan,
         return shard__fail(SHARD_ECONFLICT, "the map is at version %llu, the plan was made on "
                           "version %llu: plan again", (unsigned long long)version,
                           (unsigned long long)plan->map_version);
+    /* A rebalance built against 0.1.0 (options version 1): its moves'
+     * progress callback never sees a phase 0.1.0 did not have. */
+    report_progress_first w;
+    const shard_move_options *mopts = o.version < 2 ? report_opts_first(o.move, &w) : o.move;
+
     for (size_t i = 0; i < plan->nmoves; i++) {
         const shard_rebalance_move *mv = &plan->moves[i];
         shard_move_report report = SHARD_MOVE_REPORT_INIT, first_layout;
@@ -829,13 +834,13 @@ int shard_rebalance_run(shard_ctx *ctx, const shard_rebalance *plan,
             return 0;
         if ((rc = still_on_source(ctx, mv)))
             return rc;
-        rc = shard_move(ctx, mv->first, mv->last, mv->to, o.move, &report, NULL);
+        rc = shard_move(ctx, mv->first, mv->last, mv->to, mopts, &report, NULL);
         /* Done, its source's copies left to drop: dropped before the next
          * move, so that a stopped rebalance leaves none behind. */
         if (rc == 0 && report.phase == SHARD_MOVE_DONE && !report.source_dropped &&
             !(o.move && (o.move->flags & SHARD_MOVE_KEEP_SOURCE))) {
             shard_move_report dropped = SHARD_MOVE_REPORT_INIT;
-            if ((rc = shard_move_resume(ctx, report.move_id, o.move, &dropped)) == 0)
+            if ((rc = shard_move_resume(ctx, report.move_id, mopts, &dropped)) == 0)
                 report.source_dropped = dropped.source_dropped;
         }
         if (rc)

@@ -121,7 +121,7 @@ void report_move_first(void *dst, const shard_move_report *full)
     memcpy(v0.target, full->target, sizeof v0.target);
     v0.first = full->first;
     v0.last = full->last;
-    v0.phase = full->phase;
+    v0.phase = report_phase_first(full->phase);
     v0.tables = full->tables;
     v0.rows_copied = full->rows_copied;
     v0.bytes_copied = full->bytes_copied;
@@ -168,4 +168,34 @@ void report_import_first(void *dst, const shard_import_report *full)
     v0.adopted = full->adopted;
     v0.seconds = full->seconds;
     memcpy(dst, &v0, sizeof v0);
+}
+
+int report_phase_first(int phase)
+{
+    return phase == SHARD_MOVE_DROPPING ? SHARD_MOVE_CLEANING : phase;
+}
+
+static void progress_first(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    report_progress_first *w = payload;
+
+    w->fn(report_phase_first(phase), done, total, w->payload);
+}
+
+const shard_move_options *report_opts_first(const shard_move_options *opts,
+                                            report_progress_first *w)
+{
+    static const shard_move_options defaults = SHARD_MOVE_OPTIONS_INIT;
+
+    if (!opts || !opts->progress || opts->version < 1 ||
+        opts->version > SHARD_MOVE_OPTIONS_VERSION)
+        return opts;
+    w->o = defaults;
+    memcpy(&w->o, opts, opts->version >= 2 ? sizeof *opts
+                                           : offsetof(shard_move_options, reverse_window_s));
+    w->fn = opts->progress;
+    w->payload = opts->payload;
+    w->o.progress = progress_first;
+    w->o.payload = w;
+    return &w->o;
 }

@@ -37,6 +37,23 @@ void report_move_first(void *dst, const shard_move_report *full);
 void report_failover_first(void *dst, const shard_failover_report *full);
 void report_import_first(void *dst, const shard_import_report *full);
 
+/* Move options for a caller built against 0.1.0 (its entry points, a
+ * rebalance of options version 1): its progress callback never sees a
+ * phase 0.1.0 did not have (dropping is told as cleaning, the phase 0.1.0
+ * dropped the source in). Returns opts itself when it has no callback,
+ * else w->o, a copy of only the caller's version's fields (an older
+ * caller's struct is shorter) whose callback wraps the caller's. An
+ * unknown version comes back as it is, for the call to refuse. */
+typedef struct report_progress_first {
+    shard_move_options o;
+    shard_move_progress_fn fn;
+    void *payload;
+} report_progress_first;
+const shard_move_options *report_opts_first(const shard_move_options *opts,
+                                            report_progress_first *w);
+/* The phase as 0.1.0 knew it. */
+int report_phase_first(int phase);
+
 /* ---- compat.c: the 0.1.0 entry points (shard_move@LIBSHARD_0, ...) ---------- */
 
 SHARD_EXPORT int shard__move_v0(shard_ctx *ctx, unsigned first, unsigned last,

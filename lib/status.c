@@ -59,7 +59,8 @@ static int ask_server(void *arg, size_t i, unsigned worker)
     s->reachable = true;
     if ((s->inv_rc = fleet_inventory_get(c, j->map, s->pair, &s->inv)))
         keep_error(s->inv_error, sizeof s->inv_error);
-    if (!s->standby && (s->moves_rc = fleet_moves_get(c, s->moves, FLEET_MOVES, &s->nmoves)))
+    if (!s->standby &&
+        (s->moves_rc = fleet_moves_get(c, s->moves, FLEET_MOVES, &s->nmoves, false)))
         keep_error(s->moves_error, sizeof s->moves_error);
     conn_put(c, s->inv_rc == 0 && s->moves_rc == 0);
     return 0;

@@ -397,7 +397,7 @@ static int moves_on(void *arg, size_t i, unsigned worker)
 
     (void)worker;
     if ((j->rc[i] = fleet_connect(j->ctx, &j->map->pairs[i].master, &c)) ||
-        (j->rc[i] = fleet_moves_get(c, m, FLEET_MOVES, &n))) {
+        (j->rc[i] = fleet_moves_get(c, m, FLEET_MOVES, &n, true))) {
         snprintf(j->err[i], sizeof j->err[i], "%s", shard_errmsg());
         conn_put(c, false);
         return 0;
