@@ -44,6 +44,12 @@ static int look(mv *m, shard_conn *t, shard_conn *sb, pair_look *pl)
     int rc;
 
     memset(pl, 0, sizeof *pl);
+    /* The setup lock is looked at before the status and after it: a setup
+     * holds it from before it stops a link until after it starts it again,
+     * so a link it had stopped when the status was read shows it held at
+     * one of the two, even when the setup ends in between. */
+    pl->master_setup = in_setup(t);
+    pl->standby_setup = in_setup(sb);
     if ((rc = repl_status_read(t, &ms)))
         return rc;
     if ((rc = repl_status_read(sb, &ss))) {
@@ -54,8 +60,8 @@ static int look(mv *m, shard_conn *t, shard_conn *sb, pair_look *pl)
     describe(&ss, &pl->standby_ok, &pl->standby_stopped, pl->standby, sizeof pl->standby);
     repl_status_free(&ms);
     repl_status_free(&ss);
-    pl->master_setup = pl->master_stopped && in_setup(t);
-    pl->standby_setup = pl->standby_stopped && in_setup(sb);
+    pl->master_setup = pl->master_stopped && (pl->master_setup || in_setup(t));
+    pl->standby_setup = pl->standby_stopped && (pl->standby_setup || in_setup(sb));
     /* Both halves: the flip position was read on the master of its time,
      * and after a forced failover of the pair the master is the promoted
      * standby, which may lack what the old one had not sent it. */
