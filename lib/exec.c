@@ -50,6 +50,21 @@ void exec_backoff(unsigned attempt, double deadline)
     sleep_ms(exec_backoff_ms(attempt, deadline));
 }
 
+int exec_retry(shard_ctx *ctx, exec_try_fn try, exec_between_fn between, void *arg)
+{
+    double deadline = now_seconds() + ctx->opts.retry_budget_ms / 1000.0;
+    int rc;
+
+    for (unsigned attempt = 1;; attempt++) {
+        rc = try(arg, deadline);
+        if (rc == 0 || !error_transient(rc) || attempt >= ctx->opts.retry_max ||
+            now_seconds() >= deadline || (between && !between(arg, rc, deadline)))
+            return rc;
+        stats_add(&ctx->stats.retries);
+        exec_backoff(attempt, deadline);
+    }
+}
+
 static void deadline_ts(struct timespec *ts, double at_monotonic)
 {
     double ms = (at_monotonic - now_seconds()) * 1000.0;

@@ -117,6 +117,20 @@ double exec_backoff_ms(unsigned attempt, double deadline);
 void exec_backoff(unsigned attempt, double deadline);
 
 /*
+ * The library's retry policy for work that ctx_exec does not route (a
+ * schema statement on a given server, a multi-get's statement per pair):
+ * try(arg, deadline) runs until it returns 0, a failure that is not
+ * transient, or the context's retry_max attempts or retry_budget_ms are
+ * spent (deadline: when they are). Between attempts, `between` (may be
+ * NULL) sees the failure first and may end the retries (false), and the
+ * backoff follows. Returns the last attempt's code, its message on this
+ * thread.
+ */
+typedef int (*exec_try_fn)(void *arg, double deadline);
+typedef bool (*exec_between_fn)(void *arg, int rc, double deadline);
+int exec_retry(shard_ctx *ctx, exec_try_fn try, exec_between_fn between, void *arg);
+
+/*
  * Read the map store again for a call that failed: one read in flight per
  * context (other threads wait for its result), and none sooner than
  * min_ms after the previous one started (wait: sleep until then and read;

@@ -27,6 +27,7 @@ typedef struct group {
     int rc;
     shard_errsave err; /* the failure's message, when rc */
     double deadline;   /* the group's retry budget ends (monotonic seconds) */
+    bool reloaded;     /* the map was reloaded after a pair did not answer */
     bool fenced;       /* a shard of it was fenced: fenced_shard, the last */
     unsigned fenced_shard;
 } group;
@@ -255,29 +256,36 @@ static bool map_changed(const group *g)
  * map is reloaded once, and when it changed the group stops, for the next
  * round to ask the pair's new master. Moved shards are left to the next
  * round too. Always 0: the outcome is the group's. */
+static int group_try(void *arg, double deadline)
+{
+    group *g = arg;
+
+    g->deadline = deadline;
+    return g->rc = group_once(g);
+}
+
+/* A moved shard waits for the round's map (not a retry here); a pair that
+ * does not answer reloads the map once, and one that a failover replaced
+ * is asked on the next round. */
+static bool group_between(void *arg, int rc, double deadline)
+{
+    group *g = arg;
+
+    if (rc == SHARD_EMOVED)
+        return false;
+    if (rc == SHARD_ECONNECT && !g->reloaded) {
+        g->reloaded = true;
+        exec_reload(g->ctx, 0, false, deadline); /* a hung store: no longer than that */
+    }
+    return !(rc == SHARD_ECONNECT && map_changed(g));
+}
+
 static int group_run(void *arg, size_t i, unsigned worker)
 {
     group *g = (group *)arg + i;
-    double deadline = now_seconds() + g->ctx->opts.retry_budget_ms / 1000.0;
-    unsigned attempt = 0;
-    bool reloaded = false;
 
     (void)worker;
-    g->deadline = deadline;
-    for (;;) {
-        g->rc = group_once(g);
-        if (g->rc == 0 || g->rc == SHARD_EMOVED || !error_transient(g->rc) ||
-            ++attempt >= g->ctx->opts.retry_max || now_seconds() >= deadline)
-            break;
-        if (g->rc == SHARD_ECONNECT && !reloaded) {
-            reloaded = true;
-            exec_reload(g->ctx, 0, false, deadline); /* a hung store: no longer than that */
-        }
-        if (g->rc == SHARD_ECONNECT && map_changed(g))
-            break;
-        stats_add(&g->ctx->stats.retries);
-        exec_backoff(attempt, deadline);
-    }
+    g->rc = exec_retry(g->ctx, group_try, group_between, g);
     if (g->rc) {
         shard__fail_prefix(g->rc, "pair %s: ", g->map->pairs[g->pair].name);
         shard__error_save(&g->err, g->rc);

@@ -78,25 +78,43 @@ static uint64_t count_statements(const shard_map *m, size_t pair)
     return n;
 }
 
-/* One statement, retried on transient failures (DDL here is idempotent). */
+/* One statement, retried by the library's policy (exec_retry; DDL here is
+ * idempotent), on a connection taken anew after each failure. */
+typedef struct stmt_try {
+    shard_ctx *ctx;
+    shard_server *srv;
+    shard_conn **c;
+    const sqlbuf *q;
+} stmt_try;
+
+static int stmt_once(void *arg, double deadline)
+{
+    stmt_try *t = arg;
+
+    (void)deadline;
+    if (!*t->c) {
+        int rc = conn_get(t->ctx, t->srv, t->c);
+        if (rc)
+            return rc;
+    }
+    return conn_query(*t->c, t->q);
+}
+
+static bool stmt_between(void *arg, int rc, double deadline)
+{
+    stmt_try *t = arg;
+
+    (void)deadline;
+    conn_release(*t->c, rc);
+    *t->c = NULL;
+    return true;
+}
+
 static int run_stmt(shard_ctx *ctx, shard_conn **c, const sqlbuf *q)
 {
-    double deadline = now_seconds() + ctx->opts.retry_budget_ms / 1000.0;
-    shard_server *srv = (*c)->srv;
-    int rc;
+    stmt_try t = {ctx, (*c)->srv, c, q};
 
-    for (unsigned attempt = 1;; attempt++) {
-        rc = conn_query(*c, q);
-        if (rc == 0 || !error_transient(rc) || attempt >= ctx->opts.retry_max ||
-            now_seconds() >= deadline)
-            break;
-        conn_release(*c, rc);
-        *c = NULL;
-        exec_backoff(attempt, deadline);
-        if ((rc = conn_get(ctx, srv, c)))
-            break;
-    }
-    return rc;
+    return exec_retry(ctx, stmt_once, stmt_between, &t);
 }
 
 static int run(schema_job *j, shard_conn **c, const sqlbuf *q)
