@@ -209,6 +209,30 @@ CHECK_UTIL int publish_race(shard_store *st, shard_map *m, uint64_t expected, in
     return wins;
 }
 
+/* The rows of db<shard>.pins on a server of h. */
+CHECK_UTIL uint64_t count_on(harness *h, const char *server, unsigned shard)
+{
+    char sql[100], *out;
+    uint64_t n;
+
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05u.pins", shard);
+    out = sql_ok(h, server, sql);
+    n = strtoull(out, NULL, 10);
+    free(out);
+    return n;
+}
+
+/* A move's progress callback that keeps the phase it was told last. */
+CHECK_UTIL atomic_int move_last_phase = -1;
+
+CHECK_UTIL void move_note_phase(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    (void)done;
+    (void)total;
+    (void)payload;
+    atomic_store(&move_last_phase, phase);
+}
+
 /* ---- server tests: fences and maps set by hand ------------------------- */
 
 /* The fence row of a shard (its database named by map) on a server,

@@ -790,27 +790,6 @@ START_TEST(verification_chunks_a_large_table)
 END_TEST
 
 
-static atomic_int last_phase;
-
-static void note_phase(int phase, uint64_t done, uint64_t total, void *payload)
-{
-    (void)done;
-    (void)total;
-    (void)payload;
-    atomic_store(&last_phase, phase);
-}
-
-static uint64_t count_on(const char *server, unsigned s)
-{
-    char sql[200], *out;
-    uint64_t n;
-    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05u.pins", s);
-    out = sql_ok(h, server, sql);
-    n = strtoull(out, NULL, 10);
-    free(out);
-    return n;
-}
-
 /* --postpone-cutover: caught up, the move waits while the file exists,
  * replicating the writes the source keeps taking; once it is gone, the
  * move cuts over with every write on the target. */
@@ -834,23 +813,23 @@ START_TEST(postponed_cutover_waits_for_the_file)
     mv.target = target;
     mv.o = (shard_move_options)SHARD_MOVE_OPTIONS_INIT;
     mv.o.postpone_cutover_file = path;
-    mv.o.progress = note_phase;
-    atomic_store(&last_phase, -1);
+    mv.o.progress = move_note_phase;
+    atomic_store(&move_last_phase, -1);
     ck_assert_int_eq(pthread_create(&t, NULL, run_move_thread, &mv), 0);
-    for (int i = 0; i < 1200 && atomic_load(&last_phase) != SHARD_MOVE_CATCHUP; i++)
+    for (int i = 0; i < 1200 && atomic_load(&move_last_phase) != SHARD_MOVE_CATCHUP; i++)
         usleep(50000);
-    ck_assert_int_eq(atomic_load(&last_phase), SHARD_MOVE_CATCHUP);
+    ck_assert_int_eq(atomic_load(&move_last_phase), SHARD_MOVE_CATCHUP);
     /* Writes go on at the source and reach the target by replication,
      * round after round, while the move stays in catch-up, unfenced. */
     for (int round = 0; round < 3; round++) {
         uint64_t want;
         ledger_fill(ctx, s, s, 10);
         ck_assert_str_eq(pair_of(ctx, s), source);
-        want = count_on(master_of(source), s);
-        for (int i = 0; i < 200 && count_on(master_of(target), s) != want; i++)
+        want = count_on(h, master_of(source), s);
+        for (int i = 0; i < 200 && count_on(h, master_of(target), s) != want; i++)
             usleep(50000);
-        ck_assert_uint_eq(count_on(master_of(target), s), want);
-        ck_assert_int_eq(atomic_load(&last_phase), SHARD_MOVE_CATCHUP);
+        ck_assert_uint_eq(count_on(h, master_of(target), s), want);
+        ck_assert_int_eq(atomic_load(&move_last_phase), SHARD_MOVE_CATCHUP);
         out = sql_ok(h, master_of(target), "SELECT phase FROM libshard_control.moves ORDER BY id"
                                            " DESC LIMIT 1");
         ck_assert_int_eq(atoi(out), SHARD_MOVE_CATCHUP);
@@ -1028,10 +1007,10 @@ START_TEST(shardctl_postpone_cutover)
         /* Caught up and holding: writes reach the target, the phase stays. */
         ledger_fill(ctx, s, s, 5);
         {
-            uint64_t want = count_on(master_of(pair_of(ctx, s)), s);
-            for (int i = 0; i < 200 && count_on(tm, s) != want; i++)
+            uint64_t want = count_on(h, master_of(pair_of(ctx, s)), s);
+            for (int i = 0; i < 200 && count_on(h, tm, s) != want; i++)
                 usleep(50000);
-            ck_assert_uint_eq(count_on(tm, s), want);
+            ck_assert_uint_eq(count_on(h, tm, s), want);
         }
         phase = newest_phase(tm);
         ck_assert_int_eq(unlink(path), 0);

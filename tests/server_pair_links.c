@@ -35,27 +35,6 @@
 
 static harness *h;
 static shard_ctx *app;
-static atomic_int last_phase = -1;
-
-static void note_phase(int phase, uint64_t done, uint64_t total, void *payload)
-{
-    (void)done;
-    (void)total;
-    (void)payload;
-    atomic_store(&last_phase, phase);
-}
-
-static uint64_t count_on(const char *server, unsigned shard)
-{
-    char sql[100], *out;
-    uint64_t n;
-
-    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM db%05u.pins", shard);
-    out = sql_ok(h, server, sql);
-    n = strtoull(out, NULL, 10);
-    free(out);
-    return n;
-}
 
 static void set_delay(const char *server, int seconds)
 {
@@ -101,11 +80,11 @@ START_TEST(second_move_setup_keeps_the_pair_link)
     m1 = (move_thread){.h = h, .first = 4, .last = 4, .target = "MySQL003",
                  .o = (shard_move_options)SHARD_MOVE_OPTIONS_INIT};
     m1.o.postpone_cutover_file = path;
-    m1.o.progress = note_phase;
+    m1.o.progress = move_note_phase;
     ck_assert_int_eq(pthread_create(&t, NULL, run_move_thread, &m1), 0);
-    for (int i = 0; i < 1200 && atomic_load(&last_phase) != SHARD_MOVE_CATCHUP; i++)
+    for (int i = 0; i < 1200 && atomic_load(&move_last_phase) != SHARD_MOVE_CATCHUP; i++)
         usleep(50000);
-    ck_assert_int_eq(atomic_load(&last_phase), SHARD_MOVE_CATCHUP);
+    ck_assert_int_eq(atomic_load(&move_last_phase), SHARD_MOVE_CATCHUP);
 
     /* Writes at its source reach the target master through its connection;
      * the delayed standby has not applied them. */
@@ -115,9 +94,9 @@ START_TEST(second_move_setup_keeps_the_pair_link)
                       shard_errmsg());
         usleep(100000);
     }
-    for (int i = 0; i < 600 && count_on("s5", 4) != count_on("s3", 4); i++)
+    for (int i = 0; i < 600 && count_on(h, "s5", 4) != count_on(h, "s3", 4); i++)
         usleep(50000);
-    ck_assert_uint_eq(count_on("s5", 4), count_on("s3", 4));
+    ck_assert_uint_eq(count_on(h, "s5", 4), count_on(h, "s3", 4));
     pos = sql_ok(h, "s6", "SELECT @@gtid_binlog_pos");
     pos[strcspn(pos, "\n")] = '\0';
     printf("target standby s6 at \"%s\" (MySQL002's master is domain 3)%s\n", pos,
@@ -143,8 +122,8 @@ START_TEST(second_move_setup_keeps_the_pair_link)
     ck_assert_int_eq(harness_sync_standby(h, 3, 120), 0);
     link_ok("s5");
     link_ok("s6");
-    ck_assert_uint_eq(count_on("s6", 4), count_on("s5", 4));
-    ck_assert_uint_eq(count_on("s6", 0), count_on("s5", 0));
+    ck_assert_uint_eq(count_on(h, "s6", 4), count_on(h, "s5", 4));
+    ck_assert_uint_eq(count_on(h, "s6", 0), count_on(h, "s5", 0));
 }
 END_TEST
 
