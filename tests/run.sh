@@ -9,7 +9,7 @@
 # seconds" line each) start first. Every run writes its own durations to
 # $B/durations (copy it over tests/durations when the suite changes).
 set -u
-passed=0 failed=0 bad=""
+passed=0 failed=0 bad="" badlogs=""
 jobs=${JOBS:-1}
 [ -n "${RUN:-}" ] && export CK_FORK=no   # valgrind and forks: keep one process
 here=$(cd "$(dirname "$0")" && pwd)
@@ -57,7 +57,7 @@ tally() {
     else
         failed=$((failed + 1))
     fi
-    [ "$rc" -ne 0 ] && bad="$bad $name"
+    [ "$rc" -ne 0 ] && bad="$bad $name" && badlogs="$badlogs $i"
 }
 
 mapfile -t tests < <(order "$@")
@@ -83,6 +83,14 @@ for k in "${!running[@]}"; do
     tally "${tests[$k]}" "$k"
 done
 [ -n "${B:-}" ] && [ -d "$B" ] && sort "$work/durations" >"$B/durations" 2>/dev/null
+# Again at the end, where a CI log's tail shows it: each failed program's
+# failed checks (Check's ":F:" and ":E:" lines) and its last lines.
+for i in $badlogs; do
+    echo "== $(basename "${tests[$i]}") failed:"
+    grep -E ':[FE]:' "$work/$i.log" | head -n 20
+    echo "-- its last lines:"
+    tail -n 12 "$work/$i.log"
+done
 [ -n "$bad" ] && echo "FAILED:$bad"
 echo "$passed passed, $failed failed"
 [ -z "$bad" ]
