@@ -60,7 +60,7 @@ static int ask_server(void *arg, size_t i, unsigned worker)
     if ((s->inv_rc = fleet_inventory_get(c, j->map, s->pair, &s->inv)))
         keep_error(s->inv_error, sizeof s->inv_error);
     if (!s->standby &&
-        (s->moves_rc = fleet_moves_get(c, s->moves, FLEET_MOVES, &s->nmoves, false)))
+        (s->moves_rc = fleet_moves_get(c, s->moves, FLEET_MOVES, &s->nmoves, true)))
         keep_error(s->moves_error, sizeof s->moves_error);
     conn_put(c, s->inv_rc == 0 && s->moves_rc == 0);
     return 0;
@@ -261,7 +261,9 @@ static json_t *moves_json(const shard_map *map, const st_server *s, size_t n, js
             problem(problems, "%s: cannot read the move journal: %s", who, s[i].moves_error);
         for (size_t k = 0; k < s[i].nmoves; k++) {
             const fleet_move *m = &s[i].moves[k];
-            if (!m->running) {
+            /* Nobody runs it: a problem, with what to do, unless it keeps a
+             * reverse window, which waits for the operators by design. */
+            if (!m->running && m->phase != SHARD_MOVE_REVERSIBLE) {
                 char steps[400];
                 move_next_steps(m->id, m->phase, false, steps, sizeof steps);
                 problem(problems, "move %llu (shards %u-%u, %s -> %s): %s (journal updated %s)",

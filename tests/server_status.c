@@ -312,6 +312,35 @@ START_TEST(move_in_flight)
     run_free(&r);
     mysql_close(my);
 
+    /* Keeping its reverse window, nobody running it: listed, no problem
+     * (it waits for the operators' finish or revert by design). */
+    ck_assert_int_eq(harness_sql(H, "s3", "UPDATE libshard_control.moves SET phase = 9", NULL),
+                     0);
+    doc = status_json(&status);
+    ck_assert_int_eq(status, 0);
+    ck_assert_int_eq(json_array_size(json_object_get(doc, "problems")), 0);
+    ck_assert_int_eq(json_array_size(json_object_get(doc, "moves")), 1);
+    m = json_array_get(json_object_get(doc, "moves"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(m, "phase")), "reversible");
+    json_decref(doc);
+    r = RUN_ADMIN("status");
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_msg(strstr(r.out, "reversible, reverse window open"), "%s", r.out);
+    run_free(&r);
+
+    /* Done but its source's copies left to drop, nobody dropping them: a
+     * problem, with the command that drops them. */
+    ck_assert_int_eq(harness_sql(H, "s3", "UPDATE libshard_control.moves SET phase = 12", NULL),
+                     0);
+    r = RUN_ADMIN("status");
+    ck_assert_int_eq(r.status, 1);
+    snprintf(want, sizeof want, "move %s (shards 2-3, MySQL001 -> MySQL002): is done and left "
+             "its source's copies to drop: resume it to drop them (shardctl move resume %s)",
+             id, id);
+    assert_problems_first(r.out, want);
+    ck_assert_msg(strstr(r.out, "dropping, INTERRUPTED"), "%s", r.out);
+    run_free(&r);
+
     /* Aborted: no longer unfinished. */
     ck_assert_int_eq(harness_sql(H, "s3", "UPDATE libshard_control.moves SET phase = 8", NULL),
                      0);

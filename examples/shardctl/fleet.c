@@ -318,7 +318,10 @@ static void print_status(const json_t *doc)
                (long long)jint(m, "id"), (long long)jint(m, "first"),
                (long long)jint(m, "last"), jstr(m, "source"), jstr(m, "target"),
                jstr(m, "phase"),
-               json_is_true(json_object_get(m, "running")) ? "running" : "INTERRUPTED",
+               json_is_true(json_object_get(m, "running"))
+                   ? "running"
+                   : strcmp(jstr(m, "phase"), "reversible") == 0 ? "reverse window open"
+                                                                 : "INTERRUPTED",
                jstr(m, "updated_at"));
 }
 
