@@ -34,7 +34,9 @@ typedef struct timed_writer {
     unsigned k; /* shards k, k + 4, k + 8 by turns */
     atomic_int *stop;
     long calls, slow; /* calls on unmoved shards, those over SLOW_MS */
+    long slow_own;    /* those over SLOW_MS beyond the machine's delays (probe) */
     double worst;     /* the longest of them, seconds */
+    double worst_own; /* the longest less the machine's delays in it (probe) */
     char worst_what[200];
     int errors;
     char err[300];
@@ -42,24 +44,86 @@ typedef struct timed_writer {
 } timed_writer;
 
 /* The issue's bound (issue 24): counted and printed. What fails the test
- * is a call over STALL_MS: a wait on the move, not the scheduling delays
- * of a loaded machine (calls of 250-600 ms were seen here at a load of
- * 10 on 2 cores, with no statement of theirs over 40 ms on the server). */
+ * is a call over STALL_MS beyond the machine's own delays: a wait on the
+ * move, not the scheduling delays of a loaded machine (calls of 250-600 ms
+ * were seen here at a load of 10 on 2 cores, with no statement of theirs
+ * over 40 ms on the server, and of 1.7 s at a load of 18). */
 #define SLOW_MS 250.0
 #define STALL_MS 2000.0
 
+/* ---- the machine's own delays ------------------------------------------------ */
+
+/* A thread that sleeps PROBE_NAP_MS at a time notes each window in which it
+ * woke more than PROBE_LATE_MS late: time it wanted the CPU and did not
+ * get it. A slow call's time that overlaps such windows is the machine's,
+ * not the library's; a wait on a lock or a server overlaps none. */
+#define PROBE_NAP_MS 5
+#define PROBE_LATE_MS 20.0
+#define PROBE_MAX 20000
+
+static struct {
+    pthread_mutex_t lock;
+    double from[PROBE_MAX], to[PROBE_MAX];
+    int n;
+    double worst; /* the longest window, seconds */
+} probe = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void *probe_loop(void *arg)
+{
+    atomic_int *stop = arg;
+
+    while (!atomic_load(stop)) {
+        double a = now_s(), b;
+        nap_ms(PROBE_NAP_MS);
+        b = now_s();
+        if ((b - a) * 1000.0 - PROBE_NAP_MS > PROBE_LATE_MS) {
+            pthread_mutex_lock(&probe.lock);
+            if (probe.n < PROBE_MAX) {
+                probe.from[probe.n] = a + PROBE_NAP_MS / 1000.0;
+                probe.to[probe.n++] = b;
+            }
+            if (b - a > probe.worst)
+                probe.worst = b - a;
+            pthread_mutex_unlock(&probe.lock);
+        }
+    }
+    return NULL;
+}
+
+/* How much of [t0, t1] the probe spent waiting for the CPU (seconds). */
+static double machine_delay(double t0, double t1)
+{
+    double d = 0;
+
+    pthread_mutex_lock(&probe.lock);
+    for (int i = probe.n - 1; i >= 0 && probe.to[i] > t0 - 60; i--) {
+        double a = probe.from[i] > t0 ? probe.from[i] : t0;
+        double b = probe.to[i] < t1 ? probe.to[i] : t1;
+        if (b > a)
+            d += b - a;
+    }
+    pthread_mutex_unlock(&probe.lock);
+    return d;
+}
+
 static void timed(timed_writer *tw, unsigned s, const char *what, double t0)
 {
-    double took = now_s() - t0;
+    double t1 = now_s(), took = t1 - t0, own = took;
 
     if (atomic_load(&moving[s]))
         return;
     tw->calls++;
-    if (took * 1000.0 > SLOW_MS)
+    if (took * 1000.0 > SLOW_MS) {
         tw->slow++;
-    if (took > tw->worst) {
+        own = took - machine_delay(t0, t1);
+        tw->slow_own += own * 1000.0 > SLOW_MS;
+    }
+    if (took > tw->worst)
         tw->worst = took;
-        snprintf(tw->worst_what, sizeof tw->worst_what, "%s on shard %u", what, s);
+    if (own > tw->worst_own) {
+        tw->worst_own = own;
+        snprintf(tw->worst_what, sizeof tw->worst_what, "%s on shard %u, %.0f ms in all", what,
+                 s, took * 1000.0);
     }
 }
 
@@ -216,12 +280,14 @@ START_TEST(concurrent_moves_leave_other_shards_alone)
                      {10, 11, "MySQL003", 0, "", 0}};
     static timed_writer tw[4];
     atomic_int stop;
-    long calls = 0, slow = 0;
-    double worst = 0;
+    long calls = 0, slow = 0, slow_own = 0;
+    double worst = 0, worst_own = 0;
     const char *worst_what = "";
+    pthread_t prober;
 
     ledger_fill(ctx, 0, 11, 50);
     atomic_store(&stop, 0);
+    pthread_create(&prober, NULL, probe_loop, &stop);
     for (unsigned k = 0; k < 4; k++) {
         memset(&tw[k], 0, sizeof tw[k]);
         tw[k].k = k;
@@ -234,6 +300,7 @@ START_TEST(concurrent_moves_leave_other_shards_alone)
     atomic_store(&stop, 1);
     for (unsigned k = 0; k < 4; k++)
         pthread_join(tw[k].t, NULL);
+    pthread_join(prober, NULL);
     for (int i = 0; i < 3; i++) {
         ck_assert_msg(fwd[i].rc == 0, "move %u-%u: %s", fwd[i].first, fwd[i].last, fwd[i].err);
         ck_assert_msg(back[i].rc == 0, "move %u-%u back: %s", back[i].first, back[i].last,
@@ -242,20 +309,25 @@ START_TEST(concurrent_moves_leave_other_shards_alone)
     for (unsigned k = 0; k < 4; k++) {
         calls += tw[k].calls;
         slow += tw[k].slow;
-        if (tw[k].worst > worst) {
+        slow_own += tw[k].slow_own;
+        if (tw[k].worst > worst)
             worst = tw[k].worst;
+        if (tw[k].worst_own > worst_own) {
+            worst_own = tw[k].worst_own;
             worst_what = tw[k].worst_what;
         }
     }
-    fprintf(stderr, "unmoved shards: %ld calls, %ld over %.0f ms, the worst %.0f ms (%s)\n",
-            calls, slow, SLOW_MS, worst * 1000.0, worst_what);
+    fprintf(stderr, "unmoved shards: %ld calls, %ld over %.0f ms, the worst %.0f ms; less the "
+            "machine's delays, %ld over %.0f ms, the worst %.0f ms (%s); the probe's longest "
+            "wait for the CPU %.0f ms\n", calls, slow, SLOW_MS, worst * 1000.0, slow_own,
+            SLOW_MS, worst_own * 1000.0, worst_what, probe.worst * 1000.0);
     for (unsigned k = 0; k < 4; k++)
         ck_assert_msg(tw[k].errors == 0, "writer %u: %d errors, the last: %s", k, tw[k].errors,
                       tw[k].err);
     ck_assert_int_gt(calls, 0);
-    ck_assert_msg(worst * 1000.0 <= STALL_MS, "a call on an unmoved shard took %.0f ms (%s); "
-                  "%ld of %ld took over %.0f ms", worst * 1000.0, worst_what, slow, calls,
-                  SLOW_MS);
+    ck_assert_msg(worst_own * 1000.0 <= STALL_MS, "a call on an unmoved shard took %.0f ms "
+                  "beyond the machine's own delays (%s); %ld of %ld took over %.0f ms",
+                  worst_own * 1000.0, worst_what, slow, calls, SLOW_MS);
     ledger_check_all(ctx);
 }
 END_TEST
