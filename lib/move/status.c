@@ -39,6 +39,21 @@ static void add_json_line(sqlbuf *out, json_t *o)
     json_decref(o);
 }
 
+/* The move of a journal row (source, target, first, last in columns 1-4),
+ * enough to name its links and its source's databases: false when the map
+ * lacks one of its pairs. */
+static bool row_move(mv *m, shard_ctx *ctx, shard_map *map, MYSQL_ROW row)
+{
+    memset(m, 0, sizeof *m);
+    m->ctx = ctx;
+    m->map = map;
+    m->first = (unsigned)strtoul(row[3], NULL, 10);
+    m->last = (unsigned)strtoul(row[4], NULL, 10);
+    m->sides[0].pi = shard__map_find_pair(map, row[1]);
+    m->sides[1].pi = shard__map_find_pair(map, row[2]);
+    return m->sides[0].pi >= 0 && m->sides[1].pi >= 0;
+}
+
 /* A reversible move's reverse stream, as its source master shows it:
  * "running", or what is wrong with it. One that runs while the journal
  * says it was not started (its mover stopped in between) is running: a
@@ -53,14 +68,7 @@ static json_t *reverse_stream(shard_ctx *ctx, shard_map *map, MYSQL_ROW row)
     mv m;
     int bad;
 
-    memset(&m, 0, sizeof m);
-    m.ctx = ctx;
-    m.map = map;
-    m.first = (unsigned)strtoul(row[3], NULL, 10);
-    m.last = (unsigned)strtoul(row[4], NULL, 10);
-    m.sides[0].pi = shard__map_find_pair(map, row[1]);
-    m.sides[1].pi = shard__map_find_pair(map, row[2]);
-    if (m.sides[0].pi < 0 || m.sides[1].pi < 0)
+    if (!row_move(&m, ctx, map, row))
         return json_string("unknown: the map lacks one of its pairs");
     move_link_names(&m);
     shard__error_save(&saved, 0);
@@ -106,14 +114,7 @@ static json_t *drop_pending(shard_ctx *ctx, shard_map *map, MYSQL_ROW row)
     mv m;
     int rc;
 
-    memset(&m, 0, sizeof m);
-    m.ctx = ctx;
-    m.map = map;
-    m.first = (unsigned)strtoul(row[3], NULL, 10);
-    m.last = (unsigned)strtoul(row[4], NULL, 10);
-    m.sides[0].pi = shard__map_find_pair(map, row[1]);
-    m.sides[1].pi = shard__map_find_pair(map, row[2]);
-    if (m.sides[0].pi < 0 || m.sides[1].pi < 0)
+    if (!row_move(&m, ctx, map, row))
         return json_string("unknown: the map lacks one of its pairs");
     shard__error_save(&saved, 0);
     if (!(s = ctx_server_at(ctx, &move_sp(&m)->master)) || conn_get(ctx, s, &c) ||
