@@ -963,6 +963,42 @@ void move_pair_link_start(mv *m)
     pair_link_start(m, &l);
 }
 
+/*
+ * The catch-up's connection stopped with error 1236 ("connecting slave
+ * requested to start from GTID D-S-N, which is not in the master's
+ * binlog") in a domain of the replicating pair's own? It asks its master
+ * for its own domains at its gtid_slave_pos, and needs nothing of them.
+ * MariaDB checks a position in a domain its master has never logged only
+ * at the first event of that domain it sends, and that check, unlike the
+ * one at connect, ignores gtid_ignore_duplicates: another move's catch-up
+ * into this connection's master (from this very pair, at once) can log
+ * older events of the domain after the connect (seen in server_unmoved,
+ * three moves at once between three pairs). Reconnected, the connection
+ * passes the check at connect (the domain is no longer empty there).
+ */
+#define OWN_DOMAIN_RESTARTS 5
+
+static bool own_domain_start_missing(mv *m, const move_link *l, const repl_link *k)
+{
+    static const char start[] = "requested to start from GTID ";
+    const char *e = k->last_io_error, *at;
+    unsigned long own[2], domain;
+    size_t nown = 0;
+    shard_errsave saved;
+    bool mine = false;
+
+    if (strcmp(k->io_running, "No") != 0 || !strstr(e, "1236") ||
+        !strstr(e, "which is not in the master's binlog") || !(at = strstr(e, start)) ||
+        sscanf(at + sizeof start - 1, "%lu-", &domain) != 1)
+        return false;
+    shard__error_save(&saved, 0);
+    if (move_pair_domains(m, l->pair, own, &nown) == 0)
+        for (size_t i = 0; i < nown; i++)
+            mine |= own[i] == domain;
+    shard__error_restore(&saved);
+    return mine;
+}
+
 /* Replication healthy? A stopped SQL thread with an error ends the move. */
 static int repl_health(mv *m)
 {
@@ -981,7 +1017,14 @@ static int repl_health(mv *m)
         rc = shard__fail(SHARD_EINTERNAL, "replication connection %s runs without its "
                         "filter (was the target restarted without skip-slave-start?): "
                         "stop it and abort the move", fw.name);
-    else {
+    else if (!lasting_error(l->last_sql_error) && own_domain_start_missing(m, &fw, l) &&
+             m->own_domain_restarts < OWN_DOMAIN_RESTARTS) {
+        m->own_domain_restarts++;
+        ctx_log(m->ctx, SHARD_LOG_WARN, "replication connection %s on %s: %s; it needs nothing "
+                "of that domain (its own pair's): reconnecting it (%u of %d)", fw.name,
+                fw.pair->name, l->last_io_error, m->own_domain_restarts, OWN_DOMAIN_RESTARTS);
+        rc = move_runf(fw.c, "START SLAVE '%s'", fw.name);
+    } else {
         const char *errs[] = {l->last_sql_error, l->last_io_error};
         for (int i = 0; i < 2 && rc == 0; i++)
             if (lasting_error(errs[i]))
