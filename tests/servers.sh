@@ -33,6 +33,12 @@
 # and never written to a file by this script (the server itself keeps the
 # random replication password in its master.info, as MariaDB always does).
 #
+# The datadir mariadb-install-db makes is kept for later starts in
+# $LIBSHARD_TESTS_CACHE (default ${TMPDIR:-/tmp}/libshard-tests-cache-UID, a
+# directory of this user's, mode 700; set it empty not to keep it): under a
+# name that changes with mariadbd, mariadb-install-db and this script. Every
+# server still starts from a copy of its own of that fresh datadir.
+#
 # Processes are stopped by the pid in their pid file, after checking that the
 # pid still is a mariadbd serving DIR; never by name.
 
@@ -385,8 +391,9 @@ on_start_exit() {
     exit $((rc ? rc : 1))
 }
 
-bootstrap() {
-    local tpl=$DIR/template attempt
+# install_db DEST: mariadb-install-db into DEST/data (3 tries)
+install_db() {
+    local tpl=$1 attempt
     for attempt in 1 2 3; do
         rm -rf "$tpl"
         mkdir -p "$tpl/tmp"
@@ -404,6 +411,44 @@ bootstrap() {
         tail -n 15 "$DIR/bootstrap.log" >&2 || true
     done
     die "mariadb-install-db failed 3 times"
+}
+
+# bootstrap: a fresh datadir every server of this start is copied from, in
+# TEMPLATE/data. What mariadb-install-db makes is the same for every start
+# with the same server binaries, so it is made once and kept in the cache
+# directory (see the top of this file), under a name that changes with the
+# binaries and with this script; a start finding it there only copies it.
+bootstrap() {
+    local cache key tmp
+    TEMPLATE=$DIR/template
+    cache=${LIBSHARD_TESTS_CACHE-${TMPDIR:-/tmp}/libshard-tests-cache-$(id -u)}
+    if [[ -z $cache ]]; then
+        install_db "$TEMPLATE"
+        return 0
+    fi
+    mkdir -p -m 700 "$cache" 2>/dev/null || true
+    # only a directory of our own, that no one else may write in
+    if [[ ! -d $cache || -L $cache || ! -O $cache ]] ||
+        [[ -n $(find "$cache" -maxdepth 0 -perm /022 2>/dev/null) ]]; then
+        note "$cache: not a directory of this user's alone; not caching the bootstrap"
+        install_db "$TEMPLATE"
+        return 0
+    fi
+    key=$( { stat -L -c '%n %s %Y' "$MARIADBD" "$INSTALL_DB"; cat "$0"; } |
+        cksum | cut -d' ' -f1)
+    TEMPLATE=$cache/datadir-$key
+    [[ -e $TEMPLATE/ok ]] && return 0
+    # made aside, then renamed into place: a start running alongside either
+    # finds the whole template or none (then makes its own; one rename wins)
+    # (what an interrupted start left there)
+    find "$cache" -maxdepth 1 -name 'making.*' -mmin +60 -exec rm -rf {} + 2>/dev/null || true
+    tmp=$(mktemp -d "$cache/making.XXXXXX") || die "mktemp in $cache failed"
+    install_db "$tmp"
+    : >"$tmp/ok"
+    if ! mv -T "$tmp" "$TEMPLATE" 2>/dev/null; then
+        rm -rf "$tmp"
+        [[ -e $TEMPLATE/ok ]] || die "$TEMPLATE: could not put the bootstrap there"
+    fi
 }
 
 cmd_start() {
@@ -467,13 +512,13 @@ cmd_start() {
     local c
     for ((k = 1; k <= nserv; k++)); do # copies in parallel
         mkdir -p "$(sdir "$k")/tmp"
-        cp -a "$DIR/template/data" "$(sdir "$k")/data" &
+        cp -a "$TEMPLATE/data" "$(sdir "$k")/data" &
         cps+=("$!")
     done
     for c in "${cps[@]}"; do
         wait "$c" || die "copying the template datadir failed"
     done
-    rm -rf "$DIR/template"
+    rm -rf "$DIR/template" # (not a cached one)
 
     # launch all, then wait for all; a port clash relaunches on another port
     USED_PORTS=()
