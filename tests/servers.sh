@@ -2,7 +2,8 @@
 # tests/servers.sh: throwaway MariaDB master-master pairs for libshard tests.
 #
 #   servers.sh start DIR NPAIRS [--shards N] [--mod-shards M] [--tls CERTDIR]
-#   servers.sh stop DIR [NAME]       (no NAME: all, then DIR is removed)
+#   servers.sh stop DIR [NAME]       (NAME: a clean shutdown; none: all, by
+#                                     SIGKILL, then DIR is removed)
 #   servers.sh kill|restart|pause|resume DIR NAME
 #   servers.sh sql DIR NAME [CLIENT-ARGS...]      (SQL on stdin, batch output)
 #
@@ -292,14 +293,15 @@ server_ks() {
     return 0
 }
 
-# stop_servers K...: SIGTERM (and SIGCONT, in case it is paused), wait up to
-# STOP_WAIT_SECS, then SIGKILL.
+# stop_servers [--kill] K...: SIGTERM (and SIGCONT, in case it is paused),
+# wait up to STOP_WAIT_SECS, then SIGKILL; --kill: SIGKILL at once.
 stop_servers() {
-    local k pid i left
+    local k pid i left sig=TERM
     local -a pids=()
+    if [[ ${1:-} == --kill ]]; then sig=KILL; shift; fi
     for k in "$@"; do
         if pid=$(our_pid "$k"); then
-            kill -TERM "$pid" 2>/dev/null || true
+            kill -"$sig" "$pid" 2>/dev/null || true
             kill -CONT "$pid" 2>/dev/null || true
             pids+=("$pid")
         fi
@@ -690,7 +692,8 @@ cmd_stop() {
     local -a ks
     mapfile -t ks < <(server_ks)
     local rc=0
-    if ((${#ks[@]})); then stop_servers "${ks[@]}" || rc=1; fi
+    # their files go with DIR: no clean shutdown to wait for
+    if ((${#ks[@]})); then stop_servers --kill "${ks[@]}" || rc=1; fi
     if ((rc == 0)); then
         rm -rf "$DIR"
     else
