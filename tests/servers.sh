@@ -365,16 +365,17 @@ name_to_k() {
     echo "${BASH_REMATCH[1]}"
 }
 
-slave_field() { # slave_field K FIELD
-    local out line
+slave_running() { # slave_running K: "Slave_IO_Running Slave_SQL_Running"
+    local out line io="" sqlt=""
     out=$(client "$1" -e 'SHOW SLAVE STATUS\G' 2>/dev/null) || return 0
     while IFS= read -r line; do
         line=${line#"${line%%[! ]*}"}
-        if [[ $line == "$2: "* ]]; then
-            printf '%s\n' "${line#"$2: "}"
-            return 0
-        fi
+        case $line in
+        "Slave_IO_Running: "*) io=${line#*: } ;;
+        "Slave_SQL_Running: "*) sqlt=${line#*: } ;;
+        esac
     done <<<"$out"
+    echo "$io $sqlt"
 }
 
 # ---------------------------------------------------------------- start
@@ -436,7 +437,7 @@ bootstrap() {
         install_db "$TEMPLATE"
         return 0
     fi
-    key=$( { stat -L -c '%n %s %Y' "$MARIADBD" "$INSTALL_DB"; cat "$0"; } |
+    key=$( { stat -L -c '%n %s %Y' "$MARIADBD" "$INSTALL_DB"; cat "${BASH_SOURCE[0]}"; } |
         cksum | cut -d' ' -f1)
     TEMPLATE=$cache/datadir-$key
     [[ -e $TEMPLATE/ok ]] && return 0
@@ -570,6 +571,8 @@ cmd_start() {
             app_grants+=("GRANT $g TO 'shard'@'$host';")
         done
     done
+    # (every server at once, here and for replication below)
+    local -a jobs=()
     for ((k = 1; k <= nserv; k++)); do
         printf '%s\n' \
             "SET sql_log_bin=0;" \
@@ -582,7 +585,11 @@ cmd_start() {
             "GRANT ALL PRIVILEGES ON *.* TO 'shardadmin'@'localhost';" \
             "CREATE USER 'repl'@'127.0.0.1' IDENTIFIED BY '$rpw';" \
             "GRANT REPLICATION SLAVE ON *.* TO 'repl'@'127.0.0.1';" |
-            client "$k" || die "creating accounts on s$k failed"
+            client "$k" &
+        jobs[k]=$!
+    done
+    for ((k = 1; k <= nserv; k++)); do
+        wait "${jobs[k]}" || die "creating accounts on s$k failed"
     done
 
     # replication: each server of a pair replicates from the other
@@ -594,15 +601,17 @@ cmd_start() {
             " master_user='repl', master_password='$rpw'," \
             " master_use_gtid=slave_pos, master_connect_retry=1;" \
             "START SLAVE;" |
-            client "$k" || die "setting up replication on s$k failed"
+            client "$k" &
+        jobs[k]=$!
     done
-    local i io sqlt ok
+    for ((k = 1; k <= nserv; k++)); do
+        wait "${jobs[k]}" || die "setting up replication on s$k failed"
+    done
+    local i ok
     for ((k = 1; k <= nserv; k++)); do
         ok=0
         for ((i = 0; i < 30 * 20; i++)); do
-            io=$(slave_field "$k" Slave_IO_Running)
-            sqlt=$(slave_field "$k" Slave_SQL_Running)
-            if [[ $io == Yes && $sqlt == Yes ]]; then ok=1; break; fi
+            if [[ $(slave_running "$k") == "Yes Yes" ]]; then ok=1; break; fi
             sleep 0.05
         done
         if ((!ok)); then
