@@ -37,7 +37,8 @@
 # The datadir mariadb-install-db makes is kept for later starts in
 # $LIBSHARD_TESTS_CACHE (default ${TMPDIR:-/tmp}/libshard-tests-cache-UID, a
 # directory of this user's, mode 700; set it empty not to keep it): under a
-# name that changes with mariadbd, mariadb-install-db and this script. Every
+# name that changes with mariadbd, mariadb-install-db and how this script
+# runs it (old ones are not removed: 50 MB each). Every
 # server still starts from a copy of its own of that fresh datadir.
 #
 # Processes are stopped by the pid in their pid file, after checking that the
@@ -420,7 +421,7 @@ install_db() {
 # TEMPLATE/data. What mariadb-install-db makes is the same for every start
 # with the same server binaries, so it is made once and kept in the cache
 # directory (see the top of this file), under a name that changes with the
-# binaries and with this script; a start finding it there only copies it.
+# binaries and with install_db; a start finding it there only copies it.
 bootstrap() {
     local cache key tmp
     TEMPLATE=$DIR/template
@@ -437,7 +438,7 @@ bootstrap() {
         install_db "$TEMPLATE"
         return 0
     fi
-    key=$( { stat -L -c '%n %s %Y' "$MARIADBD" "$INSTALL_DB"; cat "${BASH_SOURCE[0]}"; } |
+    key=$( { stat -L -c '%n %s %Y' "$MARIADBD" "$INSTALL_DB"; declare -f install_db; } |
         cksum | cut -d' ' -f1)
     TEMPLATE=$cache/datadir-$key
     [[ -e $TEMPLATE/ok ]] && return 0
