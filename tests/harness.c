@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,8 @@ static struct {
 
 static char g_script[PATH_MAX];
 static char g_bash[32];
+static char g_client[PATH_MAX]; /* mariadb (or mysql), for harness_sql */
+static char g_dbroot[256];      /* the account servers.sh gives unix_socket auth */
 static int g_inited;
 static volatile sig_atomic_t g_in_cleanup;
 static volatile pid_t g_child; /* the script now running, if any */
@@ -100,19 +103,11 @@ static int spawn_stop_sigsafe(const char *dir, long maxfd)
     return wait_status(pid);
 }
 
-/* Run servers.sh with args (NULL-terminated), feeding input (may be NULL) on
- * its stdin and collecting its stdout into *out (if out). Returns the exit
- * status, 128+signal, or -1. */
-static int run_script(const char *const args[], const char *input, char **out)
+/* Run prog with argv (NULL-terminated, argv[0] included), feeding input (may
+ * be NULL) on its stdin and collecting its stdout into *out (if out).
+ * Returns the exit status, 128+signal, or -1. */
+static int run_prog(const char *prog, const char *const argv[], const char *input, char **out)
 {
-    const char *argv[16];
-    int n = 0;
-    argv[n++] = g_bash;
-    argv[n++] = g_script;
-    for (int i = 0; args[i] && n < 15; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-
     if (out)
         *out = NULL;
     int inp[2] = {-1, -1}, outp[2] = {-1, -1};
@@ -149,7 +144,7 @@ static int run_script(const char *const args[], const char *input, char **out)
         close_from_3(maxfd);
         /* default signal dispositions for the script */
         signal(SIGPIPE, SIG_DFL);
-        execve(g_bash, (char *const *)argv, environ);
+        execve(prog, (char *const *)argv, environ);
         _exit(127);
     }
 
@@ -244,6 +239,19 @@ static int run_script(const char *const args[], const char *input, char **out)
     return st;
 }
 
+/* Run servers.sh with args (NULL-terminated), as run_prog. */
+static int run_script(const char *const args[], const char *input, char **out)
+{
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = g_bash;
+    argv[n++] = g_script;
+    for (int i = 0; args[i] && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    return run_prog(g_bash, argv, input, out);
+}
+
 /* ------------------------------------------------------------ cleanup */
 
 static void cleanup_mine(void)
@@ -293,6 +301,40 @@ static void on_fatal_signal(int sig)
     errno = saved;
 }
 
+/* The client and the account `servers.sh sql` uses (its client(): the
+ * first of mariadb, mysql on PATH or in /usr/sbin; `id -un`), found once:
+ * harness_sql runs the client itself, without a shell that runs it. If
+ * either is not found, harness_sql goes through servers.sh sql. */
+static void find_client(void)
+{
+    static const char *const names[] = {"mariadb", "mysql"};
+    const char *path = getenv("PATH");
+    struct passwd *pw = getpwuid(geteuid());
+
+    g_client[0] = '\0';
+    if (!pw || strlen(pw->pw_name) >= sizeof g_dbroot)
+        return;
+    strcpy(g_dbroot, pw->pw_name);
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !g_client[0]; i++) {
+        const char *p = path ? path : "";
+        char cand[PATH_MAX];
+        for (;;) {
+            size_t len = strcspn(p, ":");
+            if (len > 0 && snprintf(cand, sizeof cand, "%.*s/%s", (int)len, p, names[i]) <
+                               (int)sizeof cand && access(cand, X_OK) == 0) {
+                snprintf(g_client, sizeof g_client, "%s", cand);
+                break;
+            }
+            if (!p[len])
+                break;
+            p += len + 1;
+        }
+        if (!g_client[0] && snprintf(cand, sizeof cand, "/usr/sbin/%s", names[i]) <
+                                (int)sizeof cand && access(cand, X_OK) == 0)
+            snprintf(g_client, sizeof g_client, "%s", cand);
+    }
+}
+
 static int init_once(void)
 {
     if (g_inited)
@@ -320,6 +362,7 @@ static int init_once(void)
         fprintf(stderr, "harness: bash not found\n");
         return -1;
     }
+    find_client();
     if (atexit(at_exit_cleanup) != 0) {
         fprintf(stderr, "harness: atexit failed\n");
         return -1;
@@ -570,6 +613,36 @@ int harness_port(const harness *h, const char *server)
     return port;
 }
 
+/* The unix socket of a server, from DIR/servers; -1 if there is no such
+ * server. */
+static int server_socket(const harness *h, const char *server, char *sock, size_t size)
+{
+    char path[PATH_MAX + 16], line[2 * PATH_MAX + 128];
+    int rc = -1;
+
+    snprintf(path, sizeof path, "%s/servers", h->dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    while (rc && fgets(line, sizeof line, f)) {
+        char name[64], *s;
+        int skip = 0;
+        /* NAME PAIR ROLE PORT SOCKET PIDFILE */
+        if (sscanf(line, "%63s %*s %*s %*d %n", name, &skip) != 1 || !skip ||
+            strcmp(name, server) != 0)
+            continue;
+        s = line + skip;
+        s[strcspn(s, " \n")] = '\0';
+        if (*s && strlen(s) < size) {
+            strcpy(sock, s);
+            rc = 0;
+        }
+        break;
+    }
+    fclose(f);
+    return rc;
+}
+
 static int simple(harness *h, const char *cmd, const char *server)
 {
     if (!h || !server)
@@ -609,6 +682,14 @@ int harness_sql(harness *h, const char *server, const char *sql, char **out)
         if (out)
             *out = strdup("");
         return -1;
+    }
+    char sock[PATH_MAX];
+    if (g_client[0] && server_socket(h, server, sock, sizeof sock) == 0) {
+        /* what servers.sh sql runs (its client()), minus the shell */
+        const char *argv[] = {g_client,    "--no-defaults", "-u", g_dbroot, "-S", sock,
+                              "--connect-timeout=5", "--batch", "--skip-column-names",
+                              NULL};
+        return run_prog(g_client, argv, sql, out);
     }
     const char *args[] = {"sql", h->dir, server, "--skip-column-names", NULL};
     return run_script(args, sql, out);

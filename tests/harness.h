@@ -103,8 +103,9 @@ int harness_resume(harness *h, const char *server);  /* SIGCONT */
  * harness_restart() brings it back. */
 int harness_stop_server(harness *h, const char *server);
 
-/* Runs sql (one or more ;-separated statements) as root on the server, in
- * the client's batch mode without column names (--batch --skip-column-names:
+/* Runs sql (one or more ;-separated statements) as root on the server (the
+ * client `servers.sh sql` runs, run directly), in the client's batch mode
+ * without column names (--batch --skip-column-names:
  * tab-separated values, one row a line). If out is not NULL, *out receives
  * the malloc'd stdout (never NULL on return, "" if empty or the script could
  * not run); free() it. Errors go to stderr. Returns the exit status. */

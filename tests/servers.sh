@@ -2,7 +2,8 @@
 # tests/servers.sh: throwaway MariaDB master-master pairs for libshard tests.
 #
 #   servers.sh start DIR NPAIRS [--shards N] [--mod-shards M] [--tls CERTDIR]
-#   servers.sh stop DIR [NAME]       (no NAME: all, then DIR is removed)
+#   servers.sh stop DIR [NAME]       (NAME: a clean shutdown; none: all, by
+#                                     SIGKILL, then DIR is removed)
 #   servers.sh kill|restart|pause|resume DIR NAME
 #   servers.sh sql DIR NAME [CLIENT-ARGS...]      (SQL on stdin, batch output)
 #
@@ -32,6 +33,13 @@
 # Passwords are handed to the client on stdin only, never on a command line,
 # and never written to a file by this script (the server itself keeps the
 # random replication password in its master.info, as MariaDB always does).
+#
+# The datadir mariadb-install-db makes is kept for later starts in
+# $LIBSHARD_TESTS_CACHE (default ${TMPDIR:-/tmp}/libshard-tests-cache-UID, a
+# directory of this user's, mode 700; set it empty not to keep it): under a
+# name that changes with mariadbd, mariadb-install-db and how this script
+# runs it (old ones are not removed: 50 MB each). Every
+# server still starts from a copy of its own of that fresh datadir.
 #
 # Processes are stopped by the pid in their pid file, after checking that the
 # pid still is a mariadbd serving DIR; never by name.
@@ -286,14 +294,15 @@ server_ks() {
     return 0
 }
 
-# stop_servers K...: SIGTERM (and SIGCONT, in case it is paused), wait up to
-# STOP_WAIT_SECS, then SIGKILL.
+# stop_servers [--kill] K...: SIGTERM (and SIGCONT, in case it is paused),
+# wait up to STOP_WAIT_SECS, then SIGKILL; --kill: SIGKILL at once.
 stop_servers() {
-    local k pid i left
+    local k pid i left sig=TERM
     local -a pids=()
+    if [[ ${1:-} == --kill ]]; then sig=KILL; shift; fi
     for k in "$@"; do
         if pid=$(our_pid "$k"); then
-            kill -TERM "$pid" 2>/dev/null || true
+            kill -"$sig" "$pid" 2>/dev/null || true
             kill -CONT "$pid" 2>/dev/null || true
             pids+=("$pid")
         fi
@@ -357,16 +366,17 @@ name_to_k() {
     echo "${BASH_REMATCH[1]}"
 }
 
-slave_field() { # slave_field K FIELD
-    local out line
+slave_running() { # slave_running K: "Slave_IO_Running Slave_SQL_Running"
+    local out line io="" sqlt=""
     out=$(client "$1" -e 'SHOW SLAVE STATUS\G' 2>/dev/null) || return 0
     while IFS= read -r line; do
         line=${line#"${line%%[! ]*}"}
-        if [[ $line == "$2: "* ]]; then
-            printf '%s\n' "${line#"$2: "}"
-            return 0
-        fi
+        case $line in
+        "Slave_IO_Running: "*) io=${line#*: } ;;
+        "Slave_SQL_Running: "*) sqlt=${line#*: } ;;
+        esac
     done <<<"$out"
+    echo "$io $sqlt"
 }
 
 # ---------------------------------------------------------------- start
@@ -385,8 +395,9 @@ on_start_exit() {
     exit $((rc ? rc : 1))
 }
 
-bootstrap() {
-    local tpl=$DIR/template attempt
+# install_db DEST: mariadb-install-db into DEST/data (3 tries)
+install_db() {
+    local tpl=$1 attempt
     for attempt in 1 2 3; do
         rm -rf "$tpl"
         mkdir -p "$tpl/tmp"
@@ -404,6 +415,44 @@ bootstrap() {
         tail -n 15 "$DIR/bootstrap.log" >&2 || true
     done
     die "mariadb-install-db failed 3 times"
+}
+
+# bootstrap: a fresh datadir every server of this start is copied from, in
+# TEMPLATE/data. What mariadb-install-db makes is the same for every start
+# with the same server binaries, so it is made once and kept in the cache
+# directory (see the top of this file), under a name that changes with the
+# binaries and with install_db; a start finding it there only copies it.
+bootstrap() {
+    local cache key tmp
+    TEMPLATE=$DIR/template
+    cache=${LIBSHARD_TESTS_CACHE-${TMPDIR:-/tmp}/libshard-tests-cache-$(id -u)}
+    if [[ -z $cache ]]; then
+        install_db "$TEMPLATE"
+        return 0
+    fi
+    mkdir -p -m 700 "$cache" 2>/dev/null || true
+    # only a directory of our own, that no one else may write in
+    if [[ ! -d $cache || -L $cache || ! -O $cache ]] ||
+        [[ -n $(find "$cache" -maxdepth 0 -perm /022 2>/dev/null) ]]; then
+        note "$cache: not a directory of this user's alone; not caching the bootstrap"
+        install_db "$TEMPLATE"
+        return 0
+    fi
+    key=$( { stat -L -c '%n %s %Y' "$MARIADBD" "$INSTALL_DB"; declare -f install_db; } |
+        cksum | cut -d' ' -f1)
+    TEMPLATE=$cache/datadir-$key
+    [[ -e $TEMPLATE/ok ]] && return 0
+    # made aside, then renamed into place: a start running alongside either
+    # finds the whole template or none (then makes its own; one rename wins)
+    # (what an interrupted start left there)
+    find "$cache" -maxdepth 1 -name 'making.*' -mmin +60 -exec rm -rf {} + 2>/dev/null || true
+    tmp=$(mktemp -d "$cache/making.XXXXXX") || die "mktemp in $cache failed"
+    install_db "$tmp"
+    : >"$tmp/ok"
+    if ! mv -T "$tmp" "$TEMPLATE" 2>/dev/null; then
+        rm -rf "$tmp"
+        [[ -e $TEMPLATE/ok ]] || die "$TEMPLATE: could not put the bootstrap there"
+    fi
 }
 
 cmd_start() {
@@ -467,13 +516,13 @@ cmd_start() {
     local c
     for ((k = 1; k <= nserv; k++)); do # copies in parallel
         mkdir -p "$(sdir "$k")/tmp"
-        cp -a "$DIR/template/data" "$(sdir "$k")/data" &
+        cp -a "$TEMPLATE/data" "$(sdir "$k")/data" &
         cps+=("$!")
     done
     for c in "${cps[@]}"; do
         wait "$c" || die "copying the template datadir failed"
     done
-    rm -rf "$DIR/template"
+    rm -rf "$DIR/template" # (not a cached one)
 
     # launch all, then wait for all; a port clash relaunches on another port
     USED_PORTS=()
@@ -523,6 +572,8 @@ cmd_start() {
             app_grants+=("GRANT $g TO 'shard'@'$host';")
         done
     done
+    # (every server at once, here and for replication below)
+    local -a jobs=()
     for ((k = 1; k <= nserv; k++)); do
         printf '%s\n' \
             "SET sql_log_bin=0;" \
@@ -535,7 +586,11 @@ cmd_start() {
             "GRANT ALL PRIVILEGES ON *.* TO 'shardadmin'@'localhost';" \
             "CREATE USER 'repl'@'127.0.0.1' IDENTIFIED BY '$rpw';" \
             "GRANT REPLICATION SLAVE ON *.* TO 'repl'@'127.0.0.1';" |
-            client "$k" || die "creating accounts on s$k failed"
+            client "$k" &
+        jobs[k]=$!
+    done
+    for ((k = 1; k <= nserv; k++)); do
+        wait "${jobs[k]}" || die "creating accounts on s$k failed"
     done
 
     # replication: each server of a pair replicates from the other
@@ -547,15 +602,17 @@ cmd_start() {
             " master_user='repl', master_password='$rpw'," \
             " master_use_gtid=slave_pos, master_connect_retry=1;" \
             "START SLAVE;" |
-            client "$k" || die "setting up replication on s$k failed"
+            client "$k" &
+        jobs[k]=$!
     done
-    local i io sqlt ok
+    for ((k = 1; k <= nserv; k++)); do
+        wait "${jobs[k]}" || die "setting up replication on s$k failed"
+    done
+    local i ok
     for ((k = 1; k <= nserv; k++)); do
         ok=0
         for ((i = 0; i < 30 * 20; i++)); do
-            io=$(slave_field "$k" Slave_IO_Running)
-            sqlt=$(slave_field "$k" Slave_SQL_Running)
-            if [[ $io == Yes && $sqlt == Yes ]]; then ok=1; break; fi
+            if [[ $(slave_running "$k") == "Yes Yes" ]]; then ok=1; break; fi
             sleep 0.05
         done
         if ((!ok)); then
@@ -645,7 +702,8 @@ cmd_stop() {
     local -a ks
     mapfile -t ks < <(server_ks)
     local rc=0
-    if ((${#ks[@]})); then stop_servers "${ks[@]}" || rc=1; fi
+    # their files go with DIR: no clean shutdown to wait for
+    if ((${#ks[@]})); then stop_servers --kill "${ks[@]}" || rc=1; fi
     if ((rc == 0)); then
         rm -rf "$DIR"
     else
