@@ -50,12 +50,14 @@ typedef struct exec_env {
     bool keep;
     /* Under EXEC_ONE, outside a transaction: fn's statement must itself
      * write nothing on a fenced shard (sql_fence_clear). False inside the
-     * write transaction, whose fence check ran already. */
+     * write transaction, whose fence check ran already, and under the
+     * lease (bound_ms instead). */
     bool fence_inline;
-    /* A read (no EXEC_WRITE, no EXEC_MOD) may leave the fence out of its
-     * statement: exec_fence_skip said so (the context's lease holds and the
-     * shard is not marked moving). Its answer counts only if it came before
-     * lease_until: else fn frees what it read and returns EXEC_STALE. */
+    /* A read (no EXEC_WRITE, no EXEC_MOD) or an EXEC_ONE write may leave
+     * the fence out of its statement: exec_fence_skip said so (the
+     * context's lease holds and the shard is not marked moving). A read's
+     * answer counts only if it came before lease_until: else fn frees what
+     * it read and returns EXEC_STALE. A write is bounded (bound_ms). */
     bool fence_skip;
     double lease_until;
     /* Under EXEC_ONE with fence_skip: the write leaves the fence out and is
