@@ -505,12 +505,26 @@ int conn_fits(shard_conn *c, size_t len)
     return 0;
 }
 
+/* Whether the statement about to go out may (c->send_by): else it is not sent. */
+static int send_in_time(shard_conn *c, double now)
+{
+    if (!c->send_by)
+        return 0;
+    if (now >= c->send_by) {
+        c->late = true;
+        return shard__fail(SHARD_EBUSY, "%s: the map lease ended before the write went out "
+                          "(not sent)", c->srv->label);
+    }
+    c->send_by = 0;
+    return 0;
+}
+
 static int query_n(shard_conn *c, const char *sql, size_t len)
 {
     double t0 = now_seconds();
     int rc;
 
-    if ((rc = conn_fits(c, len)))
+    if ((rc = conn_fits(c, len)) || (rc = send_in_time(c, t0)))
         return rc;
     if (mysql_real_query(c->my, sql, (unsigned long)len) == 0)
         return 0;
@@ -752,6 +766,8 @@ int conn_stmt_run(shard_conn *c, const char *key, const sqlbuf *sql, const conn_
         return rc;
     if (mysql_stmt_bind_param(cs->st, b))
         return stmt_fail(c, cs->st, t0);
+    if (c->send_by && (rc = send_in_time(c, now_seconds())))
+        return rc;
     c->executing = true;
     if (mysql_stmt_execute(cs->st)) {
         rc = stmt_fail(c, cs->st, t0);

@@ -67,6 +67,12 @@ typedef struct shard_conn {
     bool broken;                /* must not serve again (e.g. a ROLLBACK failed) */
     bool executing;             /* conn_stmt_run sent its statement and has no answer
                                  * yet (true after a failure in flight) */
+    /* 0, or when the lease of a write that skipped the fence check ends
+     * (monotonic seconds): the next statement (conn_query, conn_stmt_run)
+     * goes out only before then, checked after any prepare, and otherwise
+     * is not sent at all (SHARD_EBUSY, late set). Cleared once one is sent. */
+    double send_by;
+    bool late;
 } shard_conn;
 
 /* One pool per server address, shared by every thread of the context. */

@@ -335,6 +335,13 @@ void sql_fence_column(sqlbuf *q, const exec_env *env)
         sql_fence_value(q, env->db);
 }
 
+void sql_write_bound(sqlbuf *q, unsigned bound_ms)
+{
+    if (bound_ms)
+        sql_addf(q, "SET STATEMENT max_statement_time=%u.%03u FOR ", bound_ms / 1000,
+                 bound_ms % 1000);
+}
+
 void sql_fence_lock_column(sqlbuf *q, const char *db)
 {
     sql_add(q, "(SELECT fenced FROM " FENCE_TABLE " WHERE db = '");
@@ -412,9 +419,21 @@ static int run(exec_env *env, int flags, exec_fn fn, void *arg)
     if (!(flags & EXEC_WRITE))
         return fn(env, arg);
     if (flags & EXEC_ONE) {
-        env->fence_inline = true;
+        /* Under the lease the statement leaves the fence out, bounded by
+         * the map's lease_ms on the server (the mover waits that out too). */
+        env->bound_ms = env->fence_skip ? env->map->lease_ms : 0;
+        env->fence_inline = !env->bound_ms;
         env->conn->executing = false;
+        env->conn->last_errno = 0;
+        env->conn->send_by = env->bound_ms ? env->lease_until : 0;
+        env->conn->late = false;
         rc = fn(env, arg);
+        env->conn->send_by = 0;
+        /* Not sent, the lease having ended (after a prepare, say), or aborted
+         * at its bound and rolled back: nothing applied either way. */
+        if (rc && env->bound_ms &&
+            (env->conn->late || env->conn->last_errno == ER_STATEMENT_TIMEOUT))
+            return EXEC_STALE;
         if (rc != EXEC_TXN) {
             if (rc && !idempotent && env->conn->executing)
                 env->ambiguous = true;
@@ -422,6 +441,9 @@ static int run(exec_env *env, int flags, exec_fn fn, void *arg)
         }
         env->fence_inline = false;
     }
+    /* The transaction checks the fence itself, lease or not. */
+    env->fence_skip = false;
+    env->bound_ms = 0;
     return run_write(env, fn, arg, idempotent, (flags & EXEC_FENCE_FN) != 0);
 }
 
@@ -465,12 +487,17 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
             rc = SHARD_ECONNECT;
         if (rc == 0) {
             exec_env env = {c, map, db, shard, map->pairs[pi].name, false, false, false,
-                            false, 0, lost, false};
-            env.fence_skip = !(flags & (EXEC_WRITE | EXEC_MOD)) && !recheck &&
+                            false, 0, 0, lost, false};
+            /* A read, or a write of one statement (bounded then), may skip
+             * the check; a write transaction checks it. */
+            bool may_skip = !(flags & EXEC_MOD) &&
+                            (!(flags & EXEC_WRITE) || (flags & EXEC_ONE));
+            env.fence_skip = may_skip && !recheck &&
                              exec_fence_skip(ctx, map, shard, &env.lease_until);
             rc = run(&env, flags, fn, arg);
             if (rc == EXEC_STALE) {
-                /* Answered after the lease: that answer never counts. */
+                /* Answered after the lease, or a bounded write aborted at
+                 * its bound: that answer never counts, nothing was written. */
                 conn_release(c, 0);
                 shard_map_free(map);
                 recheck = true;

@@ -16,7 +16,9 @@
 #define EXEC_IDEMPOTENT 4 /* with EXEC_WRITE: running fn twice does no harm, so even
                            * a COMMIT lost in flight is retried */
 #define EXEC_ONE 8 /* with EXEC_WRITE: fn writes in one autocommit statement that
-                    * checks the fence itself (env->fence_inline, sql_fence_clear);
+                    * checks the fence itself (env->fence_inline, sql_fence_clear),
+                    * or, under the lease (exec_fence_skip), leaves the check out and
+                    * is bounded server-side instead (env->bound_ms, sql_write_bound);
                     * when that statement cannot tell what happened (it changed no
                     * row), fn returns EXEC_TXN and runs again inside the write
                     * transaction, as without EXEC_ONE */
@@ -25,8 +27,9 @@
                          * check costs no round trip of its own */
 #define EXEC_TXN 1 /* fn's return under EXEC_ONE: run me in the write transaction */
 #define EXEC_STALE 2 /* a read's return when it skipped the fence check and its answer
-                      * came after the lease ended (exec_answer_late): it runs again,
-                      * checking the fence */
+                      * came after the lease ended (exec_answer_late), and run's for a
+                      * bounded write that the server aborted at its bound (nothing
+                      * applied): it runs again, checking the fence */
 /* The public call to count (a stats_op, shard_ctx_stats(3)) in the bits above
  * the flags: calls, errors and duration, timed from ctx_exec's own clock
  * read. Without it nothing is counted (a step of a call counted elsewhere). */
@@ -47,14 +50,22 @@ typedef struct exec_env {
     bool keep;
     /* Under EXEC_ONE, outside a transaction: fn's statement must itself
      * write nothing on a fenced shard (sql_fence_clear). False inside the
-     * write transaction, whose fence check ran already. */
+     * write transaction, whose fence check ran already, and under the
+     * lease (bound_ms instead). */
     bool fence_inline;
-    /* A read (no EXEC_WRITE, no EXEC_MOD) may leave the fence out of its
-     * statement: exec_fence_skip said so (the context's lease holds and the
-     * shard is not marked moving). Its answer counts only if it came before
-     * lease_until: else fn frees what it read and returns EXEC_STALE. */
+    /* A read (no EXEC_WRITE, no EXEC_MOD) or an EXEC_ONE write may leave
+     * the fence out of its statement: exec_fence_skip said so (the
+     * context's lease holds and the shard is not marked moving). A read's
+     * answer counts only if it came before lease_until: else fn frees what
+     * it read and returns EXEC_STALE. A write is bounded (bound_ms). */
     bool fence_skip;
     double lease_until;
+    /* Under EXEC_ONE with fence_skip: the write leaves the fence out and is
+     * sent bounded instead, "SET STATEMENT max_statement_time=B FOR ..."
+     * (sql_write_bound), B = bound_ms, the map's lease_ms: the server
+     * aborts it (error 1969, nothing applied) before a move's fence can go
+     * up, and it runs again checking the fence. 0: not bounded. */
+    unsigned bound_ms;
     /* An earlier attempt of this call lost its connection after it had one:
      * what it sent may have been applied (an idempotent write's retry may
      * find its own work done). */
@@ -76,10 +87,12 @@ int ctx_exec(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void *arg);
 
 /*
  * The one rule for "check the fence on this shard now?" (libshard-move(7),
- * "The lease"): a read may skip the check only while the context holds a
- * lease on `map` (a store read that started less than lease_ms ago found
- * it current) and the map does not mark the shard moving. *until gets the
- * lease's end (monotonic seconds) when it returns true.
+ * "The lease"): a read, or a write of one autocommit statement (EXEC_ONE,
+ * then bounded: sql_write_bound), may skip the check only while the
+ * context holds a lease on `map` (a store read that started less than
+ * lease_ms ago found it current) and the map does not mark the shard
+ * moving. *until gets the lease's end (monotonic seconds) when it returns
+ * true.
  */
 bool exec_fence_skip(shard_ctx *ctx, const shard_map *map, unsigned shard, double *until);
 /* After a read that skipped the check: whether its answer came too late to
@@ -101,6 +114,11 @@ void sql_fence_value(sqlbuf *q, const char *db);
 void sql_fence_clear(sqlbuf *q, const char *db);
 /* A read's fence column: sql_fence_value, or 0 when env skips the check. */
 void sql_fence_column(sqlbuf *q, const exec_env *env);
+/* The start of a write that skipped the fence check: "SET STATEMENT
+ * max_statement_time=S FOR " with S = bound_ms in seconds (to the
+ * millisecond: the server counts microseconds, and a value that rounded to
+ * 0 would mean no limit); nothing when bound_ms is 0. */
+void sql_write_bound(sqlbuf *q, unsigned bound_ms);
 /* The fence check as a column of a write transaction's first statement:
  * "(SELECT fenced FROM libshard_control.fence WHERE db = 'DB' LOCK IN SHARE
  * MODE)", the same shared lock (or gap lock) as exec_fence_lock takes. */

@@ -117,6 +117,7 @@ static int row_fn(exec_env *env, void *arg)
     int rc;
 
     sql_init(&q);
+    sql_write_bound(&q, env->bound_ms);
     mapping_write_sql(&q, env->db, a->name, a->from, a->to, a->seq, a->remove,
                       env->fence_inline);
     rc = conn_query(env->conn, &q); /* both statements are idempotent */

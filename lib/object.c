@@ -134,8 +134,10 @@ static void stmt_key(char *key, size_t size, const char *kind, const char *db, c
     snprintf(key, size, "%s %s.%s", kind, db, table);
 }
 
-void object_insert_sql(sqlbuf *q, const char *db, const char *table, bool fence)
+void object_insert_sql(sqlbuf *q, const char *db, const char *table, bool fence,
+                       unsigned bound_ms)
 {
+    sql_write_bound(q, bound_ms);
     sql_add(q, "INSERT INTO ");
     sql_table(q, db, table);
     if (!fence) {
@@ -147,17 +149,23 @@ void object_insert_sql(sqlbuf *q, const char *db, const char *table, bool fence)
 }
 
 int object_insert(shard_conn *c, const char *db, const char *table, unsigned shard,
-                  unsigned type, const char *json, size_t len, bool fence, uint64_t *id)
+                  unsigned type, const char *json, size_t len, bool fence, unsigned bound_ms,
+                  uint64_t *id)
 {
     conn_param p = CONN_BYTES(json, len);
-    char key[160];
+    char key[160], kind[32];
     sqlbuf q;
     uint64_t local;
     int rc;
 
     sql_init(&q);
-    object_insert_sql(&q, db, table, fence);
-    stmt_key(key, sizeof key, fence ? "insert-fenced" : "insert", db, table);
+    object_insert_sql(&q, db, table, fence, bound_ms);
+    /* The bound is in the text: a map whose lease_ms changed prepares anew. */
+    if (bound_ms)
+        snprintf(kind, sizeof kind, "insert-bounded-%u", bound_ms);
+    else
+        snprintf(kind, sizeof kind, "%s", fence ? "insert-fenced" : "insert");
+    stmt_key(key, sizeof key, kind, db, table);
     rc = conn_stmt_run(c, key, &q, &p, 1);
     sql_free(&q);
     if (rc)
@@ -276,7 +284,8 @@ int object_insert_many(shard_conn *c, const char *db, const char *table, unsigne
         if (alone) {
             /* Too big as a hex literal, not as bytes: on its own, a binary
              * parameter of a prepared statement. */
-            rc = object_insert(c, db, table, shard, type, json[i], len[i], false, &ids[i]);
+            rc = object_insert(c, db, table, shard, type, json[i], len[i], false, 0,
+                               &ids[i]);
             stmts++;
             first = i + 1;
             continue;
@@ -432,7 +441,7 @@ static int create_fn(exec_env *env, void *arg)
     if (rc)
         return rc;
     rc = object_insert(env->conn, env->db, table, env->shard, a->type, a->json, a->len,
-                       env->fence_inline, &a->id);
+                       env->fence_inline, env->bound_ms, &a->id);
     /* Its own fence check held it back: the statement ran (no server
      * error, such as a read-only master after a failover) and wrote nothing. */
     if (rc == SHARD_EMOVED && env->fence_inline && env->conn->last_errno == 0)
@@ -461,7 +470,8 @@ int shard_object_create(shard_ctx *ctx, unsigned type, unsigned shard, const cha
         shard = (unsigned)(ctx_random() % map->open_shards);
         shard_map_free(map);
     }
-    /* One round trip: the INSERT checks the fence itself (EXEC_ONE). */
+    /* One round trip: the INSERT checks the fence itself, or under the
+     * lease is bounded instead (EXEC_ONE). */
     if ((rc = ctx_exec(ctx, shard, EXEC_WRITE | EXEC_ONE | EXEC_OP(STATS_OBJECT_CREATE),
                        create_fn, &a)))
         return rc;
@@ -705,6 +715,7 @@ static int hard_delete_fn(exec_env *env, void *arg)
     if (rc)
         return rc;
     sql_init(&q);
+    sql_write_bound(&q, env->bound_ms);
     object_delete_sql(&q, env->db, table, id, env->fence_inline);
     rc = conn_query(env->conn, &q);
     sql_free(&q);

@@ -29,13 +29,17 @@ int object_dump(const json_t *obj, char **text, size_t *len);
 /*
  * The statement text of object_insert (one parameter: the JSON) and of a
  * hard delete. With fence, the statement itself writes nothing while db is
- * fenced (sql_fence_clear): one autocommit round trip (EXEC_ONE).
+ * fenced (sql_fence_clear): one autocommit round trip (EXEC_ONE). With
+ * bound_ms (an insert under the lease, without fence), it is sent bounded
+ * (sql_write_bound); a hard delete's caller adds the bound itself.
  */
-void object_insert_sql(sqlbuf *q, const char *db, const char *table, bool fence);
+void object_insert_sql(sqlbuf *q, const char *db, const char *table, bool fence,
+                       unsigned bound_ms);
 void object_delete_sql(sqlbuf *q, const char *db, const char *table, uint64_t id, bool fence);
 /* With fence (object_insert_sql), a fenced db is SHARD_EMOVED, nothing written. */
 int object_insert(shard_conn *c, const char *db, const char *table, unsigned shard,
-                  unsigned type, const char *json, size_t len, bool fence, uint64_t *id);
+                  unsigned type, const char *json, size_t len, bool fence, unsigned bound_ms,
+                  uint64_t *id);
 /*
  * n objects of one type with as few statements as the packet limit allows:
  * multi-row INSERT ... RETURNING of hex literals (a text too big for one as

@@ -129,7 +129,8 @@ static int txn_object_create(shard_txn *t, unsigned type, const char *json, size
     if ((rc = object_table(t->map, type, &table)) || (rc = object_parse(json, len, &v)))
         return rc;
     json_decref(v);
-    return txn_fail(t, object_insert(t->conn, t->db, table, t->shard, type, json, len, false, id));
+    return txn_fail(t, object_insert(t->conn, t->db, table, t->shard, type, json, len, false,
+                                     0, id));
 }
 
 static int create_many(shard_txn *t, unsigned type, const char *const *json,

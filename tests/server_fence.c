@@ -87,7 +87,7 @@ static uint64_t run_form(shard_conn *c, const shard_map *map, form f, uint64_t o
     sql_init(&q);
     switch (f) {
     case INSERT_OBJECT:
-        OK(object_insert(c, Db, table, F, 1, LIT("{\"held\":1}"), true, &id));
+        OK(object_insert(c, Db, table, F, 1, LIT("{\"held\":1}"), true, 0, &id));
         sql_free(&q);
         return id ? 1 : 0;
     case DELETE_OBJECT:
@@ -136,7 +136,7 @@ static void holds_fence_back(form f, bool row_present)
     /* Fenced now: the statement changes nothing. */
     OK(conn_query_str(c, "START TRANSACTION"));
     if (f == INSERT_OBJECT)
-        FAILS(SHARD_EMOVED, object_insert(c, Db, "pins", F, 1, LIT("{}"), true, &obj));
+        FAILS(SHARD_EMOVED, object_insert(c, Db, "pins", F, 1, LIT("{}"), true, 0, &obj));
     else if (f == DELETE_OBJECT) /* `other` is still there */
         ck_assert_uint_eq(run_form(c, map, DELETE_OBJECT, other, 0), 0);
     else /* the opposite of what committed would change a row, unfenced */

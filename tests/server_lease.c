@@ -8,13 +8,21 @@
  *   lease_decides_the_check
  *       under a lease an unmarked shard's fence row is not read (a fence set
  *       by hand goes unseen); a marked shard, or a map without lease_ms,
- *       reads it (SHARD_EMOVED).
+ *       reads it (SHARD_EMOVED); writes of one statement (create, mapping
+ *       add and remove, hard delete) likewise.
  *   stale_context_never_reads_the_source_after_the_flip
  *       a context whose map predates the mark and whose store then goes
  *       away: after the flip it never answers from the fenced source.
  *   mover_waits_out_the_lease
- *       the fence goes up no sooner than lease_ms x 1.1 + 0.5 s after the
- *       mark was published.
+ *       the fence goes up no sooner than lease_ms x 1.1 + lease_ms (the
+ *       bound of writes sent under a lease) + 0.5 s after the mark was
+ *       published, and the mover's log line says how long it waits.
+ *   write_held_across_the_fence_never_commits_on_the_source
+ *       a create sent late in a lease taken just before the mark, held on
+ *       the server by a table lock until the fence is set: aborted at its
+ *       bound (max_statement_time, the map's lease_ms) before the fence, it
+ *       runs again with the fence check and lands on the target; nothing of
+ *       it commits on the source after the fence.
  *   writes_under_a_lease_lose_nothing
  *       creates from a context whose store went away, during a whole move:
  *       every acknowledged object is on the target afterwards.
@@ -25,6 +33,7 @@
 #include <check.h>
 #include <jansson.h>
 #include <libshard.h>
+#include <mysql.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -37,7 +46,9 @@
 extern int (*shard__move_hook)(uint64_t move_id, const char *point);
 
 #define LEASE_MS 2000
-#define WAIT_S (LEASE_MS * 1.1 / 1000 + 0.5) /* what the mover must wait */
+/* What the mover must wait after the mark: the leases (x 1.1 for clocks),
+ * the bound of a write sent under one (the map's lease_ms), 0.5 s margin. */
+#define WAIT_S (LEASE_MS * 1.1 / 1000 + LEASE_MS / 1000.0 + 0.5)
 
 static harness *h;
 static shard_ctx *ctx;   /* the application's context, on the real store */
@@ -117,10 +128,13 @@ static void fence_row(const char *server, unsigned shard, int fenced)
 
 static const char *stop_at; /* fail the move here (once), NULL: never */
 static double marked_at, fencing_at;
+static void (*at_point)(const char *point); /* a test's own doings, NULL: none */
 
 static int hook(uint64_t id, const char *point)
 {
     (void)id;
+    if (at_point)
+        at_point(point);
     if (strcmp(point, "marked") == 0)
         marked_at = now_s();
     if (strcmp(point, "fencing") == 0 && !fencing_at)
@@ -143,25 +157,45 @@ START_TEST(lease_decides_the_check)
     snprintf(path, sizeof path, "%s/decide-map.json", harness_dir(h));
     map_copy(path);
     c = open_on(path, 300);
+    uint64_t other = create(ctx, 1, "{\"d\":2}"), gone = create(ctx, 1, "{\"d\":3}"), made = 0;
     fence_row("s1", 1, 1); /* a fence with no mark: only a check sees it */
     ck_assert_msg(shard_object_get(c, id, &json, NULL) == 0,
                   "under a lease the unmarked shard's fence row was read: %s", shard_errmsg());
     ck_assert_str_eq(json, "{\"d\":1}");
     shard_free(json);
     json = NULL;
+    /* Writes of one statement skip it too (bounded on the server instead). */
+    ck_assert_msg(shard_object_create(c, 1, 1, LIT("{\"d\":4}"), &made) == 0,
+                  "under a lease the unmarked shard's create checked the fence: %s",
+                  shard_errmsg());
+    ck_assert_msg(shard_mapping_add(c, "board_has_pins", id, other, 5) == 0,
+                  "under a lease the unmarked shard's mapping add checked the fence: %s",
+                  shard_errmsg());
+    ck_assert_msg(shard_mapping_remove(c, "board_has_pins", id, other) == 0,
+                  "under a lease the unmarked shard's mapping remove checked the fence: %s",
+                  shard_errmsg());
+    ck_assert_msg(shard_object_delete(c, gone, SHARD_DELETE_HARD) == 0,
+                  "under a lease the unmarked shard's hard delete checked the fence: %s",
+                  shard_errmsg());
 
-    /* Marked: the same read checks. */
+    /* Marked: the same read and writes check. */
     map_set("moving", json_pack("[[i,i]]", 1, 1));
     map_copy(path);
     ck_assert_int_eq(shard_ctx_reload(c), 0);
     FAILS(SHARD_EMOVED, shard_object_get(c, id, &json, NULL));
+    FAILS(SHARD_EMOVED, shard_object_create(c, 1, 1, LIT("{\"d\":5}"), &made));
+    FAILS(SHARD_EMOVED, shard_mapping_add(c, "board_has_pins", id, other, 6));
+    FAILS(SHARD_EMOVED, shard_object_delete(c, made, SHARD_DELETE_HARD));
     map_set("moving", NULL);
 
-    /* No lease in the map: every read checks. */
+    /* No lease in the map: every read and write checks. */
     map_set("lease_ms", NULL);
     map_copy(path);
     ck_assert_int_eq(shard_ctx_reload(c), 0);
     FAILS(SHARD_EMOVED, shard_object_get(c, id, &json, NULL));
+    FAILS(SHARD_EMOVED, shard_object_create(c, 1, 1, LIT("{\"d\":6}"), &made));
+    FAILS(SHARD_EMOVED, shard_mapping_add(c, "board_has_pins", id, other, 7));
+    FAILS(SHARD_EMOVED, shard_object_delete(c, made, SHARD_DELETE_HARD));
     map_set("lease_ms", json_integer(LEASE_MS));
     fence_row("s1", 1, 0);
     shard_ctx_free(c);
@@ -217,24 +251,247 @@ START_TEST(stale_context_never_reads_the_source_after_the_flip)
 }
 END_TEST
 
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char wait_line[600]; /* the mover's "waiting N ms before the fence" line */
+
+static void log_wait(int level, const char *message, void *payload)
+{
+    (void)level;
+    (void)payload;
+    pthread_mutex_lock(&log_lock);
+    if (strstr(message, "before the fence"))
+        snprintf(wait_line, sizeof wait_line, "%s", message);
+    pthread_mutex_unlock(&log_lock);
+}
+
 START_TEST(mover_waits_out_the_lease)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_move_report r = SHARD_MOVE_REPORT_INIT;
+    shard_options lo = SHARD_OPTIONS_INIT;
+    shard_ctx *mover = NULL;
+    const char *ms;
     int rc;
 
+    lo.refresh_interval_ms = 0;
+    lo.log_level = SHARD_LOG_INFO;
+    lo.log = log_wait;
+    ck_assert_int_eq(harness_open_admin(h, &mover, &lo), 0);
     create(ctx, 3, "{\"w\":1}");
     marked_at = fencing_at = 0;
     shard__move_hook = hook;
-    rc = shard_move(admin, 3, 3, "MySQL002", &o, &r, NULL);
+    rc = shard_move(mover, 3, 3, "MySQL002", &o, &r, NULL);
     shard__move_hook = NULL;
+    shard_ctx_free(mover);
     ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
     ck_assert_msg(marked_at > 0 && fencing_at > 0, "hook points not reached");
-    fprintf(stderr, "server_lease: fence %.2f s after the mark (lease %d ms), pause %.1f ms\n",
-            fencing_at - marked_at, LEASE_MS, r.pause_ms);
+    fprintf(stderr, "server_lease: fence %.2f s after the mark (lease %d ms), pause %.1f ms; "
+            "the mover said: %s\n", fencing_at - marked_at, LEASE_MS, r.pause_ms, wait_line);
     ck_assert_msg(fencing_at - marked_at >= WAIT_S - 0.05,
-                  "the fence went up %.2f s after the mark, before the leases (%.2f s) ran out",
-                  fencing_at - marked_at, WAIT_S);
+                  "the fence went up %.2f s after the mark, before the leases and the writes "
+                  "they bound (%.2f s) ran out", fencing_at - marked_at, WAIT_S);
+    /* It says how long it waits, and that the writes' bound is in it. */
+    ck_assert_msg((ms = strstr(wait_line, "waiting ")) && atoi(ms + 8) > 0,
+                  "the mover did not say how long it waits: \"%s\"", wait_line);
+    ck_assert_msg(atoi(ms + 8) <= (int)(WAIT_S * 1000) + 50,
+                  "the mover said it waits longer than %.0f ms: %s", WAIT_S * 1000, wait_line);
+    ck_assert_msg(strstr(wait_line, "bounded (2000 ms)"),
+                  "the mover's wait does not name the writes' bound: \"%s\"", wait_line);
+}
+END_TEST
+
+/* ---- a write held on the server across the mark ----------------------------------- */
+
+/* The write goes out late in a lease taken just before the mark; a table
+ * lock (LOCK TABLES ... READ on another connection) holds it on the server
+ * until the fence is set, then lets it go. */
+static struct {
+    char path[600];
+    shard_ctx *c;            /* its map read from a copy of the store, then gone */
+    MYSQL *holder;           /* holds db00001.pins' table lock */
+    atomic_int entered;      /* "entered" points seen */
+    _Atomic double lease_at; /* when c's last store read started (before the mark) */
+    atomic_bool copied;      /* the copy has its snapshot */
+    atomic_bool moved;       /* shard_move returned */
+    atomic_bool held;        /* holder has the lock */
+    atomic_bool released;    /* and let it go (at the fence, or at the end) */
+    atomic_int rows_after_fence; /* source rows of the held write once released */
+    _Atomic double sent_at;  /* when the create was called */
+    _Atomic double done_at;  /* and returned */
+    atomic_int rc;
+    uint64_t id;
+    char msg[600];           /* its shard_errmsg() */
+} hw;
+
+static long s1_status(const char *name)
+{
+    char *out = NULL;
+    char *q = fmt("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE "
+                  "VARIABLE_NAME = '%s'", name);
+    long v = harness_sql(h, "s1", q, &out) == 0 && out ? atol(out) : -1;
+    free(q);
+    free(out);
+    return v;
+}
+
+/* A number that `sql` reads on the holder's connection; -1 on failure. */
+static long holder_value(const char *sql)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    long v = -1;
+
+    if (mysql_query(hw.holder, sql) != 0 || !(res = mysql_store_result(hw.holder)))
+        return -1;
+    if ((row = mysql_fetch_row(res)) && row[0])
+        v = atol(row[0]);
+    mysql_free_result(res);
+    return v;
+}
+
+#define HELD_ROWS "SELECT COUNT(*) FROM db00001.pins WHERE JSON_VALUE(data, '$.held') = 'across'"
+/* The held statement, still waiting for the table lock. */
+#define HELD_WAITING "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE " \
+                     "'%INSERT INTO `db00001`%' AND STATE LIKE '%metadata lock%'"
+
+static void holder_release(void)
+{
+    if (atomic_load(&hw.held) && !atomic_exchange(&hw.released, true))
+        mysql_query(hw.holder, "UNLOCK TABLES");
+}
+
+static void held_write_point(const char *point)
+{
+    if (strcmp(point, "entered") == 0 && atomic_fetch_add(&hw.entered, 1) == 0) {
+        /* Planned, not yet marked: c's lease starts now, on an unmarked map
+         * that no store read renews after this one. */
+        atomic_store(&hw.lease_at, now_s());
+        shard_ctx_reload(hw.c);
+        unlink(hw.path);
+    }
+    if (strcmp(point, "snapshot opened") == 0)
+        atomic_store(&hw.copied, true); /* the copy's snapshot: its reads lock nothing */
+    if (strcmp(point, "fence set") == 0 && atomic_load(&hw.held)) {
+        /* The held write may go on now: whatever it commits, it commits
+         * after the fence. Its statement has ended once no INSERT into
+         * db00001 is left waiting for the table lock. (Not held: the write
+         * never went out, and the test says so; the holder's connection is
+         * the writer's until then.) */
+        holder_release();
+        for (int i = 0; i < 40 && holder_value(HELD_WAITING) > 0; i++)
+            usleep(25000);
+        usleep(100000); /* its commit, if it commits */
+        atomic_store(&hw.rows_after_fence, (int)holder_value(HELD_ROWS));
+    }
+    if (strcmp(point, "published") == 0) {
+        /* The new map is out: c's store is back, with it. */
+        char *cmd = fmt("cp '%s' '%s'", harness_map_path(h), hw.path);
+        if (system(cmd) != 0)
+            fprintf(stderr, "server_lease: %s failed\n", cmd);
+        free(cmd);
+    }
+}
+
+static void *held_write_main(void *arg)
+{
+    double send;
+    uint64_t id = 0;
+
+    (void)arg;
+    while (!atomic_load(&hw.lease_at) || !atomic_load(&hw.copied)) {
+        if (atomic_load(&hw.moved)) {
+            atomic_store(&hw.rc, -1001); /* the move never got there */
+            return NULL;
+        }
+        usleep(2000);
+    }
+    /* LOCK TABLES ... READ: the mover's reads, its own LOCK TABLES ... READ
+     * (a copy's second try) and its fence (another table) go on. */
+    if (mysql_query(hw.holder, "LOCK TABLES db00001.pins READ") != 0) {
+        fprintf(stderr, "server_lease: LOCK TABLES: %s\n", mysql_error(hw.holder));
+        atomic_store(&hw.rc, -1000);
+        return NULL;
+    }
+    atomic_store(&hw.held, true);
+    /* Late in the lease (it ends 2 s after lease_at): on the old mover's
+     * wait (1.1 x lease + 0.5 s from the mark) the write's bound would end
+     * after the fence. */
+    send = atomic_load(&hw.lease_at) + 1.6;
+    if (now_s() < send)
+        usleep((useconds_t)((send - now_s()) * 1e6));
+    atomic_store(&hw.sent_at, now_s());
+    atomic_store(&hw.rc, shard_object_create(hw.c, 1, 1, LIT("{\"held\":\"across\"}"), &id));
+    atomic_store(&hw.done_at, now_s());
+    snprintf(hw.msg, sizeof hw.msg, "%s", atomic_load(&hw.rc) ? shard_errmsg() : "");
+    hw.id = id;
+    return NULL;
+}
+
+START_TEST(write_held_across_the_fence_never_commits_on_the_source)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
+    pthread_t t;
+    long aborted, kept;
+    char *json = NULL;
+    int rc;
+
+    memset(&hw, 0, sizeof hw);
+    snprintf(hw.path, sizeof hw.path, "%s/held-map.json", harness_dir(h));
+    map_copy(hw.path);
+    hw.c = open_on(hw.path, 15000);
+    hw.holder = mysql_init(NULL);
+    ck_assert_ptr_nonnull(mysql_real_connect(hw.holder, "127.0.0.1", "shardadmin",
+                                             getenv("LIBSHARD_PASSWORD"), NULL,
+                                             (unsigned)harness_port(h, "s1"), NULL, 0));
+    ck_assert_int_eq(holder_value(HELD_ROWS), 0);
+    o.flags = SHARD_MOVE_KEEP_SOURCE; /* its rows counted at the end */
+    aborted = s1_status("MAX_STATEMENT_TIME_EXCEEDED");
+    atomic_store(&hw.rows_after_fence, -1);
+    at_point = held_write_point;
+    shard__move_hook = hook;
+    ck_assert_int_eq(pthread_create(&t, NULL, held_write_main, NULL), 0);
+    rc = shard_move(admin, 1, 1, "MySQL002", &o, &r, NULL);
+    atomic_store(&hw.moved, true);
+    shard__move_hook = NULL;
+    at_point = NULL;
+    holder_release(); /* a move that failed before its fence */
+    pthread_join(t, NULL);
+    kept = holder_value(HELD_ROWS); /* the source's copy, kept fenced */
+    mysql_close(hw.holder);
+    aborted = s1_status("MAX_STATEMENT_TIME_EXCEEDED") - aborted;
+    fprintf(stderr, "server_lease: held write sent %.2f s into its lease: %d (%s), %ld aborted "
+            "at the bound, %d of its rows on the source after the fence, %ld at the end\n",
+            atomic_load(&hw.sent_at) - atomic_load(&hw.lease_at), atomic_load(&hw.rc),
+            atomic_load(&hw.rc) ? shard_strerror(atomic_load(&hw.rc)) : "ok", aborted,
+            atomic_load(&hw.rows_after_fence), kept);
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_msg(atomic_load(&hw.sent_at) > 0 && atomic_load(&hw.rows_after_fence) >= 0,
+                  "the held write did not go out before the fence (%d)", atomic_load(&hw.rc));
+    ck_assert_msg(atomic_load(&hw.sent_at) - atomic_load(&hw.lease_at) < 1.9,
+                  "the machine was too slow: the write went out %.2f s into a 2 s lease",
+                  atomic_load(&hw.sent_at) - atomic_load(&hw.lease_at));
+    ck_assert_msg(atomic_load(&hw.rows_after_fence) == 0,
+                  "a write sent under the lease committed on the source after the fence "
+                  "(%d rows)", atomic_load(&hw.rows_after_fence));
+    /* Held until the fence: had any of it committed on the source, it was
+     * after the fence. */
+    ck_assert_msg(kept == 0, "the source's fenced copy holds %ld rows of the write sent under "
+                  "the lease", kept);
+    ck_assert_msg(aborted >= 1, "the write under the lease was not aborted at its bound "
+                  "(max_statement_time exceeded %ld times)", aborted);
+    /* Aborted, not applied, and sent again with the fence check: it waited
+     * out the fence and landed on the target. */
+    ck_assert_msg(atomic_load(&hw.rc) == 0, "the held create failed after %.2f s: %d %s",
+                  atomic_load(&hw.done_at) - atomic_load(&hw.sent_at), atomic_load(&hw.rc),
+                  hw.msg);
+    ck_assert_int_eq(shard_ctx_reload(ctx), 0);
+    ck_assert_str_eq(pair_of(ctx, 1), "MySQL002");
+    ck_assert_msg(shard_object_get(ctx, hw.id, &json, NULL) == 0,
+                  "the acknowledged create is not on the target: %s", shard_errmsg());
+    ck_assert_str_eq(json, "{\"held\":\"across\"}");
+    shard_free(json);
+    shard_ctx_free(hw.c);
 }
 END_TEST
 
@@ -319,6 +576,7 @@ int main(void)
         tcase_add_test(tc, lease_decides_the_check);
         tcase_add_test(tc, stale_context_never_reads_the_source_after_the_flip);
         tcase_add_test(tc, mover_waits_out_the_lease);
+        tcase_add_test(tc, write_held_across_the_fence_never_commits_on_the_source);
         tcase_add_test(tc, writes_under_a_lease_lose_nothing);
         suite_add_tcase(s, tc);
     }

@@ -76,6 +76,31 @@ START_TEST(fence_sql)
 }
 END_TEST
 
+/* A write under the lease is bounded by the map's lease_ms, in seconds to
+ * the millisecond: never a value the server would read as 0 (no limit). */
+START_TEST(write_bound_sql)
+{
+    static const struct {
+        unsigned ms;
+        const char *want;
+    } cases[] = {
+        {0, ""},
+        {1, "SET STATEMENT max_statement_time=0.001 FOR "},
+        {2000, "SET STATEMENT max_statement_time=2.000 FOR "},
+        {10250, "SET STATEMENT max_statement_time=10.250 FOR "},
+        {600000, "SET STATEMENT max_statement_time=600.000 FOR "},
+    };
+
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sqlbuf q;
+        sql_init(&q);
+        sql_write_bound(&q, cases[i].ms);
+        ck_assert_str_eq(q.s ? q.s : "", cases[i].want);
+        sql_free(&q);
+    }
+}
+END_TEST
+
 
 /* A context on a map file: opening one talks to no server. */
 static shard_ctx *file_ctx(char *path, size_t size)
@@ -191,6 +216,7 @@ int main(void)
     Suite *s = suite_create("exec");
 
     tcase_of(s, "policy", TESTS(transient_errors, backoff_grows_jittered_and_capped,
-                                connection_reuse, fence_sql, reload_single_flight, wait_map));
+                                connection_reuse, fence_sql, write_bound_sql,
+                                reload_single_flight, wait_map));
     return run_suite(s, CK_FORK_GETENV) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -6,10 +6,20 @@
  */
 #include "move.h"
 
-/* Beyond the lease itself: clocks that run up to 10% apart, and this much
- * for a statement sent just before a lease ended. */
+/* Beyond the lease itself: clocks that run up to 10% apart; the bound of a
+ * write sent under the lease (its map's lease_ms: the server aborts it
+ * that long after it started, sql_write_bound); and this much for a
+ * statement sent just before a lease ended to reach the server, and for
+ * the commit of a write that was past its last abort check at its bound. */
 #define LEASE_DRIFT 1.1
 #define LEASE_MARGIN_MS 500.0
+
+/* How long after a marking publish the fence may go up, for a longest
+ * lease (and write bound) of lease_ms. */
+static double lease_wait_ms(unsigned lease_ms)
+{
+    return lease_ms ? lease_ms * LEASE_DRIFT + lease_ms + LEASE_MARGIN_MS : 0;
+}
 
 static bool all_marked(const shard_map *map, unsigned first, unsigned last)
 {
@@ -66,10 +76,11 @@ int move_mark(mv *m, bool on)
          * ones that did not may skip the check for one more lease. A run
          * that finds the mark already there (resumed) cannot tell when it
          * was published, and counts from now. */
-        double ready = now_seconds() +
-                       (e.lease_ms ? e.lease_ms * LEASE_DRIFT + LEASE_MARGIN_MS : 0) / 1000.0;
+        double ready = now_seconds() + lease_wait_ms(e.lease_ms) / 1000.0;
         if (ready > m->lease_ready)
             m->lease_ready = ready;
+        if (e.lease_ms > m->lease_ms)
+            m->lease_ms = e.lease_ms;
     }
     return 0;
 }
@@ -87,8 +98,10 @@ int move_lease_wait(mv *m)
     if (ms <= 0)
         return 0;
     ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: waiting %.0f ms before the fence, for the "
-            "map leases of contexts that have not read the mark yet",
-            (unsigned long long)m->id, ms);
+            "map leases of contexts that have not read the mark yet (lease %u ms x %.1f) "
+            "and the writes they sent bounded (%u ms), + %.0f ms",
+            (unsigned long long)m->id, ms, m->lease_ms, LEASE_DRIFT, m->lease_ms,
+            LEASE_MARGIN_MS);
     sleep_ms(ms);
     return 0;
 }

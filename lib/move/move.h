@@ -138,6 +138,7 @@ typedef struct mv {
     unsigned retries;  /* transient failures retried in this run */
     double fence_t0;   /* when this run fenced (0: an earlier run did) */
     double lease_ready; /* lease.c: monotonic time from which the fence may go up */
+    unsigned lease_ms;  /* lease.c: the longest lease of the maps marked (and write bound) */
     unsigned own_domain_restarts; /* catchup.c: restarts of the catch-up's connection
                                    * after 1236 in a domain of its own pair */
     unsigned fence_statements; /* statements the last fence took (journaled) */
