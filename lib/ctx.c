@@ -234,6 +234,12 @@ void ctx_lease_confirm(shard_ctx *ctx, double started, uint64_t version)
 {
     uint64_t ns = (uint64_t)(started * 1e9), cur;
 
+    /* A ZooKeeper read may be answered by a follower that lags the leader
+     * (there is no sync before it): it does not prove the map current at
+     * its start, so a watched store confirms no lease (every statement
+     * checks the fence). */
+    if (store_can_watch(ctx->store))
+        return;
     if (ctx_map_version(ctx) != version)
         return; /* the store's map is not the one held */
     cur = atomic_load(&ctx->lease_from_ns);
@@ -373,9 +379,9 @@ int shard_ctx_open(shard_ctx **out, const char *location, const shard_options *o
     }
     ctx_lease_confirm(ctx, t0, version);
     if (store_can_watch(ctx->store)) {
-        /* Pushed, not polled: no refresh thread (and so no lease beyond the
-         * first read's: a watch does not confirm the map current the way a
-         * read does, and every read checks the fence once it runs out). */
+        /* Pushed, not polled: no refresh thread, and no lease (a watch or a
+         * read there does not confirm the map current: ctx_lease_confirm),
+         * so every statement checks the fence. */
         if ((rc = store_watch(ctx->store, watch_delivered, ctx))) {
             shard_ctx_free(ctx);
             return rc;

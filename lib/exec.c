@@ -488,10 +488,11 @@ static int exec_run(shard_ctx *ctx, unsigned shard, int flags, exec_fn fn, void 
         if (rc == 0) {
             exec_env env = {c, map, db, shard, map->pairs[pi].name, false, false, false,
                             false, 0, 0, lost, false};
-            /* A read, or a write of one statement (bounded then), may skip
-             * the check; a write transaction checks it. */
+            /* A read, or a write of one statement (bounded then) where the
+             * map says "lease_writes", may skip the check; a write
+             * transaction checks it. */
             bool may_skip = !(flags & EXEC_MOD) &&
-                            (!(flags & EXEC_WRITE) || (flags & EXEC_ONE));
+                            (!(flags & EXEC_WRITE) || ((flags & EXEC_ONE) && map->lease_writes));
             env.fence_skip = may_skip && !recheck &&
                              exec_fence_skip(ctx, map, shard, &env.lease_until);
             rc = run(&env, flags, fn, arg);

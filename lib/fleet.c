@@ -316,7 +316,8 @@ int fleet_moves_get(shard_conn *c, fleet_move *out, size_t max, size_t *n, bool 
      * connection that writes the journal (libshard-move(7)). */
     snprintf(sql, sizeof sql, "SELECT id, source_pair, target_pair, first_shard, last_shard,"
              " phase, IS_USED_LOCK(CONCAT('libshard move ', id)) IS NOT NULL, updated_at,"
-             " message FROM " MOVES_TABLE " WHERE %s ORDER BY id",
+             " message FROM " MOVES_TABLE " WHERE %s ORDER BY phase = "
+             CONTROL_STR(SHARD_MOVE_REVERSIBLE) ", id",
              all ? "phase NOT IN " MOVE_OVER_SQL : "phase < " CONTROL_STR(SHARD_MOVE_DONE));
     rc = conn_query_str(c, sql);
     if (rc && (c->last_errno == ER_NO_SUCH_TABLE || c->last_errno == ER_BAD_DB_ERROR)) {

@@ -19,7 +19,7 @@
 
 static const char *const top_keys[] = {
     "version", "open_shards", "database_format", "credentials", "objects",
-    "mappings", "pairs", "id_shards", "mod_shards", "legacy", "lease_ms", "lease_max_ms",
+    "mappings", "pairs", "id_shards", "mod_shards", "legacy", "lease_ms", "lease_max_ms", "lease_writes",
     "moving", NULL};
 static const char *const cred_keys[] = {"user", "password_env", "tls", NULL};
 static const char *const tls_keys[] = {"ca", "cert", "key", "verify", NULL};
@@ -672,6 +672,12 @@ static int parse_lease(shard_map *m, json_t *d)
         return BAD("lease_max_ms: %llu is below lease_ms (%llu): it must be at least the "
                    "longest lease a context may still hold", max, v);
     m->lease_max_ms = (unsigned)max;
+    {
+        json_t *w = json_object_get(d, "lease_writes");
+        if (w && !json_is_boolean(w))
+            return BAD("lease_writes: must be true or false");
+        m->lease_writes = json_is_true(w);
+    }
     if (!a)
         return SHARD_OK;
     if (!json_is_array(a))

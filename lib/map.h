@@ -89,6 +89,9 @@ struct shard_map {
     /* The lease (libshard-move(7), "The lease"): 0 = none, every read checks
      * the fence. moving: shards a move is about to fence or has fenced. */
     unsigned lease_ms, lease_max_ms;
+    /* "lease_writes": true lets one-statement writes skip the check under
+     * the lease too, bounded on the server (off: only reads skip it). */
+    bool lease_writes;
     shard_rangedef *moving; /* pair unused */
     size_t nmoving;
 };

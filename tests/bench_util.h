@@ -246,6 +246,7 @@ BENCH_UTIL void bench_map_lease(harness *h, unsigned ms)
         shard_map_to_json(cur, &text) || !(doc = json_loads(text, 0, NULL)))
         die("reading the map: %s", shard_errmsg());
     json_object_set_new(doc, "lease_ms", json_integer(ms));
+    json_object_set_new(doc, "lease_writes", json_true());
     json_object_set_new(doc, "version", json_integer((json_int_t)shard_map_version(cur) + 1));
     if (!(out = json_dumps(doc, JSON_COMPACT)) || shard_map_parse(&next, out, strlen(out)) ||
         shard_store_publish(st, next, shard_map_version(cur)))

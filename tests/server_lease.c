@@ -178,6 +178,20 @@ START_TEST(lease_decides_the_check)
                   "under a lease the unmarked shard's hard delete checked the fence: %s",
                   shard_errmsg());
 
+    /* Without "lease_writes" the reads still skip and the writes check. */
+    map_set("lease_writes", NULL);
+    map_copy(path);
+    ck_assert_int_eq(shard_ctx_reload(c), 0);
+    ck_assert_msg(shard_object_get(c, id, &json, NULL) == 0, "%s", shard_errmsg());
+    shard_free(json);
+    json = NULL;
+    FAILS(SHARD_EMOVED, shard_object_create(c, 1, 1, LIT("{\"d\":7}"), &made));
+    FAILS(SHARD_EMOVED, shard_mapping_add(c, "board_has_pins", id, other, 8));
+    FAILS(SHARD_EMOVED, shard_object_delete(c, made, SHARD_DELETE_HARD));
+    map_set("lease_writes", json_true());
+    map_copy(path);
+    ck_assert_int_eq(shard_ctx_reload(c), 0);
+
     /* Marked: the same read and writes check. */
     map_set("moving", json_pack("[[i,i]]", 1, 1));
     map_copy(path);
@@ -592,6 +606,7 @@ int main(void)
             return 1;
         }
         json_object_set_new(doc, "lease_ms", json_integer(LEASE_MS));
+        json_object_set_new(doc, "lease_writes", json_true());
         json_object_set_new(doc, "version", json_integer((json_int_t)shard_map_version(cur) + 1));
         out = json_dumps(doc, JSON_COMPACT);
         if (shard_map_parse(&next, out, strlen(out)) ||

@@ -175,6 +175,7 @@ static const broken corpus[] = {
     {"lease_ms", "600001", "top level.lease_ms: 600001 out of range"},
     {"lease_ms", "-5", "top level.lease_ms: -5 out of range"},
     {"lease_max_ms", "true", "top level.lease_max_ms: must be an integer"},
+    {"lease_writes", "1", "lease_writes: must be true or false"},
     {"moving", "{}", "moving: must be an array of [first, last] shard ranges"},
     {"moving", "[[5, 3]]", "moving[0]: must be [first, last] with 0 <= first <= last"},
     {"moving", "[[0, 1], [0, 65536]]", "moving[1]: must be [first, last]"},

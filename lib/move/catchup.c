@@ -999,6 +999,25 @@ static bool own_domain_start_missing(mv *m, const move_link *l, const repl_link 
     return mine;
 }
 
+/* Start it again under the replication setup lock (another mover's join
+ * or leave may have every connection stopped), if it still stands so. */
+static int restart_own_domain(mv *m, const move_link *l)
+{
+    repl_status st;
+    const repl_link *k;
+    int rc;
+
+    if ((rc = link_lock(l->c)))
+        return rc;
+    if ((rc = repl_status_read(l->c, &st)) == 0) {
+        if ((k = repl_status_find(&st, l->name)) && own_domain_start_missing(m, l, k))
+            rc = move_runf(l->c, "START SLAVE '%s'", l->name);
+        repl_status_free(&st);
+    }
+    link_unlock(l->c);
+    return rc;
+}
+
 /* Replication healthy? A stopped SQL thread with an error ends the move. */
 static int repl_health(mv *m)
 {
@@ -1023,7 +1042,7 @@ static int repl_health(mv *m)
         ctx_log(m->ctx, SHARD_LOG_WARN, "replication connection %s on %s: %s; it needs nothing "
                 "of that domain (its own pair's): reconnecting it (%u of %d)", fw.name,
                 fw.pair->name, l->last_io_error, m->own_domain_restarts, OWN_DOMAIN_RESTARTS);
-        rc = move_runf(fw.c, "START SLAVE '%s'", fw.name);
+        rc = restart_own_domain(m, &fw);
     } else {
         const char *errs[] = {l->last_sql_error, l->last_io_error};
         for (int i = 0; i < 2 && rc == 0; i++)
