@@ -51,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -109,6 +110,64 @@ static uint64_t count_of(const char *server, const char *sql)
     return n;
 }
 
+/* What the servers did during a step (stderr notes: where the time goes):
+ * each server's CPU seconds and status counters, as deltas. */
+#define NSERVERS 4
+static const char *const Counters[] = {"Com_insert", "Com_commit", "Innodb_rows_inserted",
+                                       "Innodb_data_fsyncs", "Binlog_bytes_written",
+                                       "Bytes_received", "Questions"};
+#define NCOUNTERS (sizeof Counters / sizeof *Counters)
+
+typedef struct snap {
+    double cpu[NSERVERS], self;
+    uint64_t v[NSERVERS][NCOUNTERS];
+} snap;
+
+static void snap_take(snap *s)
+{
+    s->self = cpu_self();
+    for (int k = 0; k < NSERVERS; k++) {
+        char name[8], path[PATH_MAX + 32], sql[600], *out = NULL, *p;
+        snprintf(name, sizeof name, "s%d", k + 1);
+        snprintf(path, sizeof path, "%s/%s/mariadbd.pid", harness_dir(H), name);
+        s->cpu[k] = cpu_of(read_pid(path));
+        snprintf(sql, sizeof sql, "SELECT VARIABLE_NAME, VARIABLE_VALUE FROM "
+                 "information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN "
+                 "('%s','%s','%s','%s','%s','%s','%s')", Counters[0], Counters[1], Counters[2],
+                 Counters[3], Counters[4], Counters[5], Counters[6]);
+        if (harness_sql(H, name, sql, &out) != 0)
+            die("status of %s failed", name);
+        for (p = strtok(out, "\n"); p; p = strtok(NULL, "\n")) {
+            char *tab = strchr(p, '\t');
+            if (!tab)
+                continue;
+            *tab = '\0';
+            for (size_t c = 0; c < NCOUNTERS; c++)
+                if (strcasecmp(p, Counters[c]) == 0)
+                    s->v[k][c] = strtoull(tab + 1, NULL, 10);
+        }
+        free(out);
+    }
+}
+
+static void snap_note(const char *step, const snap *a)
+{
+    snap b;
+    char line[1400];
+    size_t len = 0;
+
+    snap_take(&b);
+    note("%s: client CPU %.2f s", step, b.self - a->self);
+    for (int k = 0; k < NSERVERS; k++) {
+        len = (size_t)snprintf(line, sizeof line, "  s%d CPU %.2f s", k + 1,
+                               b.cpu[k] - a->cpu[k]);
+        for (size_t c = 0; c < NCOUNTERS && len < sizeof line; c++)
+            len += (size_t)snprintf(line + len, sizeof line - len, " %s=%" PRIu64, Counters[c],
+                                    b.v[k][c] - a->v[k][c]);
+        note("%s", line);
+    }
+}
+
 static void sync_standbys(void)
 {
     for (int p = 1; p <= 2; p++)
@@ -145,7 +204,10 @@ static double tools(unsigned rows, double *dump_s, double *load_s)
         const char *argv[] = {"myloader", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
                               port, "-u", HARNESS_ADMIN_USER, "-t", t, "-e", "-B",
                               "legacy_copy", "-d", dir, "-v", "1", NULL};
+        snap sn;
+        snap_take(&sn);
         *load_s = bench_run_tool(argv, log, NULL);
+        snap_note("myloader", &sn);
     }
     unlink(cnf);
     bench_rm_tree(dir);
@@ -278,6 +340,7 @@ int main(int argc, char **argv)
     bool have_mydumper;
     char url[200];
     uint64_t objects = 0;
+    snap sn;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     bench_select(argc, argv);
@@ -320,16 +383,20 @@ int main(int argc, char **argv)
     else
         tools_s = 0;
 
+    snap_take(&sn);
     t0 = now();
     r1 = import_pass(ctx, type, url);
     pass1_s = now() - t0;
+    snap_note("first pass", &sn);
     if (r1.created != rows)
         die("the first pass created %" PRIu64 " objects, expected %u", r1.created, rows);
     note("first pass %.2f s: %" PRIu64 " new", pass1_s, r1.created);
     sync_standbys();
+    snap_take(&sn);
     t0 = now();
     r2 = import_pass(ctx, type, url);
     pass2_s = now() - t0;
+    snap_note("unchanged pass", &sn);
     if (r2.unchanged != rows || r2.created || r2.changed || r2.deleted)
         die("the second pass was not clean: %" PRIu64 " new, %" PRIu64 " changed, %" PRIu64
             " deleted", r2.created, r2.changed, r2.deleted);
