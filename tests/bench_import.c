@@ -113,7 +113,7 @@ static uint64_t count_of(const char *server, const char *sql)
 /* What the servers did during a step (stderr notes: where the time goes):
  * each server's CPU seconds and status counters, as deltas. */
 #define NSERVERS 4
-static const char *const Counters[] = {"Com_insert", "Com_commit", "Innodb_rows_inserted",
+static const char *const Counters[] = {"Com_insert", "Com_commit", "Handler_write",
                                        "Innodb_data_fsyncs", "Binlog_bytes_written",
                                        "Bytes_received", "Questions"};
 #define NCOUNTERS (sizeof Counters / sizeof *Counters)
@@ -125,6 +125,7 @@ typedef struct snap {
 
 static void snap_take(snap *s)
 {
+    memset(s, 0, sizeof *s);
     s->self = cpu_self();
     for (int k = 0; k < NSERVERS; k++) {
         char name[8], path[PATH_MAX + 32], sql[600], *out = NULL, *p;

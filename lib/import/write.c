@@ -112,8 +112,8 @@ static int upsert_send(exec_env *env, sqlbuf *q, const char *id_col, size_t rows
     return 0;
 }
 
-/* A text too big as a hex literal, not as bytes: alone, as a prepared
- * statement's binary parameter. */
+/* A text too big as an escaped literal, not as bytes: alone, as a
+ * prepared statement's binary parameter. */
 static int upsert_alone(exec_env *env, upsert_arg *a, const import_item *it)
 {
     conn_param p[2] = {CONN_U64(shard_id_local(it->id)), CONN_BYTES(it->text, it->len)};
@@ -155,7 +155,7 @@ static int upsert_fn(exec_env *env, void *arg)
     head = q.len;
     for (size_t i = 0; rc == 0 && i < a->n; i++) {
         const import_item *it = a->its[i];
-        size_t row = 2 * it->len + 32; /* ",(LOCAL,X'...')" */
+        size_t row = 2 * it->len + 32; /* ",(LOCAL,'...')", every byte escaped at worst */
         if (head + row + 200 > limit) {
             rc = upsert_alone(env, a, it);
             met = true;
@@ -170,7 +170,7 @@ static int upsert_fn(exec_env *env, void *arg)
         sql_add(&q, rows ? ",(" : "(");
         sql_u64(&q, shard_id_local(it->id));
         sql_add(&q, ",");
-        sql_hex(&q, it->text, it->len);
+        sql_str(&q, env->conn->my, it->text, it->len); /* valid UTF-8: convert.c checked */
         sql_add(&q, ")");
         rows++;
     }
