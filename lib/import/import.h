@@ -158,10 +158,15 @@ int import_find_written(import_run *r, import_item **its, size_t n);
 
 /* ---- write.c ------------------------------------------------------------------- */
 
-/* New objects, then their entries; *made counts those that were written. */
-int import_create(import_run *r, import_item **its, size_t n, uint64_t *made);
-/* Changed rows: objects rewritten, then their entries. */
-int import_change(import_run *r, import_item **its, size_t n, uint64_t *changed);
+/* New objects written (it->written: committed at it->id). */
+int import_create(import_run *r, import_item **its, size_t n);
+/* Changed rows' objects rewritten (act becomes ACT_UNCHANGED for one
+ * deleted through libshard since). */
+int import_change(import_run *r, import_item **its, size_t n);
+/* The entries of the written ones of nw[0..nn) and of the rewritten ones of
+ * ch[0..nc): *made and *changed count them. */
+int import_entries(import_run *r, import_item **nw, size_t nn, import_item **ch, size_t nc,
+                   uint64_t *made, uint64_t *changed);
 /* Gone rows: objects soft-deleted, then their entries "ID deleted". */
 int import_delete(import_run *r, import_item **its, size_t n);
 
