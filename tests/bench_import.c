@@ -151,15 +151,19 @@ static void snap_take(snap *s)
     }
 }
 
-static void snap_note(const char *step, const snap *a)
+/* The step's notes; returns the CPU seconds it took in all: the servers',
+ * and this process's (the import) or the tools' (tool_cpu >= 0). */
+static double snap_note(const char *step, const snap *a, double tool_cpu)
 {
     snap b;
     char line[1400];
     size_t len = 0;
+    double servers = 0, client;
 
     snap_take(&b);
-    note("%s: client CPU %.2f s", step, b.self - a->self);
+    client = tool_cpu >= 0 ? tool_cpu : b.self - a->self;
     for (int k = 0; k < NSERVERS; k++) {
+        servers += b.cpu[k] - a->cpu[k];
         len = (size_t)snprintf(line, sizeof line, "  s%d CPU %.2f s", k + 1,
                                b.cpu[k] - a->cpu[k]);
         for (size_t c = 0; c < NCOUNTERS && len < sizeof line; c++)
@@ -167,6 +171,9 @@ static void snap_note(const char *step, const snap *a)
                                     b.v[k][c] - a->v[k][c]);
         note("%s", line);
     }
+    note("%s: CPU %.2f s in all: %s %.2f s, servers %.2f s", step, client + servers,
+         tool_cpu >= 0 ? "tools" : "client", client, servers);
+    return client + servers;
 }
 
 static void sync_standbys(void)
@@ -178,8 +185,12 @@ static void sync_standbys(void)
 
 /* mydumper of legacy.pins from s1, myloader of it into legacy_copy on s3
  * (binary log on); the copy is dropped afterwards. Wall seconds of both. */
+static double Tools_cpu, Import_cpu;
+
 static double tools(unsigned rows, double *dump_s, double *load_s)
 {
+    double dump_cpu = 0, load_cpu = 0;
+    snap sn;
     char cnf[PATH_MAX + 16], dir[PATH_MAX + 16], log[PATH_MAX + 16], t[16], port[16];
     uint64_t loaded;
 
@@ -195,7 +206,8 @@ static double tools(unsigned rows, double *dump_s, double *load_s)
         const char *argv[] = {"mydumper", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
                               port, "-u", HARNESS_ADMIN_USER, "-t", t, "--trx-consistency-only",
                               "-x", "^legacy[.]pins$", "-o", dir, "-v", "1", NULL};
-        *dump_s = bench_run_tool(argv, log, NULL);
+        snap_take(&sn);
+        *dump_s = bench_run_tool(argv, log, &dump_cpu);
     }
     unlink(cnf);
     bench_write_defaults(cnf, harness_port(H, "s3"));
@@ -205,10 +217,8 @@ static double tools(unsigned rows, double *dump_s, double *load_s)
         const char *argv[] = {"myloader", "--defaults-file", cnf, "-h", "127.0.0.1", "-P",
                               port, "-u", HARNESS_ADMIN_USER, "-t", t, "-e", "-B",
                               "legacy_copy", "-d", dir, "-v", "1", NULL};
-        snap sn;
-        snap_take(&sn);
-        *load_s = bench_run_tool(argv, log, NULL);
-        snap_note("myloader", &sn);
+        *load_s = bench_run_tool(argv, log, &load_cpu);
+        Tools_cpu = snap_note("mydumper + myloader", &sn, dump_cpu + load_cpu);
     }
     unlink(cnf);
     bench_rm_tree(dir);
@@ -388,7 +398,7 @@ int main(int argc, char **argv)
     t0 = now();
     r1 = import_pass(ctx, type, url);
     pass1_s = now() - t0;
-    snap_note("first pass", &sn);
+    Import_cpu = snap_note("first pass", &sn, -1);
     if (r1.created != rows)
         die("the first pass created %" PRIu64 " objects, expected %u", r1.created, rows);
     note("first pass %.2f s: %" PRIu64 " new", pass1_s, r1.created);
@@ -397,7 +407,7 @@ int main(int argc, char **argv)
     t0 = now();
     r2 = import_pass(ctx, type, url);
     pass2_s = now() - t0;
-    snap_note("unchanged pass", &sn);
+    snap_note("unchanged pass", &sn, -1);
     if (r2.unchanged != rows || r2.created || r2.changed || r2.deleted)
         die("the second pass was not clean: %" PRIu64 " new, %" PRIu64 " changed, %" PRIu64
             " deleted", r2.created, r2.changed, r2.deleted);
@@ -413,9 +423,11 @@ int main(int argc, char **argv)
         printf("bench import-vs-myloader ratio=%.2f (mydumper %.2f s + myloader %.2f s = %.2f s "
            "(%d threads each, myloader -e: binlog on) / import first pass %.2f s (%d threads) "
            "of %u rows into %d shards on 2 pairs: first pass %.0f rows/s, tools %.0f rows/s; "
-           "second (unchanged) pass %.2f s, %.0f rows/s)\n",
+           "second (unchanged) pass %.2f s, %.0f rows/s; CPU seconds, the four servers' "
+           "included: tools %.2f, first pass %.2f)\n",
            tools_s / pass1_s, dump_s, load_s, tools_s, THREADS, pass1_s, THREADS, rows,
-           ID_SHARDS, rows / pass1_s, rows / tools_s, pass2_s, rows / pass2_s);
+           ID_SHARDS, rows / pass1_s, rows / tools_s, pass2_s, rows / pass2_s, Tools_cpu,
+           Import_cpu);
     if (bench_selected("import-repass-vs-first"))
         printf("bench import-repass-vs-first ratio=%.2f (an unchanged pass %.0f rows/s (%.2f s, "
                "nothing written) / the first pass %.0f rows/s (%.2f s), %u rows, %d threads, "

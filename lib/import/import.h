@@ -29,9 +29,10 @@
 
 #define IMPORT_MAX_BATCH 100000
 #define IMPORT_MAX_THREADS 64
-/* Without batch_rows, a pass reads about this many bytes of objects per
- * batch (rows, not bytes, bound a keyset read: the next batch's row count
- * follows the rows seen so far), between these many rows. */
+/* Without batch_rows, a pass reads about this many bytes of objects (or of
+ * a join table's records) per batch (rows, not bytes, bound a keyset read:
+ * the next batch's row count follows the rows seen so far), between these
+ * many rows. */
 #define IMPORT_BATCH_BYTES (4u << 20)
 #define IMPORT_BATCH_FIRST 1000
 #define IMPORT_BATCH_MIN 100
@@ -114,6 +115,10 @@ typedef struct import_run {
 int import_check_options(const shard_import_options *o);
 void import_run_init(import_run *r, shard_ctx *ctx, const shard_import_options *o);
 void import_run_end(import_run *r, shard_import_report *report, int rc);
+/* Without batch_rows, the next read's rows: about IMPORT_BATCH_BYTES at the
+ * bytes per row of the batch just read (`bytes` over `rows`), within
+ * IMPORT_BATCH_MIN..IMPORT_BATCH_MAX. */
+void import_adapt_batch(import_run *r, size_t bytes, size_t rows);
 /* The test hook, at a named point of a pass (legacy.h). */
 void import_hook(const char *point);
 void import_progress(import_run *r, const char *phase, bool force);

@@ -13,21 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Without batch_rows, the next read's rows follow the bytes seen so far. */
+/* The next read's rows follow this batch's bytes (import_adapt_batch). */
 static void adapt_batch(import_run *r, const import_item *it, size_t n)
 {
-    size_t bytes = 0, rows;
+    size_t bytes = 0;
 
-    if (r->fixed_batch || !n)
-        return;
     for (size_t i = 0; i < n; i++)
         bytes += it[i].len + 64;
-    rows = IMPORT_BATCH_BYTES / (bytes / n ? bytes / n : 1);
-    if (rows < IMPORT_BATCH_MIN)
-        rows = IMPORT_BATCH_MIN;
-    if (rows > IMPORT_BATCH_MAX)
-        rows = IMPORT_BATCH_MAX;
-    r->batch = (unsigned)rows;
+    import_adapt_batch(r, bytes, n);
 }
 
 /* One batch read and converted: the rows after `after` (first: from the
