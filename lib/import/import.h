@@ -7,7 +7,8 @@
  *   lookup.c   lookup entries: classifying a batch, writing entries, the
  *              pass marker, finding what an interrupted pass wrote
  *   write.c    writing objects: one idempotent upsert per shard batch at
- *              IDs known in advance, rewrites and soft deletes
+ *              IDs known in advance, rewrites and soft deletes; a batch's
+ *              entries
  *   pass.c     a pass over a legacy table; shard_import_table
  *   mapping.c  join tables; shard_import_mapping
  *   setup.c    options, checks of the legacy table, the run's start and end
@@ -18,7 +19,9 @@
  * the shard's own transaction, behind the fence) and its lookup entry
  * second (an upsert on a mod shard). Both are idempotent: a pass that dies
  * between them leaves an object without an entry, which the next pass
- * finds (a pass marker says it must look) and completes.
+ * finds (a pass marker says it must look) and completes. pass.c runs the
+ * stages as a pipeline (batch N-1's entries, batch N's objects, batch
+ * N+1's read at once), never a batch's entries before its objects.
  */
 #ifndef LIBSHARD_IMPORT_IMPORT_H
 #define LIBSHARD_IMPORT_IMPORT_H
