@@ -310,6 +310,20 @@ typedef struct put_arg {
     kv_group *g;
 } put_arg;
 
+/* The import's keys and values are ASCII (ids, checksums, "deleted"): an
+ * escaped literal, half a hex literal's size; anything else as hex. */
+static void put_text(sqlbuf *q, MYSQL *my, const char *s)
+{
+    size_t n = strlen(s);
+
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] >= 0x80) {
+            sql_hex(q, s, n);
+            return;
+        }
+    sql_str(q, my, s, n);
+}
+
 static int put_fn(exec_env *env, void *arg)
 {
     kv_job *j = ((put_arg *)arg)->j;
@@ -332,9 +346,9 @@ static int put_fn(exec_env *env, void *arg)
                 continue;
             }
             sql_add(&q, "(");
-            sql_hex(&q, s->key, strlen(s->key));
+            put_text(&q, env->conn->my, s->key);
             sql_add(&q, ",");
-            sql_hex(&q, j->vals[s->idx], strlen(j->vals[s->idx]));
+            put_text(&q, env->conn->my, j->vals[s->idx]);
             sql_add(&q, ")");
         }
         /* Upserts and deletes are idempotent: a retry after a lost

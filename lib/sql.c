@@ -141,3 +141,23 @@ int sql_check(const sqlbuf *b)
 {
     return b->oom ? shard__fail(SHARD_ENOMEM, "out of memory building a statement") : 0;
 }
+
+void sql_str(sqlbuf *b, MYSQL *my, const char *text, size_t len)
+{
+    unsigned long n;
+
+    if (len > (SIZE_MAX - 4) / 2 || !reserve(b, len * 2 + 3)) {
+        b->oom = true;
+        return;
+    }
+    b->s[b->len++] = '\'';
+    n = mysql_real_escape_string(my, b->s + b->len, text, (unsigned long)len);
+    if (n == (unsigned long)-1) { /* the connection cannot escape: the safe form */
+        b->s[--b->len] = '\0';
+        sql_hex(b, text, len);
+        return;
+    }
+    b->len += n;
+    b->s[b->len++] = '\'';
+    b->s[b->len] = '\0';
+}

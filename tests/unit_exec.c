@@ -101,6 +101,28 @@ START_TEST(write_bound_sql)
 }
 END_TEST
 
+/* An import's text goes as a string literal escaped for its connection:
+ * quotes, backslashes, NUL and line ends cannot end the literal early. */
+START_TEST(string_literal)
+{
+    static const char text[] = "{\"t\": \"it's \\\"q\\\" \\\\ \xf0\x9f\x98\x80\"}\0\n\r\x1a'";
+    MYSQL *my = mysql_init(NULL);
+    sqlbuf q;
+
+    ck_assert_ptr_nonnull(my);
+    sql_init(&q);
+    sql_add(&q, "(");
+    sql_str(&q, my, text, sizeof text - 1);
+    sql_add(&q, ",");
+    sql_str(&q, my, "", 0);
+    sql_add(&q, ")");
+    ck_assert_int_eq(sql_check(&q), 0);
+    ck_assert_str_eq(q.s, "('{\\\"t\\\": \\\"it\\'s \\\\\\\"q\\\\\\\" \\\\\\\\ "
+                          "\xf0\x9f\x98\x80\\\"}\\0\\n\\r\\Z\\'','')");
+    sql_free(&q);
+    mysql_close(my);
+}
+END_TEST
 
 /* A context on a map file: opening one talks to no server. */
 static shard_ctx *file_ctx(char *path, size_t size)
@@ -216,7 +238,7 @@ int main(void)
     Suite *s = suite_create("exec");
 
     tcase_of(s, "policy", TESTS(transient_errors, backoff_grows_jittered_and_capped,
-                                connection_reuse, fence_sql, write_bound_sql,
+                                connection_reuse, fence_sql, write_bound_sql, string_literal,
                                 reload_single_flight, wait_map));
     return run_suite(s, CK_FORK_GETENV) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -1,6 +1,7 @@
 /*
  * The import's pure helpers, no server (libshard-import(7)): source URLs
- * (a password is never accepted, nor echoed), strict UTF-8, lookup values.
+ * (a password is never accepted, nor echoed), strict UTF-8, lookup values,
+ * batch sizes.
  */
 #include <check.h>
 #include <jansson.h>
@@ -10,6 +11,7 @@
 
 #include "check_util.h"
 #include "legacy.h"
+#include "import/import.h" /* import_adapt_batch */
 
 START_TEST(urls)
 {
@@ -141,10 +143,35 @@ START_TEST(json_strings)
 }
 END_TEST
 
+/* Batches are sized in bytes (about IMPORT_BATCH_BYTES) for objects and a
+ * join table's records alike, unless batch_rows fixes them. */
+START_TEST(batch_sizes)
+{
+    shard_import_options o = SHARD_IMPORT_OPTIONS_INIT;
+    import_run r;
+
+    import_run_init(&r, NULL, &o);
+    ck_assert_uint_eq(r.batch, IMPORT_BATCH_FIRST);
+    import_adapt_batch(&r, 1000 * 4096, 1000); /* 4 kB objects */
+    ck_assert_uint_eq(r.batch, IMPORT_BATCH_BYTES / 4096);
+    import_adapt_batch(&r, 1000 * 110, 1000); /* mapping records: "12:34" "ID ID SEQ" */
+    ck_assert_uint_eq(r.batch, IMPORT_BATCH_MAX);
+    import_adapt_batch(&r, 10 * 1000000, 10); /* 1 MB objects */
+    ck_assert_uint_eq(r.batch, IMPORT_BATCH_MIN);
+    import_adapt_batch(&r, 0, 0); /* an empty batch changes nothing */
+    ck_assert_uint_eq(r.batch, IMPORT_BATCH_MIN);
+    o.batch_rows = 300;
+    import_run_init(&r, NULL, &o);
+    import_adapt_batch(&r, 1000 * 110, 1000);
+    ck_assert_uint_eq(r.batch, 300);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("import");
 
-    tcase_of(s, "import", TESTS(urls, url_password_refused, utf8, entries, json_strings));
+    tcase_of(s, "import", TESTS(urls, url_password_refused, utf8, entries, json_strings,
+                                batch_sizes));
     return run_suite(s, CK_FORK_GETENV) ? 1 : 0;
 }

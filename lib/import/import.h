@@ -7,7 +7,8 @@
  *   lookup.c   lookup entries: classifying a batch, writing entries, the
  *              pass marker, finding what an interrupted pass wrote
  *   write.c    writing objects: one idempotent upsert per shard batch at
- *              IDs known in advance, rewrites and soft deletes
+ *              IDs known in advance, rewrites and soft deletes; a batch's
+ *              entries
  *   pass.c     a pass over a legacy table; shard_import_table
  *   mapping.c  join tables; shard_import_mapping
  *   setup.c    options, checks of the legacy table, the run's start and end
@@ -18,7 +19,9 @@
  * the shard's own transaction, behind the fence) and its lookup entry
  * second (an upsert on a mod shard). Both are idempotent: a pass that dies
  * between them leaves an object without an entry, which the next pass
- * finds (a pass marker says it must look) and completes.
+ * finds (a pass marker says it must look) and completes. pass.c runs the
+ * stages as a pipeline (batch N-1's entries, batch N's objects, batch
+ * N+1's read at once), never a batch's entries before its objects.
  */
 #ifndef LIBSHARD_IMPORT_IMPORT_H
 #define LIBSHARD_IMPORT_IMPORT_H
@@ -29,13 +32,16 @@
 
 #define IMPORT_MAX_BATCH 100000
 #define IMPORT_MAX_THREADS 64
-/* Without batch_rows, a pass reads about this many bytes of objects per
- * batch (rows, not bytes, bound a keyset read: the next batch's row count
- * follows the rows seen so far), between these many rows. */
+/* Without batch_rows, a pass reads about this many bytes of objects (or of
+ * a join table's records) per batch (rows, not bytes, bound a keyset read:
+ * the next batch's row count follows the rows seen so far), between these
+ * many rows. */
 #define IMPORT_BATCH_BYTES (4u << 20)
 #define IMPORT_BATCH_FIRST 1000
 #define IMPORT_BATCH_MIN 100
 #define IMPORT_BATCH_MAX 20000
+/* How long a pass waits for the import's lock before SHARD_EBUSY. */
+#define IMPORT_LOCK_WAIT_S 5
 /* The lookup key of the pass marker: never a legacy id (those are digits). */
 #define IMPORT_MARKER_KEY "~import"
 
@@ -114,6 +120,10 @@ typedef struct import_run {
 int import_check_options(const shard_import_options *o);
 void import_run_init(import_run *r, shard_ctx *ctx, const shard_import_options *o);
 void import_run_end(import_run *r, shard_import_report *report, int rc);
+/* Without batch_rows, the next read's rows: about IMPORT_BATCH_BYTES at the
+ * bytes per row of the batch just read (`bytes` over `rows`), within
+ * IMPORT_BATCH_MIN..IMPORT_BATCH_MAX. */
+void import_adapt_batch(import_run *r, size_t bytes, size_t rows);
 /* The test hook, at a named point of a pass (legacy.h). */
 void import_hook(const char *point);
 void import_progress(import_run *r, const char *phase, bool force);
@@ -158,10 +168,15 @@ int import_find_written(import_run *r, import_item **its, size_t n);
 
 /* ---- write.c ------------------------------------------------------------------- */
 
-/* New objects, then their entries; *made counts those that were written. */
-int import_create(import_run *r, import_item **its, size_t n, uint64_t *made);
-/* Changed rows: objects rewritten, then their entries. */
-int import_change(import_run *r, import_item **its, size_t n, uint64_t *changed);
+/* New objects written (it->written: committed at it->id). */
+int import_create(import_run *r, import_item **its, size_t n);
+/* Changed rows' objects rewritten (act becomes ACT_UNCHANGED for one
+ * deleted through libshard since). */
+int import_change(import_run *r, import_item **its, size_t n);
+/* The entries of the written ones of nw[0..nn) and of the rewritten ones of
+ * ch[0..nc): *made and *changed count them. */
+int import_entries(import_run *r, import_item **nw, size_t nn, import_item **ch, size_t nc,
+                   uint64_t *made, uint64_t *changed);
 /* Gone rows: objects soft-deleted, then their entries "ID deleted". */
 int import_delete(import_run *r, import_item **its, size_t n);
 

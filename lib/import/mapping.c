@@ -147,7 +147,7 @@ static int edge_forward(import_run *r)
 {
     const shard_import_options *o = r->o;
     uint64_t lf = 0, lt = 0;
-    bool first = true;
+    bool first = true, full = false;
 
     for (;;) {
         MYSQL_RES *res;
@@ -157,6 +157,7 @@ static int edge_forward(import_run *r)
         sqlbuf q;
         int rc;
 
+        full = false;
         sql_init(&q);
         sql_addf(&q, "SELECT `%s`, `%s`, %s FROM `%s`.`%s`", o->from_column, o->to_column,
                  r->seq_expr, r->src.db, r->table);
@@ -205,9 +206,15 @@ static int edge_forward(import_run *r)
         mysql_free_result(res);
         r->rep.rows_read += n;
         if (rc == 0 && n) {
+            size_t asked = r->batch, bytes = 0;
             lf = e[n - 1].f;
             lt = e[n - 1].t;
             rc = edge_batch(r, e, n);
+            /* sized in bytes, as objects are: a record is its key and value */
+            for (size_t i = 0; rc == 0 && i < n; i++)
+                bytes += strlen(e[i].key) + (e[i].val ? strlen(e[i].val) : 0) + 64;
+            import_adapt_batch(r, bytes, n);
+            full = n == asked;
         }
         for (size_t i = 0; e && i < n; i++)
             free(e[i].val);
@@ -215,7 +222,7 @@ static int edge_forward(import_run *r)
         if (rc)
             return rc;
         import_progress(r, "rows", false);
-        if (n < r->batch)
+        if (!full)
             return 0;
     }
 }

@@ -13,67 +13,84 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Without batch_rows, the next read's rows follow the bytes seen so far. */
+/* The next read's rows follow this batch's bytes (import_adapt_batch). */
 static void adapt_batch(import_run *r, const import_item *it, size_t n)
 {
-    size_t bytes = 0, rows;
+    size_t bytes = 0;
 
-    if (r->fixed_batch || !n)
-        return;
     for (size_t i = 0; i < n; i++)
         bytes += it[i].len + 64;
-    rows = IMPORT_BATCH_BYTES / (bytes / n ? bytes / n : 1);
-    if (rows < IMPORT_BATCH_MIN)
-        rows = IMPORT_BATCH_MIN;
-    if (rows > IMPORT_BATCH_MAX)
-        rows = IMPORT_BATCH_MAX;
-    r->batch = (unsigned)rows;
+    import_adapt_batch(r, bytes, n);
 }
 
-static int process_batch(import_run *r, import_item *it, size_t n)
+/* One batch read and converted: the rows after `after` (first: from the
+ * start, so that ids below 1 are seen, and refused, never skipped); then
+ * what its write stage left for the entries stage. */
+typedef struct batch {
+    import_item *it;
+    size_t n;
+    unsigned asked;
+    import_item **nw, **ch; /* new rows, changed rows */
+    size_t nn, nc;
+} batch;
+
+static void batch_free(batch *b)
 {
-    import_item **nw = shard__calloc(n, sizeof *nw), **ch = shard__calloc(n, sizeof *ch);
-    size_t nn = 0, nc = 0;
-    uint64_t made = 0, changed = 0;
+    import_items_free(b->it, b->n);
+    free(b->nw);
+    free(b->ch);
+    memset(b, 0, sizeof *b);
+}
+
+/* The batch classified against its entries, its new objects written and
+ * its changed ones rewritten: everything but the entries. */
+static int write_stage(import_run *r, batch *b)
+{
+    import_item *it = b->it;
     int rc;
 
-    if (!nw || !ch) {
-        free(nw);
-        free(ch);
-        return shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", n);
-    }
-    rc = import_classify(r, it, n);
-    for (size_t i = 0; rc == 0 && i < n; i++) {
+    b->nw = shard__calloc(b->n, sizeof *b->nw);
+    b->ch = shard__calloc(b->n, sizeof *b->ch);
+    if (!b->nw || !b->ch)
+        return shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", b->n);
+    rc = import_classify(r, it, b->n);
+    for (size_t i = 0; rc == 0 && i < b->n; i++) {
         if (it[i].act == ACT_NEW)
-            nw[nn++] = &it[i];
+            b->nw[b->nn++] = &it[i];
         else if (it[i].act == ACT_CHANGED)
-            ch[nc++] = &it[i];
+            b->ch[b->nc++] = &it[i];
         else if (it[i].act == ACT_UNCHANGED)
             r->rep.unchanged++;
         r->seen_live += it[i].act == ACT_CHANGED || it[i].act == ACT_UNCHANGED;
     }
     if (rc == 0 && r->dry) {
-        r->rep.created += nn;
-        r->rep.changed += nc;
-    } else if (rc == 0 && (nn || nc)) {
-        if ((rc = import_mark(r)) == 0 && (rc = import_create(r, nw, nn, &made)) == 0)
-            rc = import_change(r, ch, nc, &changed);
-        r->rep.created += made;
-        r->rep.changed += changed;
-        r->rep.unchanged += nc - changed;
+        r->rep.created += b->nn;
+        r->rep.changed += b->nc;
+        b->nn = b->nc = 0; /* nothing for the entries stage */
+    } else if (rc == 0 && (b->nn || b->nc)) {
+        if ((rc = import_mark(r)) == 0 && (rc = import_create(r, b->nw, b->nn)) == 0)
+            rc = import_change(r, b->ch, b->nc);
     }
-    free(nw);
-    free(ch);
     return rc;
 }
 
-/* One batch read and converted: the rows after `after` (first: from the
- * start, so that ids below 1 are seen, and refused, never skipped). */
-typedef struct batch {
-    import_item *it;
-    size_t n;
-    unsigned asked;
-} batch;
+/* The entries of what the write stage wrote (also after it failed: the
+ * objects that did commit get theirs). */
+static int entries_stage(import_run *r, batch *b)
+{
+    uint64_t made = 0, changed = 0;
+    int rc;
+
+    if (!b->nn && !b->nc)
+        return 0;
+    rc = import_entries(r, b->nw, b->nn, b->ch, b->nc, &made, &changed);
+    r->rep.created += made;
+    r->rep.changed += changed;
+    if (rc == 0)
+        r->rep.unchanged += b->nc - changed;
+    b->nn = b->nc = 0;
+    return rc;
+}
 
 static int read_batch(import_run *r, bool first, uint64_t after, batch *b)
 {
@@ -81,8 +98,7 @@ static int read_batch(import_run *r, bool first, uint64_t after, batch *b)
     char where[200];
     int rc;
 
-    b->it = NULL;
-    b->n = 0;
+    memset(b, 0, sizeof *b);
     b->asked = r->batch;
     if (first)
         snprintf(where, sizeof where, " ORDER BY `%s` LIMIT %u", r->id_col, b->asked);
@@ -96,13 +112,19 @@ static int read_batch(import_run *r, bool first, uint64_t after, batch *b)
     return rc;
 }
 
-/* A batch processed while the next one is read: the legacy server's read
- * and the conversion overlap the lookups and writes (fanout_run: two
- * items, two threads; only the reader uses the source connection). */
+/*
+ * A pipeline of three stages over consecutive batches, run at once
+ * (fanout_run, one thread each): the entries of batch N-1, the objects of
+ * batch N, the read and conversion of batch N+1 (only the reader uses the
+ * source connection). A batch's entries are written only after its
+ * objects committed, so an interruption anywhere leaves objects without
+ * entries at most, which the next pass finds (the marker). Three batches
+ * in memory at most.
+ */
 typedef struct step {
     import_run *r;
-    batch *cur, *next;
-    bool more;
+    batch *prev, *cur, *next;
+    int rc[3];
 } step;
 
 static int step_fn(void *arg, size_t i, unsigned worker)
@@ -111,35 +133,48 @@ static int step_fn(void *arg, size_t i, unsigned worker)
 
     (void)worker;
     if (i == 0)
-        return process_batch(s->r, s->cur->it, s->cur->n);
-    return read_batch(s->r, false, s->cur->it[s->cur->n - 1].legacy, s->next);
+        s->rc[0] = entries_stage(s->r, s->prev);
+    else if (i == 1)
+        s->rc[1] = s->cur->n ? write_stage(s->r, s->cur) : 0;
+    else
+        s->rc[2] = read_batch(s->r, false, s->cur->it[s->cur->n - 1].legacy, s->next);
+    return s->rc[i];
 }
 
 static int forward_scan(import_run *r)
 {
-    batch b[2];
-    int rc, cur = 0;
+    batch b[3];
+    int rc, k = 0; /* b[k]: the current batch, b[(k+2)%3] the previous */
 
+    memset(b, 0, sizeof b);
     if ((rc = read_batch(r, true, 0, &b[0])))
         return rc;
     for (;;) {
-        batch *c = &b[cur], *nx = &b[!cur];
-        step s = {r, c, nx, c->n == c->asked && c->n > 0};
-        r->rep.rows_read += c->n;
-        adapt_batch(r, c->it, c->n);
-        nx->it = NULL;
-        nx->n = 0;
-        if (c->n)
-            rc = fanout_run(s.more ? 2 : 1, 2, step_fn, &s);
-        import_items_free(c->it, c->n);
-        if (rc) {
-            import_items_free(nx->it, nx->n);
+        step s = {r, &b[(k + 2) % 3], &b[k], &b[(k + 1) % 3], {0, 0, 0}};
+        bool more = s.cur->n == s.cur->asked && s.cur->n > 0;
+        r->rep.rows_read += s.cur->n;
+        adapt_batch(r, s.cur->it, s.cur->n);
+        rc = fanout_run(more ? 3 : 2, 3, step_fn, &s);
+        if (rc || !more) {
+            /* The current batch's written objects get their entries before
+             * the pass ends (the first error is the one reported). */
+            shard_errsave saved;
+            int rc2;
+            shard__error_save(&saved, rc);
+            rc2 = entries_stage(r, s.cur);
+            if (rc)
+                shard__error_restore(&saved);
+            else
+                rc = rc2;
+        }
+        batch_free(s.prev);
+        if (rc || !more) {
+            batch_free(s.cur);
+            batch_free(s.next);
             return rc;
         }
         import_progress(r, "rows", false);
-        if (!s.more)
-            return 0;
-        cur = !cur;
+        k = (k + 1) % 3;
     }
 }
 

@@ -57,6 +57,20 @@ void import_run_init(import_run *r, shard_ctx *ctx, const shard_import_options *
     snprintf(r->table, sizeof r->table, "%s", o->table);
 }
 
+void import_adapt_batch(import_run *r, size_t bytes, size_t rows)
+{
+    size_t next;
+
+    if (r->fixed_batch || !rows)
+        return;
+    next = IMPORT_BATCH_BYTES / (bytes / rows ? bytes / rows : 1);
+    if (next < IMPORT_BATCH_MIN)
+        next = IMPORT_BATCH_MIN;
+    if (next > IMPORT_BATCH_MAX)
+        next = IMPORT_BATCH_MAX;
+    r->batch = (unsigned)next;
+}
+
 void import_hook(const char *point)
 {
     if (shard__import_hook)

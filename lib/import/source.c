@@ -215,12 +215,16 @@ int import_source_open(shard_ctx *ctx, const shard_import_options *o, const char
         goto fail;
     if (!lockname)
         return 0;
-    snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', 0)", lockname);
+    /* A few seconds' wait: a pass run again right after one was killed
+     * finds the lock free once the server has seen that connection end
+     * (a statement it was running finishes first). */
+    snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', %d)", lockname, IMPORT_LOCK_WAIT_S);
     if ((rc = import_source_value(s, sql, v, sizeof v)))
         goto fail;
     if (strcmp(v, "1") != 0) {
-        rc = shard__fail(SHARD_EBUSY, "%s: another import holds the lock %s: one import of "
-                        "a type or mapping at a time", s->label, lockname);
+        rc = shard__fail(SHARD_EBUSY, "%s: another import holds the lock %s (waited %d s): "
+                        "one import of a type or mapping at a time", s->label, lockname,
+                        IMPORT_LOCK_WAIT_S);
         goto fail;
     }
     return 0;

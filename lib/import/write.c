@@ -5,7 +5,8 @@
  * behind the shard's fence like any write (ctx_exec), in multi-row
  * statements in primary-key order sized under max_allowed_packet, shards
  * in parallel. Being idempotent, it is retried by the library's policy
- * even when a COMMIT is lost in flight. Its lookup entries follow.
+ * even when a COMMIT is lost in flight. Its lookup entries follow, in bulk
+ * (import_entries), while the next batch's objects are written.
  */
 #include "import.h"
 
@@ -112,8 +113,8 @@ static int upsert_send(exec_env *env, sqlbuf *q, const char *id_col, size_t rows
     return 0;
 }
 
-/* A text too big as a hex literal, not as bytes: alone, as a prepared
- * statement's binary parameter. */
+/* A text too big as an escaped literal, not as bytes: alone, as a
+ * prepared statement's binary parameter. */
 static int upsert_alone(exec_env *env, upsert_arg *a, const import_item *it)
 {
     conn_param p[2] = {CONN_U64(shard_id_local(it->id)), CONN_BYTES(it->text, it->len)};
@@ -155,7 +156,7 @@ static int upsert_fn(exec_env *env, void *arg)
     head = q.len;
     for (size_t i = 0; rc == 0 && i < a->n; i++) {
         const import_item *it = a->its[i];
-        size_t row = 2 * it->len + 32; /* ",(LOCAL,X'...')" */
+        size_t row = 2 * it->len + 32; /* ",(LOCAL,'...')", every byte escaped at worst */
         if (head + row + 200 > limit) {
             rc = upsert_alone(env, a, it);
             met = true;
@@ -170,7 +171,7 @@ static int upsert_fn(exec_env *env, void *arg)
         sql_add(&q, rows ? ",(" : "(");
         sql_u64(&q, shard_id_local(it->id));
         sql_add(&q, ",");
-        sql_hex(&q, it->text, it->len);
+        sql_str(&q, env->conn->my, it->text, it->len); /* valid UTF-8: convert.c checked */
         sql_add(&q, ")");
         rows++;
     }
@@ -274,41 +275,58 @@ static int write_objects(import_run *r, import_item **its, size_t n)
     return rc;
 }
 
-int import_create(import_run *r, import_item **its, size_t n, uint64_t *made)
+int import_create(import_run *r, import_item **its, size_t n)
 {
-    import_item **done;
-    size_t k = 0;
-    int rc, rc2 = 0;
+    int rc = write_objects(r, its, n);
 
-    *made = 0;
-    rc = write_objects(r, its, n);
     if (n)
         import_hook("created"); /* objects written, their entries not yet */
-    /* The entries of every object written, even when some shard failed. */
-    if (!(done = shard__calloc(n ? n : 1, sizeof *done)))
-        return rc ? rc : shard__fail(SHARD_ENOMEM, "out of memory");
-    for (size_t i = 0; i < n && rc2 == 0; i++) {
-        if (!its[i]->written)
+    return rc;
+}
+
+/*
+ * The entries of a batch's written objects: new ones (even when another
+ * shard's write failed) and rewritten ones, in one bulk upsert. It may run
+ * while the next batch's objects are written: only objects committed
+ * before get an entry, so a pass that dies leaves objects without one
+ * (found by the next pass), never an entry without its object.
+ */
+int import_entries(import_run *r, import_item **nw, size_t nn, import_item **ch, size_t nc,
+                   uint64_t *made, uint64_t *changed)
+{
+    import_item **done = shard__calloc(nn + nc ? nn + nc : 1, sizeof *done);
+    size_t k = 0, kn;
+    int rc = 0;
+
+    *made = *changed = 0;
+    if (!done)
+        return shard__fail(SHARD_ENOMEM, "out of memory");
+    for (size_t i = 0; i < nn && rc == 0; i++) {
+        if (!nw[i]->written)
             continue;
-        rc2 = import_set_val(its[i], "%" PRIu64 " %s", its[i]->id, its[i]->md5);
-        done[k++] = its[i];
+        rc = import_set_val(nw[i], "%" PRIu64 " %s", nw[i]->id, nw[i]->md5);
+        done[k++] = nw[i];
     }
-    if (rc2 == 0 && k) {
-        shard_errsave saved;
-        shard__error_save(&saved, rc);
-        rc2 = import_put_vals(r, done, k);
-        if (rc)
-            shard__error_restore(&saved);
+    kn = k;
+    /* A changed row whose object was deleted through libshard gets the new
+     * checksum too: the next pass finds it unchanged, and clean. */
+    for (size_t i = 0; i < nc && rc == 0; i++) {
+        rc = import_set_val(ch[i], "%" PRIu64 " %s", ch[i]->id, ch[i]->md5);
+        done[k++] = ch[i];
+        *changed += ch[i]->act == ACT_CHANGED;
     }
     if (rc == 0)
-        rc = rc2;
+        rc = import_put_vals(r, done, k);
+    if (rc)
+        *changed = 0;
     if (rc == 0) {
-        for (size_t i = 0; i < k; i++) {
+        for (size_t i = 0; i < kn; i++) {
             legacy_cache_put(r->ctx, r->type, done[i]->legacy, done[i]->id);
             r->rep.adopted += done[i]->adopted;
         }
-        *made = k;
-        import_hook("entries");
+        *made = kn;
+        if (kn)
+            import_hook("entries");
     }
     free(done);
     return rc;
@@ -356,22 +374,14 @@ static int update_one(void *arg, size_t i, unsigned worker)
     return rc;
 }
 
-int import_change(import_run *r, import_item **its, size_t n, uint64_t *changed)
+int import_change(import_run *r, import_item **its, size_t n)
 {
     item_job j = {r, its};
     int rc = fanout_run(n, r->threads, update_one, &j);
 
-    *changed = 0;
-    if (rc)
-        return rc;
-    if (n)
+    if (rc == 0 && n)
         import_hook("changed"); /* objects rewritten, their entries not yet */
-    for (size_t i = 0; i < n; i++) {
-        if ((rc = import_set_val(its[i], "%" PRIu64 " %s", its[i]->id, its[i]->md5)))
-            return rc;
-        *changed += its[i]->act == ACT_CHANGED;
-    }
-    return import_put_vals(r, its, n);
+    return rc;
 }
 
 static int delete_one(void *arg, size_t i, unsigned worker)
