@@ -218,7 +218,7 @@ doc-check:
 # make check: run it as make check-tsan). die_after_fork=0: the move tests
 # fork movers from a process whose contexts run their store reader thread,
 # and the child starts threads of its own.
-TSAN_TESTS := server_pool server_fence server_lease server_data_faults server_store server_move server_failover
+TSAN_TESTS := server_pool server_fence server_lease server_data_faults server_store server_move server_failover server_import
 check-tsan: deps
 	@$(MAKE) --no-print-directory SANITIZE=thread all \
 	    $(addprefix build-thread/tests/,$(TSAN_TESTS))

@@ -32,7 +32,20 @@ typedef struct batch {
     unsigned asked;
     import_item **nw, **ch; /* new rows, changed rows */
     size_t nn, nc;
+    /* The entries stage's counts, added to the report by the pipeline's
+     * own thread once the stages of a step are done (the write stage
+     * counts into the report at the same time). */
+    uint64_t made, changed, unchanged;
 } batch;
+
+/* The entries stage's counts of b into the report (the pipeline's thread). */
+static void batch_count(import_run *r, batch *b)
+{
+    r->rep.created += b->made;
+    r->rep.changed += b->changed;
+    r->rep.unchanged += b->unchanged;
+    b->made = b->changed = b->unchanged = 0;
+}
 
 static void batch_free(batch *b)
 {
@@ -84,10 +97,10 @@ static int entries_stage(import_run *r, batch *b)
     if (!b->nn && !b->nc)
         return 0;
     rc = import_entries(r, b->nw, b->nn, b->ch, b->nc, &made, &changed);
-    r->rep.created += made;
-    r->rep.changed += changed;
+    b->made += made;
+    b->changed += changed;
     if (rc == 0)
-        r->rep.unchanged += b->nc - changed;
+        b->unchanged += b->nc - changed;
     b->nn = b->nc = 0;
     return rc;
 }
@@ -155,6 +168,7 @@ static int forward_scan(import_run *r)
         r->rep.rows_read += s.cur->n;
         adapt_batch(r, s.cur->it, s.cur->n);
         rc = fanout_run(more ? 3 : 2, 3, step_fn, &s);
+        batch_count(r, s.prev);
         if (rc || !more) {
             /* The current batch's written objects get their entries before
              * the pass ends (the first error is the one reported). */
@@ -162,6 +176,7 @@ static int forward_scan(import_run *r)
             int rc2;
             shard__error_save(&saved, rc);
             rc2 = entries_stage(r, s.cur);
+            batch_count(r, s.cur);
             if (rc)
                 shard__error_restore(&saved);
             else
