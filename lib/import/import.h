@@ -41,7 +41,7 @@
 #define IMPORT_BATCH_MIN 100
 #define IMPORT_BATCH_MAX 20000
 /* How long a pass waits for the import's lock before SHARD_EBUSY. */
-#define IMPORT_LOCK_WAIT_S 5
+#define IMPORT_LOCK_WAIT_S 30
 /* The lookup key of the pass marker: never a legacy id (those are digits). */
 #define IMPORT_MARKER_KEY "~import"
 
