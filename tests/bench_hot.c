@@ -388,12 +388,14 @@ static duel interleave(phase *a, phase *b, int threads, const char *label)
     run_round(&c, a, 1); /* warm-up: pools, statement caches, buffer pool */
     run_round(&c, b, 1);
     for (int k = 0; k < ROUNDS; k++) {
-        uint64_t seed = (uint64_t)threads * 1000 + (uint64_t)k + 2;
+        /* Every round its own seed: a patch that writes the value the round
+         * before wrote changes nothing, and the server skips the write. */
+        uint64_t seed = ((uint64_t)threads * 1000 + (uint64_t)k) * 2 + 2;
         if (k % 4 == 0 || k % 4 == 3) {
             ra[k] = run_round(&c, a, seed);
-            rb[k] = run_round(&c, b, seed);
+            rb[k] = run_round(&c, b, seed + 1);
         } else {
-            rb[k] = run_round(&c, b, seed);
+            rb[k] = run_round(&c, b, seed + 1);
             ra[k] = run_round(&c, a, seed);
         }
         r[k] = ra[k] / rb[k];
