@@ -50,7 +50,7 @@
 #define PIN_TYPE 1
 #define INSERT_BATCH 500
 #define MAX_THREADS 16
-#define ROUNDS 5
+#define ROUNDS 9
 #define ROUND_SECONDS 1.0
 /* libshard's default timeouts (shard_ctx_open(3)), on the raw side too. */
 #define CONNECT_S 3
