@@ -423,8 +423,20 @@ static int mover_main(char **argv)
         Child.rc = shard_move(ctx, (unsigned)atoi(argv[2]), (unsigned)atoi(argv[3]), argv[4],
                               &mo, &Child.r, NULL);
         Child.seconds = now() - t0;
+        /* Done: the source's copies are dropped after it (shardctl move does
+         * so right after printing done), outside the move's time; the next
+         * step may load those databases onto that pair again. */
+        if (Child.rc == 0 && Child.r.phase == SHARD_MOVE_DONE) {
+            shard_move_report dr = SHARD_MOVE_REPORT_INIT;
+            if ((Child.rc = shard_move_resume(ctx, Child.r.move_id, &mo, &dr)) == 0 &&
+                !dr.source_dropped) {
+                Child.rc = SHARD_ESERVER;
+                snprintf(Child.err, sizeof Child.err, "move %llu: done, source not dropped",
+                         (unsigned long long)Child.r.move_id);
+            }
+        }
     }
-    if (Child.rc)
+    if (Child.rc && !Child.err[0])
         snprintf(Child.err, sizeof Child.err, "%s", shard_errmsg());
     shard_ctx_free(ctx);
     Child.vmhwm_kb = status_kb("VmHWM");
