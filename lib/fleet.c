@@ -304,22 +304,34 @@ out:
 
 /* ---- the move journal ----------------------------------------------------- */
 
-int fleet_moves_get(shard_conn *c, fleet_move *out, size_t max, size_t *n, bool all)
+int fleet_moves_get(shard_conn *c, const char *pair, fleet_move *out, size_t max, size_t *n,
+                    size_t *total, bool all)
 {
     MYSQL_RES *res;
     MYSQL_ROW row;
-    char sql[600];
+    sqlbuf q;
     int rc;
 
     *n = 0;
+    if (total)
+        *total = 0;
     /* A live mover holds its move's named lock on this server, on the
      * connection that writes the journal (libshard-move(7)). */
-    snprintf(sql, sizeof sql, "SELECT id, source_pair, target_pair, first_shard, last_shard,"
-             " phase, IS_USED_LOCK(CONCAT('libshard move ', id)) IS NOT NULL, updated_at,"
-             " message FROM " MOVES_TABLE " WHERE %s ORDER BY phase = "
-             CONTROL_STR(SHARD_MOVE_REVERSIBLE) ", id",
+    sql_init(&q);
+    sql_addf(&q, "SELECT id, source_pair, target_pair, first_shard, last_shard, phase,"
+             " IS_USED_LOCK(CONCAT('libshard move ', id)) IS NOT NULL, updated_at, message"
+             " FROM " MOVES_TABLE " WHERE %s",
              all ? "phase NOT IN " MOVE_OVER_SQL : "phase < " CONTROL_STR(SHARD_MOVE_DONE));
-    rc = conn_query_str(c, sql);
+    if (pair) {
+        sql_add(&q, " AND (source_pair = ");
+        sql_str(&q, c->my, pair, strlen(pair));
+        sql_add(&q, " OR target_pair = ");
+        sql_str(&q, c->my, pair, strlen(pair));
+        sql_add(&q, ")");
+    }
+    sql_add(&q, " ORDER BY phase = " CONTROL_STR(SHARD_MOVE_REVERSIBLE) ", id");
+    rc = conn_query(c, &q);
+    sql_free(&q);
     if (rc && (c->last_errno == ER_NO_SUCH_TABLE || c->last_errno == ER_BAD_DB_ERROR)) {
         shard__clear_error();
         return 0; /* no journal here: no move ever targeted this pair */
@@ -328,6 +340,8 @@ int fleet_moves_get(shard_conn *c, fleet_move *out, size_t max, size_t *n, bool 
         return rc;
     if (!(res = mysql_store_result(c->my)))
         return shard__fail(SHARD_ESERVER, "%s: %s", c->srv->label, mysql_error(c->my));
+    if (total)
+        *total = (size_t)mysql_num_rows(res);
     while ((row = mysql_fetch_row(res)) && *n < max) {
         fleet_move *m = &out[(*n)++];
         m->id = strtoull(col(row, 0), NULL, 10);

@@ -81,7 +81,10 @@ typedef struct fleet_move {
 /* The moves journaled on the master behind c (none when it has no
  * journal): all that are not over when `all` (a reverse window, a revert,
  * drops still to do: a pair they name is still needed), else those before
- * done (what status shows). */
-int fleet_moves_get(shard_conn *c, fleet_move *out, size_t max, size_t *n, bool all);
+ * done (what status shows); only those naming `pair` (source or target)
+ * unless it is NULL. The first `max` into out[0..*n); *total (when not
+ * NULL) counts them all, so that a caller can say what it left out. */
+int fleet_moves_get(shard_conn *c, const char *pair, fleet_move *out, size_t max, size_t *n,
+                    size_t *total, bool all);
 
 #endif

@@ -28,7 +28,7 @@ typedef struct st_server {
     int moves_rc;
     char moves_error[600];
     fleet_move moves[FLEET_MOVES];
-    size_t nmoves;
+    size_t nmoves, moves_total; /* listed; in the journal */
 } st_server;
 
 typedef struct st_job {
@@ -60,7 +60,8 @@ static int ask_server(void *arg, size_t i, unsigned worker)
     if ((s->inv_rc = fleet_inventory_get(c, j->map, s->pair, &s->inv)))
         keep_error(s->inv_error, sizeof s->inv_error);
     if (!s->standby &&
-        (s->moves_rc = fleet_moves_get(c, s->moves, FLEET_MOVES, &s->nmoves, true)))
+        (s->moves_rc = fleet_moves_get(c, NULL, s->moves, FLEET_MOVES, &s->nmoves,
+                                        &s->moves_total, true)))
         keep_error(s->moves_error, sizeof s->moves_error);
     conn_put(c, s->inv_rc == 0 && s->moves_rc == 0);
     return 0;
@@ -259,6 +260,10 @@ static json_t *moves_json(const shard_map *map, const st_server *s, size_t n, js
         label(map, &s[i], who, sizeof who);
         if (s[i].moves_rc)
             problem(problems, "%s: cannot read the move journal: %s", who, s[i].moves_error);
+        if (s[i].moves_total > s[i].nmoves)
+            problem(problems, "%s: the move journal holds %zu unfinished moves; the first %zu "
+                    "are listed (shardctl move status ID shows any of them)", who,
+                    s[i].moves_total, s[i].nmoves);
         for (size_t k = 0; k < s[i].nmoves; k++) {
             const fleet_move *m = &s[i].moves[k];
             /* Nobody runs it: a problem, with what to do, unless it keeps a

@@ -391,13 +391,13 @@ typedef struct moves_job {
 static int moves_on(void *arg, size_t i, unsigned worker)
 {
     moves_job *j = arg;
-    fleet_move m[FLEET_MOVES];
+    fleet_move m[1];
     shard_conn *c = NULL;
     size_t n = 0;
 
     (void)worker;
     if ((j->rc[i] = fleet_connect(j->ctx, &j->map->pairs[i].master, &c)) ||
-        (j->rc[i] = fleet_moves_get(c, m, FLEET_MOVES, &n, true))) {
+        (j->rc[i] = fleet_moves_get(c, j->pair, m, 1, &n, NULL, true))) {
         snprintf(j->err[i], sizeof j->err[i], "%s", shard_errmsg());
         conn_put(c, false);
         return 0;

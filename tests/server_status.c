@@ -13,6 +13,7 @@
 #include <libshard.h>
 #include <mysql.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -340,6 +341,27 @@ START_TEST(move_in_flight)
     assert_problems_first(r.out, want);
     ck_assert_msg(strstr(r.out, "dropping, INTERRUPTED"), "%s", r.out);
     run_free(&r);
+
+    /* More unfinished moves than a report lists: the rest are counted, not
+     * dropped without a word. */
+    for (int k = 0; k < 16; k++)
+        ck_assert_int_eq(harness_sql(H, "s3", "INSERT INTO libshard_control.moves (source_pair,"
+                                     " target_pair, first_shard, last_shard, phase, flags,"
+                                     " map_version_from) VALUES ('MySQL001', 'MySQL002', 0, 1,"
+                                     " 9, 0, 1)", NULL), 0);
+    doc = status_json(&status);
+    ck_assert_int_eq(status, 1);
+    ck_assert_int_eq(json_array_size(json_object_get(doc, "moves")), 16);
+    {
+        json_t *pr = json_object_get(doc, "problems");
+        bool said = false;
+        for (size_t k = 0; k < json_array_size(pr); k++)
+            said |= strstr(json_string_value(json_array_get(pr, k)),
+                           "the move journal holds 17 unfinished moves; the first 16 are "
+                           "listed") != NULL;
+        ck_assert_msg(said, "no problem counts the moves left out");
+    }
+    json_decref(doc);
 
     /* Aborted: no longer unfinished. */
     ck_assert_int_eq(harness_sql(H, "s3", "UPDATE libshard_control.moves SET phase = 8", NULL),
