@@ -436,6 +436,31 @@ int conn_acquire(shard_server *srv, shard_conn **out, bool *connect_failed)
     }
 }
 
+int conn_acquire_idle(shard_server *srv, shard_conn **out)
+{
+    shard_conn *c;
+
+    pthread_mutex_lock(&srv->lock);
+    c = take_idle(srv);
+    if (c && now_seconds() - c->idle_since >= IDLE_PING_SECONDS) {
+        /* Idle long enough to need a ping: not for a quick poll. Back
+         * where it was, its idle time kept. */
+        c->next = srv->idle;
+        srv->idle = c;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&srv->lock);
+    if (!c)
+        return SHARD_EBUSY;
+    if (closed_by_server(c)) {
+        conn_put(c, false);
+        return SHARD_EBUSY;
+    }
+    c->last_errno = 0;
+    *out = c;
+    return 0;
+}
+
 bool conn_reusable(const shard_conn *c, int code)
 {
     if (c->broken)

@@ -95,6 +95,10 @@ struct shard_server {
  * busy pool.
  */
 int conn_acquire(shard_server *srv, shard_conn **out, bool *connect_failed);
+/* An idle connection of srv's pool that was in use moments ago (no ping,
+ * no connect, no wait), else SHARD_EBUSY: for a poll that must not overrun
+ * its caller's deadline by a timeout. */
+int conn_acquire_idle(shard_server *srv, shard_conn **out);
 /* Back to the pool; a connection that failed (healthy false) is closed instead. */
 void conn_put(shard_conn *c, bool healthy);
 /*

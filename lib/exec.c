@@ -181,7 +181,6 @@ static int fence_row(shard_server *srv, const char *db)
 {
     shard_errsave saved;
     shard_conn *c = NULL;
-    bool connect_failed = false;
     char v[8] = "";
     sqlbuf q;
     int rc;
@@ -192,7 +191,9 @@ static int fence_row(shard_server *srv, const char *db)
     sql_add(&q, "SELECT fenced FROM " FENCE_TABLE " WHERE db = '");
     sql_add(&q, db);
     sql_add(&q, "'");
-    if ((rc = sql_check(&q)) == 0 && (rc = conn_acquire(srv, &c, &connect_failed)) == 0) {
+    /* Only a connection at hand: a poll must not overrun the caller's
+     * deadline by a connect or a wait for the pool (no answer: the store). */
+    if ((rc = sql_check(&q)) == 0 && (rc = conn_acquire_idle(srv, &c)) == 0) {
         rc = conn_value(c, q.s, v, sizeof v);
         conn_release(c, rc);
     }
