@@ -150,7 +150,7 @@ static int upsert_fn(exec_env *env, void *arg)
     if ((rc = too_big(env, a)))
         return rc;
     sql_init(&q);
-    sql_add(&q, "INSERT INTO ");
+    sql_add(&q, LEGACY_BULK_WRITE "INSERT INTO ");
     sql_table(&q, env->db, a->r->name);
     sql_add(&q, " (local_id, data) VALUES ");
     head = q.len;
