@@ -13,6 +13,8 @@
 #include "exec.h"
 #include "legacy.h"
 
+#include <mysqld_error.h>
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -372,7 +374,7 @@ static int put_fn(exec_env *env, void *arg)
     for (size_t from = 0; rc == 0 && from < g->n; from += KV_BATCH) {
         size_t to = from + KV_BATCH < g->n ? from + KV_BATCH : g->n;
         sql_reset(&q);
-        sql_add(&q, j->remove ? LEGACY_BULK_WRITE "DELETE FROM " : LEGACY_BULK_WRITE "INSERT INTO ");
+        sql_add(&q, j->remove ? "DELETE FROM " : "INSERT INTO ");
         sql_table(&q, env->db, g->table);
         sql_add(&q, j->remove ? " WHERE k IN (" : " (k, v) VALUES ");
         for (size_t i = from; i < to; i++) {
@@ -392,9 +394,27 @@ static int put_fn(exec_env *env, void *arg)
          * connection writes the same thing again. */
         sql_add(&q, j->remove ? ")" : " ON DUPLICATE KEY UPDATE v = VALUES(v)");
         if ((rc = sql_check(&q)) == 0 && (rc = conn_fits(env->conn, q.len)) == 0)
-            rc = conn_query(env->conn, &q);
+            rc = legacy_bulk_query(env->conn, &q);
     }
     sql_free(&q);
+    return rc;
+}
+
+int legacy_bulk_query(shard_conn *c, const sqlbuf *q)
+{
+    sqlbuf b;
+    int rc;
+
+    sql_init(&b);
+    sql_add(&b, LEGACY_BULK_WRITE);
+    sql_add(&b, q->s); /* escaped literals: no NUL byte inside */
+    if ((rc = sql_check(&b)) == 0)
+        rc = conn_query(c, &b);
+    sql_free(&b);
+    if (rc == SHARD_EPRIV && c->last_errno == ER_SPECIFIC_ACCESS_DENIED_ERROR) {
+        shard__clear_error();
+        rc = conn_query(c, q);
+    }
     return rc;
 }
 

@@ -86,6 +86,11 @@ size_t import_json_escape(char *out, const char *s, size_t n);
  */
 #define LEGACY_BULK_WRITE "SET STATEMENT binlog_annotate_row_events=0 FOR "
 
+/* q (an INSERT or DELETE) sent as LEGACY_BULK_WRITE q; where the account
+ * may not set that variable (it takes SUPER or BINLOG ADMIN: error 1227),
+ * sent again as q alone, annotated like any statement. */
+int legacy_bulk_query(shard_conn *c, const sqlbuf *q);
+
 /* Remember a resolution in the context's cache. */
 void legacy_cache_put(shard_ctx *ctx, unsigned type, uint64_t legacy, uint64_t id);
 

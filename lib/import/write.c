@@ -103,7 +103,7 @@ static int upsert_send(exec_env *env, sqlbuf *q, const char *id_col, size_t rows
 
     upsert_tail(q, id_col);
     if ((rc = sql_check(q)) || (rc = conn_fits(env->conn, q->len)) ||
-        (rc = conn_query(env->conn, q)))
+        (rc = legacy_bulk_query(env->conn, q)))
         return rc;
     info = mysql_info(env->conn->my); /* "Records: N  Duplicates: D  Warnings: W" */
     d = info ? strstr(info, "Duplicates: ") : NULL;
@@ -150,7 +150,7 @@ static int upsert_fn(exec_env *env, void *arg)
     if ((rc = too_big(env, a)))
         return rc;
     sql_init(&q);
-    sql_add(&q, LEGACY_BULK_WRITE "INSERT INTO ");
+    sql_add(&q, "INSERT INTO ");
     sql_table(&q, env->db, a->r->name);
     sql_add(&q, " (local_id, data) VALUES ");
     head = q.len;
