@@ -13,6 +13,8 @@
 #include "exec.h"
 #include "legacy.h"
 
+#include <mysqld_error.h>
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,13 +122,30 @@ typedef struct kv_group {
     kv_slot *slots; /* this pair's, sorted */
     size_t n;
     char **vals;
+    uint64_t *ids; /* instead of vals: the ID an entry names (resolution) */
 } kv_group;
+
+/* The ID a lookup value names for a resolution: imported or deleted (the
+ * object stays, soft-deleted); 0 when absent, pending or not libshard's. */
+static uint64_t entry_id(const char *v, size_t vlen)
+{
+    char text[80];
+    legacy_entry e;
+
+    if (vlen >= sizeof text) /* longer than any entry libshard writes */
+        return 0;
+    memcpy(text, v, vlen);
+    text[vlen] = '\0';
+    legacy_entry_parse(text, &e);
+    return e.state == LEGACY_LIVE || e.state == LEGACY_DELETED ? e.id : 0;
+}
 
 /* Every slot of the run [lo, hi) of one mod shard holding this key. */
 static int deliver(kv_group *g, size_t lo, size_t end, const char *k, size_t klen,
                    const char *v, size_t vlen)
 {
     size_t hi = end;
+    uint64_t id = g->ids ? entry_id(v, vlen) : 0;
 
     while (lo < hi) { /* binary search for the first equal key */
         size_t mid = lo + (hi - lo) / 2;
@@ -140,13 +159,32 @@ static int deliver(kv_group *g, size_t lo, size_t end, const char *k, size_t kle
     }
     for (size_t i = lo; i < end && strlen(g->slots[i].key) == klen &&
                         memcmp(g->slots[i].key, k, klen) == 0; i++) {
-        char **dst = &g->vals[g->slots[i].idx];
+        char **dst;
+        if (g->ids) { /* parsed here, in the server's thread: no copy */
+            g->ids[g->slots[i].idx] = id;
+            continue;
+        }
+        dst = &g->vals[g->slots[i].idx];
         free(*dst); /* a retried statement answers again */
         *dst = NULL;
         if (copy_out(v, vlen, dst, NULL))
             return SHARD_ENOMEM;
     }
     return 0;
+}
+
+/* The import's keys and values are ASCII (ids, checksums, "deleted"): an
+ * escaped literal, half a hex literal's size; anything else as hex. */
+static void put_text(sqlbuf *q, MYSQL *my, const char *s)
+{
+    size_t n = strlen(s);
+
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] >= 0x80) {
+            sql_hex(q, s, n);
+            return;
+        }
+    sql_str(q, my, s, n);
 }
 
 /* One statement for slots [from, to) of the group: a UNION ALL of one
@@ -176,7 +214,7 @@ static int get_batch(exec_env *env, kv_group *g, size_t from, size_t to)
             if (!first && strcmp(g->slots[i].key, g->slots[i - 1].key) == 0)
                 continue;
             sql_add(&q, first ? "" : ",");
-            sql_hex(&q, g->slots[i].key, strlen(g->slots[i].key));
+            put_text(&q, env->conn->my, g->slots[i].key);
             first = false;
         }
         sql_add(&q, ")");
@@ -235,8 +273,8 @@ static int get_group(void *arg, size_t i, unsigned worker)
  * of one mod shard each: *slots and *groups are the caller's to free.
  */
 static int kv_groups(shard_ctx *ctx, const char *table, char *const *keys, size_t n,
-                     bool by_pair, char **vals, kv_slot **slots, kv_group **groups,
-                     size_t *ng)
+                     bool by_pair, char **vals, uint64_t *ids, kv_slot **slots,
+                     kv_group **groups, size_t *ng)
 {
     int rc;
 
@@ -253,25 +291,31 @@ static int kv_groups(shard_ctx *ctx, const char *table, char *const *keys, size_
         while (k < n && (by_pair ? sl[k].pair == sl[i].pair
                                  : sl[k].modshard == sl[i].modshard))
             k++;
-        (*groups)[(*ng)++] = (kv_group){table, sl + i, k - i, vals};
+        (*groups)[(*ng)++] = (kv_group){table, sl + i, k - i, vals, ids};
         i = k;
     }
     return 0;
 }
 
-int legacy_kv_get_many(shard_ctx *ctx, const char *table, char *const *keys, size_t n,
-                       char **vals)
+/* legacy_kv_get_many, the values into vals, or (vals NULL) the IDs they
+ * name into ids (entry_id). */
+static int kv_get(shard_ctx *ctx, const char *table, char *const *keys, size_t n, char **vals,
+                  uint64_t *ids)
 {
     kv_slot *slots;
     kv_group *groups;
     size_t ng = 0;
     int rc;
 
-    for (size_t i = 0; i < n; i++)
-        vals[i] = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (vals)
+            vals[i] = NULL;
+        else
+            ids[i] = 0;
+    }
     if (n == 0)
         return 0;
-    if ((rc = kv_groups(ctx, table, keys, n, true, vals, &slots, &groups, &ng)))
+    if ((rc = kv_groups(ctx, table, keys, n, true, vals, ids, &slots, &groups, &ng)))
         return rc;
     /* Every server at once, and a server's statements of KV_BATCH keys
      * each (many keys: an import's batch) at once too. */
@@ -295,12 +339,21 @@ int legacy_kv_get_many(shard_ctx *ctx, const char *table, char *const *keys, siz
     free(chunks);
     free(groups);
     free(slots);
-    if (rc)
-        for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; rc && i < n; i++) {
+        if (vals) {
             free(vals[i]);
             vals[i] = NULL;
+        } else {
+            ids[i] = 0;
         }
+    }
     return rc;
+}
+
+int legacy_kv_get_many(shard_ctx *ctx, const char *table, char *const *keys, size_t n,
+                       char **vals)
+{
+    return kv_get(ctx, table, keys, n, vals, NULL);
 }
 
 /* ---- writes, one multi-row statement per mod shard -------------------------- */
@@ -309,20 +362,6 @@ typedef struct put_arg {
     kv_job *j;
     kv_group *g;
 } put_arg;
-
-/* The import's keys and values are ASCII (ids, checksums, "deleted"): an
- * escaped literal, half a hex literal's size; anything else as hex. */
-static void put_text(sqlbuf *q, MYSQL *my, const char *s)
-{
-    size_t n = strlen(s);
-
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] >= 0x80) {
-            sql_hex(q, s, n);
-            return;
-        }
-    sql_str(q, my, s, n);
-}
 
 static int put_fn(exec_env *env, void *arg)
 {
@@ -355,9 +394,27 @@ static int put_fn(exec_env *env, void *arg)
          * connection writes the same thing again. */
         sql_add(&q, j->remove ? ")" : " ON DUPLICATE KEY UPDATE v = VALUES(v)");
         if ((rc = sql_check(&q)) == 0 && (rc = conn_fits(env->conn, q.len)) == 0)
-            rc = conn_query(env->conn, &q);
+            rc = legacy_bulk_query(env->conn, &q);
     }
     sql_free(&q);
+    return rc;
+}
+
+int legacy_bulk_query(shard_conn *c, const sqlbuf *q)
+{
+    sqlbuf b;
+    int rc;
+
+    sql_init(&b);
+    sql_add(&b, LEGACY_BULK_WRITE);
+    sql_add(&b, q->s); /* escaped literals: no NUL byte inside */
+    if ((rc = sql_check(&b)) == 0)
+        rc = conn_query(c, &b);
+    sql_free(&b);
+    if (rc == SHARD_EPRIV && c->last_errno == ER_SPECIFIC_ACCESS_DENIED_ERROR) {
+        shard__clear_error();
+        rc = conn_query(c, q);
+    }
     return rc;
 }
 
@@ -379,7 +436,7 @@ static int write_many(shard_ctx *ctx, const char *table, char *const *keys,
 
     if (n == 0)
         return 0;
-    if ((rc = kv_groups(ctx, table, keys, n, false, NULL, &slots, &groups, &ng)))
+    if ((rc = kv_groups(ctx, table, keys, n, false, NULL, NULL, &slots, &groups, &ng)))
         return rc;
     kv_job j = {ctx, groups, vals, remove};
     rc = fanout_run(ng, threads, put_group, &j);
@@ -649,7 +706,8 @@ int shard_legacy_resolve_many(shard_ctx *ctx, unsigned type, const uint64_t *leg
     const shard_legacydef *def;
     shard_map *map;
     char table[SHARD_DBNAME_MAX];
-    char **keys = NULL, **vals = NULL;
+    char **keys = NULL, *text = NULL;
+    uint64_t *found = NULL;
     size_t *pos = NULL, nmiss = 0;
     int rc = 0;
 
@@ -693,10 +751,13 @@ int shard_legacy_resolve_many(shard_ctx *ctx, unsigned type, const uint64_t *leg
     }
     if (!nmiss)
         return 0;
+    /* The keys in one block; the entries parsed where they arrive (kv_get
+     * with ids): no allocation per id. */
     keys = shard__calloc(nmiss, sizeof *keys);
-    vals = shard__calloc(nmiss, sizeof *vals);
+    text = shard__malloc(nmiss * 24);
+    found = shard__calloc(nmiss, sizeof *found);
     pos = shard__calloc(nmiss, sizeof *pos);
-    if (!keys || !vals || !pos) {
+    if (!keys || !text || !found || !pos) {
         rc = shard__fail(SHARD_ENOMEM, "out of memory resolving %zu legacy ids", n);
         goto out;
     }
@@ -704,28 +765,22 @@ int shard_legacy_resolve_many(shard_ctx *ctx, unsigned type, const uint64_t *leg
     for (size_t i = 0; i < n; i++) {
         if (ids[i])
             continue;
-        if (!(keys[nmiss] = shard__malloc(24))) {
-            rc = shard__fail(SHARD_ENOMEM, "out of memory resolving %zu legacy ids", n);
-            goto out;
-        }
+        keys[nmiss] = text + nmiss * 24;
         snprintf(keys[nmiss], 24, "%" PRIu64, legacy[i]);
         pos[nmiss++] = i;
     }
-    if ((rc = legacy_kv_get_many(ctx, table, keys, nmiss, vals)))
+    if ((rc = kv_get(ctx, table, keys, nmiss, NULL, found)))
         goto out;
     for (size_t k = 0; k < nmiss; k++) {
-        legacy_entry e;
-        legacy_entry_parse(vals[k], &e);
-        if (e.state != LEGACY_LIVE && e.state != LEGACY_DELETED)
+        if (!found[k])
             continue; /* absent or pending: not (yet) imported */
-        ids[pos[k]] = e.id;
-        legacy_cache_put(ctx, type, legacy[pos[k]], e.id);
+        ids[pos[k]] = found[k];
+        legacy_cache_put(ctx, type, legacy[pos[k]], found[k]);
     }
 out:
-    free_strings(keys, nmiss);
-    free_strings(vals, nmiss);
     free(keys);
-    free(vals);
+    free(text);
+    free(found);
     free(pos);
     if (rc)
         for (size_t i = 0; i < n; i++)

@@ -77,6 +77,20 @@ long import_utf8_bad(const unsigned char *s, size_t n);
  * returns the length written. */
 size_t import_json_escape(char *out, const char *s, size_t n);
 
+/*
+ * The start of an import's bulk writes (objects, lookup entries): logged as
+ * row events without the statement's text (MariaDB annotates each row
+ * event with it by default). The text of a multi-row INSERT is its rows
+ * again, so the annotation doubled the binary log that every server of the
+ * pair writes and the standby receives and logs again (libshard-import(7)).
+ */
+#define LEGACY_BULK_WRITE "SET STATEMENT binlog_annotate_row_events=0 FOR "
+
+/* q (an INSERT or DELETE) sent as LEGACY_BULK_WRITE q; where the account
+ * may not set that variable (it takes SUPER or BINLOG ADMIN: error 1227),
+ * sent again as q alone, annotated like any statement. */
+int legacy_bulk_query(shard_conn *c, const sqlbuf *q);
+
 /* Remember a resolution in the context's cache. */
 void legacy_cache_put(shard_ctx *ctx, unsigned type, uint64_t legacy, uint64_t id);
 

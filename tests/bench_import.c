@@ -27,9 +27,14 @@
  * database `legacy` on s1 (MySQL001's master, as in tests/server_import.c).
  * The tools copy it from s1 to MySQL002's master (s3), so the source is the
  * same server for both; the import writes its objects over both pairs and
- * its lookup entries over the mod shards. Each pair's standby is caught up
- * before each measurement, so that replication of the previous step does
- * not steal CPU from the next.
+ * its lookup entries over the mod shards. Each side's time ends when the
+ * standbys of the pairs it wrote have applied everything (the tools: s4;
+ * the import: s2 and s4; harness_sync_standby), so that neither leaves
+ * replication work outside its figure; the figures without that wait are
+ * printed too ("unsynced"). Every step starts with the standbys caught up.
+ * The notes on stderr give each step's server counters, its bytes from
+ * clients (a master also receives its standby's binary log back:
+ * master-master), and per resolution call the statements and CPU.
  *
  * Figures only: nothing here is a timed assertion. Exit status 1 means
  * something failed outright (a server, a query, a tool, the import).
@@ -153,9 +158,11 @@ static void snap_take(snap *s)
     }
 }
 
+static void note_bytes(const char *step, const snap *a, const snap *b, unsigned rows);
+
 /* The step's notes; returns the CPU seconds it took in all: the servers',
  * and this process's (the import) or the tools' (tool_cpu >= 0). */
-static double snap_note(const char *step, const snap *a, double tool_cpu)
+static double snap_note(const char *step, const snap *a, double tool_cpu, unsigned rows)
 {
     snap b;
     char line[1400];
@@ -163,6 +170,7 @@ static double snap_note(const char *step, const snap *a, double tool_cpu)
     double servers = 0, client;
 
     snap_take(&b);
+    note_bytes(step, a, &b, rows);
     client = tool_cpu >= 0 ? tool_cpu : b.self - a->self;
     for (int k = 0; k < NSERVERS; k++) {
         servers += b.cpu[k] - a->cpu[k];
@@ -178,18 +186,62 @@ static double snap_note(const char *step, const snap *a, double tool_cpu)
     return client + servers;
 }
 
-static void sync_standbys(void)
+/* Both pairs' standbys caught up with their masters; the seconds that took. */
+static double sync_standbys(void)
 {
+    double t0 = now();
+
     for (int p = 1; p <= 2; p++)
         if (harness_sync_standby(H, p, 300) != 0)
             die("pair %d's standby did not catch up", p);
+    return now() - t0;
+}
+
+/* The servers' CPU seconds so far (all four). */
+static double servers_cpu(void)
+{
+    double cpu = 0;
+
+    for (int k = 0; k < NSERVERS; k++) {
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/s%d/mariadbd.pid", harness_dir(H), k + 1);
+        cpu += cpu_of(read_pid(path));
+    }
+    return cpu;
+}
+
+/*
+ * Where a master's Bytes_received come from: its clients, and its standby's
+ * binary log (master-master: the standby sends back everything it logged,
+ * the master's own events included, which the master then skips). The
+ * step's client bytes per server, from the counters' deltas (a, b).
+ */
+static void note_bytes(const char *step, const snap *a, const snap *b, unsigned rows)
+{
+    enum { RECV = 5, BINLOG = 4 };
+    uint64_t clients = 0;
+
+    for (int k = 0; k < NSERVERS; k += 2) {
+        uint64_t recv = b->v[k][RECV] - a->v[k][RECV];
+        uint64_t back = b->v[k + 1][BINLOG] - a->v[k + 1][BINLOG];
+        uint64_t own = recv > back ? recv - back : 0;
+        clients += own;
+        note("%s: s%d received %" PRIu64 " bytes: %" PRIu64 " from its standby's binary log, "
+             "%" PRIu64 " from clients", step, k + 1, recv, back, own);
+    }
+    note("%s: %" PRIu64 " bytes from clients in all, %.0f per legacy row", step, clients,
+         (double)clients / rows);
 }
 
 /* mydumper of legacy.pins from s1, myloader of it into legacy_copy on s3
- * (binary log on); the copy is dropped afterwards. Wall seconds of both. */
+ * (binary log on), then the wait for s3's standby to apply it (*sync_s:
+ * myloader exits with s4 still applying; the issue's figure counts until
+ * the target's standby has caught up); the copy is dropped afterwards.
+ * Wall seconds of all three. Tools_cpu and the step's notes include the
+ * standby's catch-up. */
 static double Tools_cpu, Import_cpu;
 
-static double tools(unsigned rows, double *dump_s, double *load_s)
+static double tools(unsigned rows, double *dump_s, double *load_s, double *sync_s)
 {
     double dump_cpu = 0, load_cpu = 0;
     snap sn;
@@ -220,18 +272,21 @@ static double tools(unsigned rows, double *dump_s, double *load_s)
                               port, "-u", HARNESS_ADMIN_USER, "-t", t, "-e", "-B",
                               "legacy_copy", "-d", dir, "-v", "1", NULL};
         *load_s = bench_run_tool(argv, log, &load_cpu);
-        Tools_cpu = snap_note("mydumper + myloader", &sn, dump_cpu + load_cpu);
+        *sync_s = sync_standbys();
+        Tools_cpu = snap_note("mydumper + myloader + s4 caught up", &sn, dump_cpu + load_cpu,
+                              rows);
     }
     unlink(cnf);
     bench_rm_tree(dir);
     loaded = count_of("s3", "SELECT COUNT(*) FROM legacy_copy.pins");
     if (loaded != rows)
         die("myloader loaded %" PRIu64 " rows, expected %u", loaded, rows);
-    note("mydumper %.2f s + myloader %.2f s of %u rows", *dump_s, *load_s, rows);
-    sync_standbys();
+    note("mydumper %.2f s + myloader %.2f s + s4 catching up %.2f s of %u rows", *dump_s,
+         *load_s, *sync_s, rows);
     if (harness_sql(H, "s3", "DROP DATABASE legacy_copy", NULL) != 0)
         die("dropping legacy_copy failed");
-    return *dump_s + *load_s;
+    sync_standbys();
+    return *dump_s + *load_s + *sync_s;
 }
 
 /* The harness's map with a lookup for pins. */
@@ -291,6 +346,7 @@ static void resolve_vs_mget(const shard_options *so, unsigned type, unsigned row
     uint64_t *legacy = calloc(RESOLVE_N, sizeof *legacy);
     uint64_t *ids = calloc((size_t)RESOLVE_N * RESOLVE_ROUNDS, sizeof *ids);
     double resolve_s = 0, mget_s = 0, t0;
+    double cpu[2][2] = {{0, 0}, {0, 0}}; /* [resolve, mget][client, servers] */
     unsigned rounds = RESOLVE_ROUNDS;
     shard_ctx *ctx;
 
@@ -318,19 +374,51 @@ static void resolve_vs_mget(const shard_options *so, unsigned type, unsigned row
         /* ids r+1, r+1+rounds, ...: spread over the table, disjoint per round */
         for (unsigned i = 0; i < RESOLVE_N; i++)
             legacy[i] = 1 + r + (uint64_t)i * rounds;
+        double c0 = cpu_self(), s0 = servers_cpu();
         t0 = now();
         if (shard_legacy_resolve_many(ctx, type, legacy, RESOLVE_N,
                                       ids + (size_t)r * RESOLVE_N) != 0)
             die("resolve: %s", shard_errmsg());
         resolve_s += now() - t0;
+        cpu[0][0] += cpu_self() - c0;
+        cpu[0][1] += servers_cpu() - s0;
+        c0 = cpu_self();
+        s0 = servers_cpu();
         t0 = now();
         if (shard_object_mget(ctx, ids + (size_t)r * RESOLVE_N, RESOLVE_N, &items) != 0)
             die("mget: %s", shard_errmsg());
         mget_s += now() - t0;
+        cpu[1][0] += cpu_self() - c0;
+        cpu[1][1] += servers_cpu() - s0;
         for (unsigned i = 0; i < RESOLVE_N; i++)
             if (items[i].status != 0)
                 die("mget: object %u of round %u: status %d", i, r, items[i].status);
         shard_items_free(items, RESOLVE_N);
+    }
+    /* Statements per call and the bytes they carry, from one more call of
+     * each (warm connections) on legacy ids no round asked for (nothing
+     * cached), when the table has them. */
+    if (rows >= RESOLVE_N * (rounds + 1)) {
+        snap a, b, c;
+        shard_item *items;
+        for (unsigned i = 0; i < RESOLVE_N; i++)
+            legacy[i] = 1 + (uint64_t)RESOLVE_N * rounds + i;
+        snap_take(&a);
+        if (shard_legacy_resolve_many(ctx, type, legacy, RESOLVE_N, ids) != 0)
+            die("resolve: %s", shard_errmsg());
+        snap_take(&b);
+        if (shard_object_mget(ctx, ids, RESOLVE_N, &items) != 0)
+            die("mget: %s", shard_errmsg());
+        snap_take(&c);
+        shard_items_free(items, RESOLVE_N);
+        for (int k = 0; k < NSERVERS; k += 2) /* Questions (6), Bytes_received (5) */
+            note("one call on s%d: resolve_many %" PRIu64 " statements, %" PRIu64 " bytes in; "
+                 "mget %" PRIu64 " statements, %" PRIu64 " bytes in (the counters' own "
+                 "query included in each)", k + 1, b.v[k][6] - a.v[k][6],
+                 b.v[k][5] - a.v[k][5], c.v[k][6] - b.v[k][6], c.v[k][5] - b.v[k][5]);
+        note("per call, CPU ms: resolve_many client %.2f servers %.2f; mget client %.2f "
+             "servers %.2f", cpu[0][0] * 1e3 / rounds, cpu[0][1] * 1e3 / rounds,
+             cpu[1][0] * 1e3 / rounds, cpu[1][1] * 1e3 / rounds);
     }
     printf("bench legacy-resolve-many-vs-mget ratio=%.2f (shard_legacy_resolve_many of %d "
            "legacy ids, nothing cached: %.0f calls/s; shard_object_mget of the %d IDs: %.0f "
@@ -349,7 +437,7 @@ int main(int argc, char **argv)
     shard_ctx *ctx = NULL;
     shard_map *map;
     unsigned rows = DEFAULT_ROWS, type = 0;
-    double dump_s = 0, load_s = 0, tools_s, t0, pass1_s, pass2_s;
+    double dump_s = 0, load_s = 0, sync_s = 0, tools_s, t0, pass1_s, pass2_s, sync1_s, sync2_s;
     bool have_mydumper;
     char url[200];
     uint64_t objects = 0;
@@ -390,9 +478,12 @@ int main(int argc, char **argv)
     snprintf(url, sizeof url, "mysql://%s@127.0.0.1:%d/legacy", HARNESS_ADMIN_USER,
              harness_port(H, "s1"));
     sync_standbys();
+    /* The wait's own cost (the harness asks each server through its
+     * client), which both sides' figures include. */
+    note("a wait for standbys already caught up: %.2f s", sync_standbys());
 
     if (have_mydumper && bench_selected("import-vs-myloader"))
-        tools_s = tools(rows, &dump_s, &load_s);
+        tools_s = tools(rows, &dump_s, &load_s, &sync_s);
     else
         tools_s = 0;
 
@@ -400,16 +491,18 @@ int main(int argc, char **argv)
     t0 = now();
     r1 = import_pass(ctx, type, url);
     pass1_s = now() - t0;
-    Import_cpu = snap_note("first pass", &sn, -1);
+    sync1_s = sync_standbys(); /* both pairs': the import writes on both */
+    Import_cpu = snap_note("first pass + standbys caught up", &sn, -1, rows);
     if (r1.created != rows)
         die("the first pass created %" PRIu64 " objects, expected %u", r1.created, rows);
-    note("first pass %.2f s: %" PRIu64 " new", pass1_s, r1.created);
-    sync_standbys();
+    note("first pass %.2f s + standbys catching up %.2f s: %" PRIu64 " new", pass1_s, sync1_s,
+         r1.created);
     snap_take(&sn);
     t0 = now();
     r2 = import_pass(ctx, type, url);
     pass2_s = now() - t0;
-    snap_note("unchanged pass", &sn, -1);
+    sync2_s = sync_standbys();
+    snap_note("unchanged pass", &sn, -1, rows);
     if (r2.unchanged != rows || r2.created || r2.changed || r2.deleted)
         die("the second pass was not clean: %" PRIu64 " new, %" PRIu64 " changed, %" PRIu64
             " deleted", r2.created, r2.changed, r2.deleted);
@@ -425,30 +518,39 @@ int main(int argc, char **argv)
         /* The tools once more, after the passes, on the same servers: the
          * better of the two runs is the baseline (the best the tools do
          * there, whatever the machine's other load did meanwhile). */
-        double d2, l2, cpu1 = Tools_cpu, t2 = tools(rows, &d2, &l2);
+        double d2, l2, s2, cpu1 = Tools_cpu, t2 = tools(rows, &d2, &l2, &s2);
         note("tools: %.2f s before the passes, %.2f s after", tools_s, t2);
         if (t2 < tools_s) {
             tools_s = t2;
             dump_s = d2;
             load_s = l2;
+            sync_s = s2;
         } else {
             Tools_cpu = cpu1;
         }
     }
+    /* Each side's time ends when the target's standbys have caught up
+     * (the tools: s4; the import: s2 and s4). The figures without that
+     * wait (until the last client call returned) follow as "unsynced". */
     if (tools_s > 0)
-        printf("bench import-vs-myloader ratio=%.2f (mydumper %.2f s + myloader %.2f s = %.2f s "
-           "(%d threads each, myloader -e: binlog on) / import first pass %.2f s (%d threads) "
-           "of %u rows into %d shards on 2 pairs: first pass %.0f rows/s, tools %.0f rows/s; "
-           "second (unchanged) pass %.2f s, %.0f rows/s; CPU seconds, the four servers' "
-           "included: tools %.2f, first pass %.2f)\n",
-           tools_s / pass1_s, dump_s, load_s, tools_s, THREADS, pass1_s, THREADS, rows,
-           ID_SHARDS, rows / pass1_s, rows / tools_s, pass2_s, rows / pass2_s, Tools_cpu,
-           Import_cpu);
+        printf("bench import-vs-myloader ratio=%.2f (mydumper %.2f s + myloader %.2f s + s4 "
+               "catching up %.2f s = %.2f s (%d threads each, myloader -e: binlog on) / import "
+               "first pass %.2f s + standbys catching up %.2f s = %.2f s (%d threads) of %u "
+               "rows into %d shards on 2 pairs: first pass %.0f rows/s, tools %.0f rows/s; "
+               "unsynced (no standby wait) ratio=%.2f, %.2f s / %.2f s; second (unchanged) "
+               "pass %.2f s, %.0f rows/s; CPU seconds, the four servers' included: tools %.2f, "
+               "first pass %.2f)\n",
+               tools_s / (pass1_s + sync1_s), dump_s, load_s, sync_s, tools_s, THREADS, pass1_s,
+               sync1_s, pass1_s + sync1_s, THREADS, rows, ID_SHARDS, rows / (pass1_s + sync1_s),
+               rows / tools_s, (dump_s + load_s) / pass1_s, dump_s + load_s, pass1_s,
+               pass2_s + sync2_s, rows / (pass2_s + sync2_s), Tools_cpu, Import_cpu);
     if (bench_selected("import-repass-vs-first"))
-        printf("bench import-repass-vs-first ratio=%.2f (an unchanged pass %.0f rows/s (%.2f s, "
-               "nothing written) / the first pass %.0f rows/s (%.2f s), %u rows, %d threads, "
-               "16 shards on 2 pairs)\n", pass1_s / pass2_s, rows / pass2_s, pass2_s,
-               rows / pass1_s, pass1_s, rows, THREADS);
+        printf("bench import-repass-vs-first ratio=%.2f (an unchanged pass %.0f rows/s (%.2f s + "
+               "standbys %.2f s, nothing written) / the first pass %.0f rows/s (%.2f s + "
+               "standbys catching up %.2f s), %u rows, %d threads, 16 shards on 2 pairs; "
+               "unsynced ratio=%.2f)\n", (pass1_s + sync1_s) / (pass2_s + sync2_s),
+               rows / (pass2_s + sync2_s), pass2_s, sync2_s, rows / (pass1_s + sync1_s), pass1_s,
+               sync1_s, rows, THREADS, pass1_s / pass2_s);
     if (bench_selected("legacy-resolve-many-vs-mget"))
         resolve_vs_mget(&so, type, rows);
     shard_ctx_free(ctx);

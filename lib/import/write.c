@@ -103,7 +103,7 @@ static int upsert_send(exec_env *env, sqlbuf *q, const char *id_col, size_t rows
 
     upsert_tail(q, id_col);
     if ((rc = sql_check(q)) || (rc = conn_fits(env->conn, q->len)) ||
-        (rc = conn_query(env->conn, q)))
+        (rc = legacy_bulk_query(env->conn, q)))
         return rc;
     info = mysql_info(env->conn->my); /* "Records: N  Duplicates: D  Warnings: W" */
     d = info ? strstr(info, "Duplicates: ") : NULL;
