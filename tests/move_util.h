@@ -383,15 +383,32 @@ MOVE_UTIL int child_killed(harness *h, int (*body)(shard_ctx *mc, void *arg), vo
  * application's context *app and the operators' *admin (moves are followed
  * through the fence alone: no map refresh) and applies the schema. 0, or -1
  * with the reason on stderr and the servers stopped. */
+MOVE_UTIL int move_test_start_opts(harness **hp, shard_ctx **app, shard_ctx **admin,
+                                   const shard_options *app_opts,
+                                   const shard_options *admin_opts);
+
 MOVE_UTIL int move_test_start(harness **hp, shard_ctx **app, shard_ctx **admin)
 {
-    shard_options o = SHARD_OPTIONS_INIT;
+    return move_test_start_opts(hp, app, admin, NULL, NULL);
+}
 
+/* The same with the contexts' options (NULL: the defaults; the map
+ * refresh is off either way). */
+MOVE_UTIL int move_test_start_opts(harness **hp, shard_ctx **app, shard_ctx **admin,
+                                   const shard_options *app_opts,
+                                   const shard_options *admin_opts)
+{
+    shard_options o = SHARD_OPTIONS_INIT, oa;
+
+    if (app_opts)
+        o = *app_opts;
+    oa = admin_opts ? *admin_opts : o;
     *hp = harness_start_ex(3, 12, 3);
     if (!*hp)
         return -1;
     o.refresh_interval_ms = 0;
-    if (shard_ctx_open(app, harness_map_path(*hp), &o) || harness_open_admin(*hp, admin, &o)) {
+    oa.refresh_interval_ms = 0;
+    if (shard_ctx_open(app, harness_map_path(*hp), &o) || harness_open_admin(*hp, admin, &oa)) {
         fprintf(stderr, "open: %s\n", shard_errmsg());
         harness_stop(*hp);
         return -1;

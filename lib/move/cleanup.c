@@ -240,7 +240,7 @@ static int drop_one(mv *m, unsigned shard, double *busy)
              "SCHEMA_NAME = '%s'", db);
     if ((rc = repl_value_u64(move_src(m), sql, &has)) || !has)
         return rc;
-    if ((rc = move_runf(move_src(m), "DROP DATABASE IF EXISTS `%s`", db)))
+    if ((rc = move_ddlf(move_src(m), "DROP DATABASE IF EXISTS `%s`", db)))
         return shard__fail_prefix(rc, "dropping %s on %s: ", db, move_sp(m)->name);
     *busy = now_seconds() - t0;
     return 0;

@@ -92,10 +92,19 @@ int move_journal_open(mv *m)
             return shard__fail_prefix(rc, "move journal on %s: ", label);
     }
     /* Move IDs are unique across targets: each journal counts from its
-     * server_id * 10^9 (ALTER only raises the counter, never lowers it). */
-    if ((rc = repl_value_u64(m->ctl, "SELECT @@server_id", &id)) ||
-        (rc = move_runf(m->ctl, "ALTER TABLE " MOVES_TABLE " AUTO_INCREMENT = %llu",
-                        (unsigned long long)(id * 1000000000ULL + 1))))
+     * server_id * 10^9 (ALTER only raises the counter, never lowers it).
+     * A journal with a move of that range counts from there already: no
+     * ALTER, which is DDL on a server that serves writes (move_ddl). */
+    if ((rc = repl_value_u64(m->ctl, "SELECT @@server_id", &id)) == 0) {
+        char sql[160];
+        uint64_t have = 0;
+        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM " MOVES_TABLE " WHERE id > %llu",
+                 (unsigned long long)(id * 1000000000ULL));
+        if ((rc = repl_value_u64(m->ctl, sql, &have)) == 0 && !have)
+            rc = move_ddlf(m->ctl, "ALTER TABLE " MOVES_TABLE " AUTO_INCREMENT = %llu",
+                           (unsigned long long)(id * 1000000000ULL + 1));
+    }
+    if (rc)
         return shard__fail_prefix(rc, "move journal on %s: ", label);
     return 0;
 }

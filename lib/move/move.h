@@ -242,6 +242,15 @@ int move_drop_dbs(mv *m, move_side side);
  * wait for nothing (libshard-move(7), "Many moves at once"). */
 int move_lock_tables(mv *m, shard_conn *c);
 
+/* One DDL statement of the move's at a time on c's server, for every mover
+ * there: InnoDB runs concurrent CREATE/DROP one after another (on its data
+ * dictionary), and while a queue of them waits, writes on the server's other
+ * databases wait in "Opening tables" until the last is done (libshard-move(7),
+ * "Many moves at once"). One at a time, a write waits for one statement at
+ * most. sql is run between the lock and its release. */
+int move_ddl(shard_conn *c, const char *sql);
+int move_ddlf(shard_conn *c, const char *fmt, ...) SHARD_PRINTF(2, 3);
+
 /* The connections' names: libshard_from_<pair> on a target,
  * libshard_revert_<pair> on a source (the pair names lowered), into sides. */
 void move_link_names(mv *m);

@@ -131,18 +131,24 @@ unsigned move_threads(const mv *m)
     return n;
 }
 
+/* A statement of move_runf's or move_ddlf's, into sql. */
+static int format_sql(char *sql, size_t size, const char *fmt, va_list ap)
+{
+    int n = vsnprintf(sql, size, fmt, ap);
+
+    return n < 0 || (size_t)n >= size ? shard__fail(SHARD_EINTERNAL, "statement too long") : 0;
+}
+
 int move_runf(shard_conn *c, const char *fmt, ...)
 {
     char sql[4096];
     va_list ap;
-    int n;
+    int rc;
 
     va_start(ap, fmt);
-    n = vsnprintf(sql, sizeof sql, fmt, ap);
+    rc = format_sql(sql, sizeof sql, fmt, ap);
     va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof sql)
-        return shard__fail(SHARD_EINTERNAL, "statement too long");
-    return conn_query_str(c, sql);
+    return rc ? rc : conn_query_str(c, sql);
 }
 
 void move_progress(mv *m, int phase, uint64_t done, uint64_t total)
@@ -233,6 +239,46 @@ int move_holds(shard_conn *c, const char *pos, const unsigned long *skip, size_t
     return rc;
 }
 
+/* Long enough for a queue of movers' statements on a loaded server. */
+#define MOVE_DDL_WAIT_S 120
+
+int move_ddl(shard_conn *c, const char *sql)
+{
+    shard_errsave saved;
+    uint64_t got = 0;
+    char *v = NULL;
+    int rc = repl_value_u64(c, "SELECT GET_LOCK('libshard ddl', "
+                            CONTROL_STR(MOVE_DDL_WAIT_S) ")", &got);
+
+    if (rc == 0 && got != 1)
+        return shard__fail(SHARD_EBUSY, "%s: other movers' schema changes held it for %d s",
+                          c->srv->label, MOVE_DDL_WAIT_S);
+    if (rc)
+        return rc;
+    rc = conn_query_str(c, sql);
+    shard__error_save(&saved, rc);
+    /* A connection that cannot release it is closed by the caller's error,
+     * and the server releases it with the session. */
+    if (repl_value(c, "SELECT RELEASE_LOCK('libshard ddl')", &v) && rc == 0)
+        rc = SHARD_ESERVER;
+    else
+        rc = shard__error_restore(&saved);
+    free(v);
+    return rc;
+}
+
+int move_ddlf(shard_conn *c, const char *fmt, ...)
+{
+    char sql[512];
+    va_list ap;
+    int rc;
+
+    va_start(ap, fmt);
+    rc = format_sql(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    return rc ? rc : move_ddl(c, sql);
+}
+
 typedef struct drop_arg {
     mv *m;
     move_side side;
@@ -247,7 +293,7 @@ static int drop_db_fn(void *arg, size_t i, unsigned w)
 
     move_db(a->m, a->m->first + (unsigned)i, db);
     /* Logged, so the side's standby drops them too. */
-    return rc ? rc : move_runf(c, "DROP DATABASE IF EXISTS `%s`", db);
+    return rc ? rc : move_ddlf(c, "DROP DATABASE IF EXISTS `%s`", db);
 }
 
 int move_drop_dbs(mv *m, move_side side)

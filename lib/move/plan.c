@@ -527,7 +527,7 @@ static int create_db_fn(void *arg, size_t i, unsigned w)
     int rc = move_wdst(m, w, &c);
 
     move_db(m, m->first + (unsigned)i, db);
-    return rc ? rc : move_runf(c, "CREATE DATABASE IF NOT EXISTS `%s` CHARACTER SET utf8mb4",
+    return rc ? rc : move_ddlf(c, "CREATE DATABASE IF NOT EXISTS `%s` CHARACTER SET utf8mb4",
                                db);
 }
 
@@ -559,10 +559,10 @@ static int create_table_fn(void *arg, size_t i, unsigned w)
         sql_addf(&q, "CREATE TABLE `%s`.`%s` ", tb->db, tb->name);
         sql_add(&q, row[1] + strlen(head)); /* the server's own text */
         if ((rc = sql_check(&q)) == 0)
-            rc = conn_query(dst, &q);
+            rc = move_ddl(dst, q.s);
         sql_free(&q);
     } else if ((rc = move_runf(dst, "USE `%s`", tb->db)) == 0) {
-        rc = conn_query_str(dst, row[1]);
+        rc = move_ddl(dst, row[1]);
     }
     mysql_free_result(res);
     return rc ? shard__fail_prefix(rc, "creating %s.%s on the target: ", tb->db, tb->name) : 0;
