@@ -29,8 +29,8 @@
  * same server for both; the import writes its objects over both pairs and
  * its lookup entries over the mod shards. Each side's time ends when the
  * standbys of the pairs it wrote have applied everything (the tools: s4;
- * the import: s2 and s4; harness_sync_standby), so that neither leaves
- * replication work outside its figure; the figures without that wait are
+ * the import: s2 and s4; bench_sync_standby, over connections of its
+ * own), so that neither leaves replication work outside its figure; the figures without that wait are
  * printed too ("unsynced"). Every step starts with the standbys caught up.
  * The notes on stderr give each step's server counters, its bytes from
  * clients (a master also receives its standby's binary log back:
@@ -192,8 +192,8 @@ static double sync_standbys(void)
     double t0 = now();
 
     for (int p = 1; p <= 2; p++)
-        if (harness_sync_standby(H, p, 300) != 0)
-            die("pair %d's standby did not catch up", p);
+        bench_sync_standby(harness_port(H, p == 1 ? "s1" : "s3"),
+                           harness_port(H, p == 1 ? "s2" : "s4"), 300);
     return now() - t0;
 }
 
