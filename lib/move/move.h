@@ -10,7 +10,8 @@
  *              the refusals an unfinished move causes (face.h)
  *   plan.c     pairs, preflight checks, tables, the target's schema (made,
  *              dropped), fence rows
- *   copy.c     the snapshot copy
+ *   copy.c     the snapshot copy: the target's tables made from the
+ *              source's definitions, each just before it is filled
  *   infile.c   feeding the copy to the target as LOAD DATA LOCAL INFILE
  *   bulk.c     ... or, where that is refused, as array-bound prepared INSERTs
  *   throttle.c the copy's rate limit and its pause on the source's load
@@ -128,7 +129,7 @@ typedef struct mv {
     mtable *tables;
     size_t ntables;
     bool listed;       /* tables listed in this run */
-    bool target_made;  /* target's databases and tables made in this run */
+    bool target_made;  /* target's databases made in this run (the copy makes its tables) */
     bool target_ours;  /* the target's copies are this move's (journaled) */
     bool repl_checked; /* the replication connection runs with its filter */
     bool cut_locked;   /* holds the target's replication-setup lock (cut-over) */
@@ -154,6 +155,9 @@ typedef struct mv {
     uint64_t verify_unchecked; /* rows a live verification could not compare */
     uint64_t verify_missing;   /* of those, source rows absent on the target */
     move_feed feed;              /* the copy's way of writing (copy.c) */
+    double create_s;             /* the copy's seconds making tables, summed over workers */
+    bool ddl_direct;             /* the target's standby gets the DDL from the mover (plan.c) */
+    shard_conn *tsb[MOVE_MAX_WORKERS]; /* per worker, to the target's standby, unlogged */
     struct move_throttle *th;    /* the copy's throttle, while it runs */
 } mv;
 
@@ -249,6 +253,9 @@ int move_lock_tables(mv *m, shard_conn *c);
  * "Many moves at once"). One at a time, a write waits for one statement at
  * most. sql is run between the lock and its release. */
 int move_ddl(shard_conn *c, const char *sql);
+/* move_ddl, and then(c) into *said once the statement succeeded, before the
+ * lock's release (its warnings are still the statement's). */
+int move_ddl_then(shard_conn *c, const char *sql, bool (*then)(shard_conn *), bool *said);
 int move_ddlf(shard_conn *c, const char *fmt, ...) SHARD_PRINTF(2, 3);
 
 /* The connections' names: libshard_from_<pair> on a target,
@@ -305,8 +312,9 @@ int move_preflight(mv *m, sqlbuf *plan);
 int move_recheck(mv *m);
 int move_list_tables(mv *m);
 int move_plan_text(mv *m, char **plan);
-/* Create the target's databases and tables from the source's definitions
- * (SHARD_EEXISTS when a fresh move finds tables there). */
+/* Create the target's databases (SHARD_EEXISTS when a fresh move finds
+ * tables there); the copy makes their tables from the source's
+ * definitions, each just before filling it. */
 int move_create_target(mv *m);
 int move_drop_target(mv *m);
 /* The fence table (unlogged) on all four servers, the moved databases
@@ -333,6 +341,10 @@ int move_fence_delete(mv *m);
 
 int move_copy(mv *m);
 int move_count_rows(mv *m, shard_conn *src);
+/* Worker w's connection to the target's standby, opened on first use with
+ * its binary log off for the session (the DDL made there directly). */
+int move_wtsb(mv *m, unsigned w, shard_conn **out);
+void move_close_wtsb(mv *m);
 
 /* ---- throttle.c ------------------------------------------------------------------------ */
 

@@ -242,7 +242,7 @@ int move_holds(shard_conn *c, const char *pos, const unsigned long *skip, size_t
 /* Long enough for a queue of movers' statements on a loaded server. */
 #define MOVE_DDL_WAIT_S 120
 
-int move_ddl(shard_conn *c, const char *sql)
+int move_ddl_then(shard_conn *c, const char *sql, bool (*then)(shard_conn *), bool *said)
 {
     shard_errsave saved;
     uint64_t got = 0;
@@ -256,6 +256,9 @@ int move_ddl(shard_conn *c, const char *sql)
     if (rc)
         return rc;
     rc = conn_query_str(c, sql);
+    /* Asked before the lock's release replaces the statement's warnings. */
+    if (rc == 0 && then)
+        *said = then(c);
     shard__error_save(&saved, rc);
     /* A connection that cannot release it is closed by the caller's error,
      * and the server releases it with the session. */
@@ -265,6 +268,11 @@ int move_ddl(shard_conn *c, const char *sql)
         rc = shard__error_restore(&saved);
     free(v);
     return rc;
+}
+
+int move_ddl(shard_conn *c, const char *sql)
+{
+    return move_ddl_then(c, sql, NULL, NULL);
 }
 
 int move_ddlf(shard_conn *c, const char *fmt, ...)

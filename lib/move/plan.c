@@ -1,8 +1,8 @@
 /*
  * Planning a move (libshard-move(7), "Before you start" and phase
  * planned): the pairs, the checks on all four servers, the moved tables,
- * and the target's databases and tables made from the source's own
- * definitions.
+ * and the target's databases (their tables, from the source's own
+ * definitions, are made by the copy: copy.c).
  */
 #include "move.h"
 
@@ -510,9 +510,9 @@ int move_fence_delete(mv *m)
 
 /* ---- the target's schema ---------------------------------------------------------- */
 
-/* Per-database and per-table DDL runs over the move's workers: creating
- * or dropping 1536 tables one statement after another would take most of
- * a move of small shards. */
+/* Per-database DDL runs over the move's workers: creating or dropping
+ * 1536 tables one statement after another would take most of a move of
+ * small shards. */
 int move_drop_target(mv *m)
 {
     m->target_made = false;
@@ -523,49 +523,62 @@ static int create_db_fn(void *arg, size_t i, unsigned w)
 {
     mv *m = arg;
     char db[SHARD_DBNAME_MAX];
-    shard_conn *c;
+    shard_conn *c, *sb;
     int rc = move_wdst(m, w, &c);
 
     move_db(m, m->first + (unsigned)i, db);
+    /* The standby's first (unlogged): the master's then reaches it as nothing. */
+    if (rc == 0 && m->ddl_direct && (rc = move_wtsb(m, w, &sb)) == 0 &&
+        (rc = move_runf(sb, "CREATE DATABASE IF NOT EXISTS `%s` CHARACTER SET utf8mb4", db)))
+        shard__fail_prefix(rc, "target standby %s: ", move_dp(m)->standby.text);
     return rc ? rc : move_ddlf(c, "CREATE DATABASE IF NOT EXISTS `%s` CHARACTER SET utf8mb4",
                                db);
 }
 
-/* One table: the source's own CREATE TABLE, run on the target in its
- * database (the name qualified in the text saves a USE per table). */
-static int create_table_fn(void *arg, size_t i, unsigned w)
+/*
+ * Whether the target's standby gets the moved databases' DDL straight from
+ * the mover (m->ddl_direct), unlogged, several statements at a time, just
+ * before the master's logged statements (IF NOT EXISTS) reach it through
+ * the pair's link and find everything made: that link applies on one
+ * thread, and 1536 CREATE TABLEs applied one after another there (40 ms
+ * each under load) kept the standby tens of seconds behind its master,
+ * which the move's done waits for. The master's binary log still has
+ * every statement. Only once the standby holds everything its master had
+ * logged: a drop of these databases still on its way (an abort's, or an
+ * earlier move's) would remove what the mover made there. A standby that
+ * cannot be reached in time, or refuses (read-only for this account),
+ * gets the DDL through the link, as before: a warning, not a failure.
+ */
+static void standby_direct(mv *m)
 {
-    mv *m = arg;
-    const mtable *tb = &m->tables[i];
-    shard_conn *src, *dst;
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    char head[100];
+    double end = now_seconds() + MOVE_PAIR_WAIT_S;
+    char db[SHARD_DBNAME_MAX], *pos = NULL;
+    bool yes = false;
+    shard_conn *sb;
     int rc;
 
-    if ((rc = move_wsrc(m, w, &src)) || (rc = move_wdst(m, w, &dst)) ||
-        (rc = move_runf(src, "SHOW CREATE TABLE `%s`.`%s`", tb->db, tb->name)))
-        return rc;
-    if (!(res = mysql_store_result(src->my)) || !(row = mysql_fetch_row(res)) || !row[1]) {
-        if (res)
-            mysql_free_result(res);
-        return shard__fail(SHARD_ESERVER, "SHOW CREATE TABLE %s.%s gave nothing", tb->db,
-                          tb->name);
+    m->ddl_direct = false;
+    if (!move_dp(m)->has_standby || m->dir)
+        return;
+    move_db(m, m->first, db);
+    if ((rc = move_wtsb(m, 0, &sb)) == 0 && (rc = move_read_pos(move_tgt(m), &pos)) == 0)
+        while ((rc = move_holds(sb, pos, NULL, 0, &yes)) == 0 && !yes && now_seconds() < end)
+            sleep_ms(50);
+    free(pos);
+    if (rc == 0 && !yes)
+        rc = shard__fail(SHARD_ETIMEOUT, "it had not applied what its master logged within "
+                        "%d s", MOVE_PAIR_WAIT_S);
+    /* A refusal (read-only) shows here, before anything is made there. */
+    if (rc == 0)
+        rc = move_runf(sb, "CREATE DATABASE IF NOT EXISTS `%s` CHARACTER SET utf8mb4", db);
+    if (rc == 0) {
+        m->ddl_direct = true;
+        return;
     }
-    snprintf(head, sizeof head, "CREATE TABLE `%s` ", tb->name);
-    if (strncmp(row[1], head, strlen(head)) == 0) {
-        sqlbuf q;
-        sql_init(&q);
-        sql_addf(&q, "CREATE TABLE `%s`.`%s` ", tb->db, tb->name);
-        sql_add(&q, row[1] + strlen(head)); /* the server's own text */
-        if ((rc = sql_check(&q)) == 0)
-            rc = move_ddl(dst, q.s);
-        sql_free(&q);
-    } else if ((rc = move_runf(dst, "USE `%s`", tb->db)) == 0) {
-        rc = move_ddl(dst, row[1]);
-    }
-    mysql_free_result(res);
-    return rc ? shard__fail_prefix(rc, "creating %s.%s on the target: ", tb->db, tb->name) : 0;
+    ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: the target's standby %s gets the new tables "
+            "through its link from the master, one after another, and the move waits for "
+            "it: %s", (unsigned long long)m->id, move_dp(m)->standby.text, shard_errmsg());
+    move_close_wtsb(m);
 }
 
 int move_create_target(mv *m)
@@ -594,12 +607,15 @@ int move_create_target(mv *m)
     m->target_ours = true;
     if ((rc = move_journal_save(m, NULL)))
         return rc;
-    if ((rc = fanout_run((size_t)(m->last - m->first) + 1, move_threads(m), create_db_fn, m)))
+    standby_direct(m);
+    move_step(m, &t0, "waiting for the target's standby");
+    rc = fanout_run((size_t)(m->last - m->first) + 1, move_threads(m), create_db_fn, m);
+    move_close_wtsb(m);
+    if (rc)
         return rc;
     move_step(m, &t0, "creating the target's databases");
-    if ((rc = fanout_run(m->ntables, move_threads(m), create_table_fn, m)))
-        return rc;
-    move_step(m, &t0, "creating the target's tables");
+    /* Their tables are the copy's (copy.c): each made just before it is
+     * filled, so that the DDL overlaps the other workers' rows. */
     m->target_made = true;
     return 0;
 }
