@@ -12,6 +12,10 @@ set -u
 passed=0 failed=0 bad="" badlogs=""
 jobs=${JOBS:-1}
 [ -n "${RUN:-}" ] && export CK_FORK=no   # valgrind and forks: keep one process
+# Run as a user runs them, also under make -j2: a make that a test starts
+# (the Python binding's make install) must not look for the job server of
+# the make that started this script.
+unset MAKEFLAGS MFLAGS
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

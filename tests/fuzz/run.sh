@@ -8,7 +8,8 @@
 # and exits non-zero on any crash, leak, timeout or broken property; the
 # input that did it is in build-fuzz/artifacts/TARGET/.
 # Needs clang and its libFuzzer runtime (Debian: clang libclang-rt-14-dev).
-# FUZZ_CC (default clang) picks another clang, e.g. FUZZ_CC=clang-16.
+# FUZZ_CC (default clang) picks another clang, e.g. FUZZ_CC=clang-16;
+# FUZZ_JOBS (default: the number of CPUs) how many compiles run at once.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 
@@ -52,6 +53,22 @@ stale() {
     [ -n "$(find $2 $HEADERS -newer "$1" 2>/dev/null)" ]
 }
 
+# Compiles run FUZZ_JOBS at a time (default: one per CPU), in batches.
+JOBS=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
+case "$JOBS" in ''|*[!0-9]*|0) JOBS=1 ;; esac
+pids="" running=0
+finish() { # waits for the batch; exits if a compile failed
+    for p in $pids; do wait "$p" || exit 2; done
+    pids="" running=0
+}
+compile() { # OUT SRC ARGS...: $CC $CFLAGS ARGS -c -o OUT SRC, in the background
+    out=$1 src=$2
+    shift 2
+    $CC $CFLAGS "$@" -c -o "$out" "$src" &
+    pids="$pids $!" running=$((running + 1))
+    [ "$running" -lt "$JOBS" ] || finish
+}
+
 objs=""
 for src in lib/*.c lib/*/*.c; do
     [ -f "$src" ] || continue
@@ -59,10 +76,10 @@ for src in lib/*.c lib/*/*.c; do
     objs="$objs $obj"
     mkdir -p "$(dirname "$obj")" || exit 2
     if stale "$obj" "$src"; then
-        $CC $CFLAGS -fsanitize=fuzzer-no-link -fvisibility=hidden -DLIBSHARD_BUILD \
-            -c -o "$obj" "$src" || exit 2
+        compile "$obj" "$src" -fsanitize=fuzzer-no-link -fvisibility=hidden -DLIBSHARD_BUILD
     fi
 done
+finish
 rm -f "$B/libshard.a"
 ar rcs "$B/libshard.a" $objs || exit 2
 
@@ -73,16 +90,19 @@ for src in examples/shardctl/*.c; do
     obj="$B/shardctl_$(basename "$src" .c).o"
     shardctl_objs="$shardctl_objs $obj"
     if stale "$obj" "$src" || stale "$obj" examples/shardctl/shardctl.h; then
-        $CC $CFLAGS -fsanitize=fuzzer-no-link -Dmain=shardctl_main -Dexit=shardctl_exit \
-            -c -o "$obj" "$src" || exit 2
+        compile "$obj" "$src" -fsanitize=fuzzer-no-link -Dmain=shardctl_main -Dexit=shardctl_exit
     fi
 done
+finish
 for t in $TARGETS; do
     extra=""
     [ "$t" = shardctl ] && extra="$shardctl_objs"
     $CC $CFLAGS -fsanitize=fuzzer -Ilib -o "$B/fuzz_$t" "tests/fuzz/fuzz_$t.c" $extra \
-        "$B/libshard.a" $DEPS_LIBS -lpthread || exit 2
+        "$B/libshard.a" $DEPS_LIBS -lpthread &
+    pids="$pids $!" running=$((running + 1))
+    [ "$running" -lt "$JOBS" ] || finish
 done
+finish
 
 # Run every target at once, each on its own copy of the corpus.
 export ASAN_OPTIONS="detect_leaks=1:${ASAN_OPTIONS:-}"
