@@ -323,9 +323,10 @@ int fleet_moves_get(shard_conn *c, const char *pair, fleet_move *out, size_t max
              " FROM " MOVES_TABLE " WHERE %s",
              all ? "phase NOT IN " MOVE_OVER_SQL : "phase < " CONTROL_STR(SHARD_MOVE_DONE));
     if (pair) {
-        sql_add(&q, " AND (source_pair = ");
+        /* Pair names are case-sensitive; the columns' collation is not. */
+        sql_add(&q, " AND (BINARY source_pair = ");
         sql_str(&q, c->my, pair, strlen(pair));
-        sql_add(&q, " OR target_pair = ");
+        sql_add(&q, " OR BINARY target_pair = ");
         sql_str(&q, c->my, pair, strlen(pair));
         sql_add(&q, ")");
     }

@@ -350,7 +350,10 @@ int move_wtsb(mv *m, unsigned w, shard_conn **out)
     int rc = 0;
 
     if (!m->tsb[w] && (rc = move_conn(m, &move_dp(m)->standby, &m->tsb[w])) == 0 &&
-        (rc = move_runf(m->tsb[w], "SET SESSION sql_log_bin = 0")))
+        /* As the master's sessions (below): tables made in any order (a
+         * child before its parent), defaults read and made in one zone. */
+        (rc = move_runf(m->tsb[w], "SET SESSION sql_log_bin = 0, foreign_key_checks = 0, "
+                                   "time_zone = '+00:00'")))
         move_close(&m->tsb[w]);
     *out = m->tsb[w];
     return rc ? shard__fail_prefix(rc, "target standby %s: ", move_dp(m)->standby.text) : 0;
@@ -529,9 +532,12 @@ int move_copy(mv *m)
         if ((rc = move_wsrc(m, w, &c)) == 0 && (rc = move_wdst(m, w, &c)) == 0)
             rc = move_runf(c, "SET SESSION time_zone = '+00:00', foreign_key_checks = 0, "
                               "sql_notes = 1"); /* create_direct counts notes */
-        /* The source's bytes as they are stored, never converted. */
+        /* The source's bytes as they are stored, never converted; its
+         * SHOW CREATE TABLE in the zone the target runs it in (a TIMESTAMP
+         * default is printed in the session's zone). */
         if (rc == 0)
-            rc = move_runf(move_wsrcs(m)[w], "SET SESSION character_set_results = binary");
+            rc = move_runf(move_wsrcs(m)[w], "SET SESSION character_set_results = binary, "
+                                             "time_zone = '+00:00'");
     }
     m->create_s = 0;
     if (rc == 0 && m->ntables)

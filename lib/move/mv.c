@@ -242,20 +242,51 @@ int move_holds(shard_conn *c, const char *pos, const unsigned long *skip, size_t
 /* Long enough for a queue of movers' statements on a loaded server. */
 #define MOVE_DDL_WAIT_S 120
 
+/* Half the connection's read timeout (1-5 s): a wait on the server that
+ * the client gives up on first would break the connection, not report. */
+static unsigned ddl_step_s(const shard_conn *c)
+{
+    unsigned s = c->read_timeout_ms ? c->read_timeout_ms / 2000 : 5;
+    return s < 1 ? 1 : s > 5 ? 5 : s;
+}
+
+/* GET_LOCK('libshard ddl') on c, asked in steps within the read timeout
+ * until MOVE_DDL_WAIT_S have passed. */
+static int ddl_lock(shard_conn *c)
+{
+    double end = now_seconds() + MOVE_DDL_WAIT_S;
+    char sql[64];
+
+    snprintf(sql, sizeof sql, "SELECT GET_LOCK('libshard ddl', %u)", ddl_step_s(c));
+    for (;;) {
+        uint64_t got = 0;
+        int rc = repl_value_u64(c, sql, &got);
+        if (rc || got == 1)
+            return rc;
+        if (now_seconds() >= end)
+            return shard__fail(SHARD_EBUSY, "%s: other movers' schema changes held the lock "
+                              "'libshard ddl' for %d s", c->srv->label, MOVE_DDL_WAIT_S);
+    }
+}
+
 int move_ddl_then(shard_conn *c, const char *sql, bool (*then)(shard_conn *), bool *said)
 {
     shard_errsave saved;
-    uint64_t got = 0;
     char *v = NULL;
-    int rc = repl_value_u64(c, "SELECT GET_LOCK('libshard ddl', "
-                            CONTROL_STR(MOVE_DDL_WAIT_S) ")", &got);
+    sqlbuf q;
+    int rc;
 
-    if (rc == 0 && got != 1)
-        return shard__fail(SHARD_EBUSY, "%s: other movers' schema changes held it for %d s",
-                          c->srv->label, MOVE_DDL_WAIT_S);
-    if (rc)
+    if ((rc = ddl_lock(c)))
         return rc;
-    rc = conn_query_str(c, sql);
+    /* Its wait for table locks (an application's transaction open on a
+     * table it drops) bounded within the read timeout: the server would
+     * otherwise go on waiting, the lock held, after the client gave up. */
+    sql_init(&q);
+    sql_addf(&q, "SET STATEMENT lock_wait_timeout = %u FOR ", ddl_step_s(c));
+    sql_add(&q, sql);
+    if ((rc = sql_check(&q)) == 0)
+        rc = conn_query(c, &q);
+    sql_free(&q);
     /* Asked before the lock's release replaces the statement's warnings. */
     if (rc == 0 && then)
         *said = then(c);
