@@ -582,6 +582,40 @@ START_TEST(a_table_left_on_the_target_standby_fails_the_move_not_the_pair)
 }
 END_TEST
 
+/* A child table whose name sorts before its parent's: made first on both
+ * halves of the target (foreign key checks off there, as on the master),
+ * its rows with it. */
+START_TEST(a_child_table_made_before_its_parent)
+{
+    shard_move_report r = SHARD_MOVE_REPORT_INIT, dr = SHARD_MOVE_REPORT_INIT;
+    shard_ctx *mover = NULL;
+    char *out = NULL;
+    int rc;
+
+    ck_assert_str_eq(pair_of(ctx, 66), SOURCE);
+    ck_assert_int_eq(harness_sql(h, "s1", "INSERT INTO db00066.pins (data) VALUES ('{}');"
+                                 "CREATE TABLE db00066.a_child (id INT PRIMARY KEY, pin BIGINT"
+                                 " UNSIGNED NOT NULL, FOREIGN KEY (pin) REFERENCES"
+                                 " db00066.pins (local_id)) ENGINE=InnoDB;"
+                                 "INSERT INTO db00066.a_child SELECT 1, MAX(local_id) FROM"
+                                 " db00066.pins", &out), 0);
+    free(out);
+    ck_assert_msg(harness_open_admin(h, &mover, NULL) == 0, "%s", shard_errmsg());
+    rc = shard_move(mover, 66, 67, TARGET, NULL, &r, NULL);
+    ck_assert_msg(rc == 0, "%s", shard_errmsg());
+    ck_assert_msg(shard_move_resume(mover, r.move_id, NULL, &dr) == 0, "%s", shard_errmsg());
+    ck_assert_int_eq(harness_sync_standby(h, 2, 60), 0);
+    for (int k = 0; k < 2; k++) {
+        const char *srv = k ? "s4" : "s3";
+        ck_assert_int_eq(harness_sql(h, srv, "SELECT COUNT(*) FROM db00066.a_child", &out), 0);
+        out[strcspn(out, "\n")] = '\0';
+        ck_assert_msg(strcmp(out, "1") == 0, "%s has %s rows in db00066.a_child", srv, out);
+        free(out);
+    }
+    shard_ctx_free(mover);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_move_scale");
@@ -605,6 +639,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, move_64_shards_of_6_tables_under_writers);
     tcase_add_test(tc, a_table_left_on_the_target_standby_fails_the_move_not_the_pair);
+    tcase_add_test(tc, a_child_table_made_before_its_parent);
     suite_add_tcase(s, tc);
     failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(ctx);
