@@ -159,26 +159,9 @@ static void execf(MYSQL *my, const char *fmt, ...)
     exec_len(my, sql, (size_t)n);
 }
 
-/* The first column of the first row, malloc'd ("" for none or NULL). */
-static char *value(MYSQL *my, const char *sql)
-{
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    char *v;
-
-    if (mysql_query(my, sql) || !(res = mysql_store_result(my)))
-        die("%.80s: %s", sql, mysql_error(my));
-    row = mysql_fetch_row(res);
-    v = strdup(row && row[0] ? row[0] : "");
-    mysql_free_result(res);
-    if (!v)
-        die("out of memory");
-    return v;
-}
-
 static long long value_ll(MYSQL *my, const char *sql)
 {
-    char *v = value(my, sql);
+    char *v = raw_value(my, sql);
     long long n = strtoll(v, NULL, 10);
     free(v);
     return n;
@@ -189,32 +172,7 @@ static long long value_ll(MYSQL *my, const char *sql)
  * and is not waited for). */
 static void sync_standby(int master_port, int standby_port)
 {
-    MYSQL *m = raw_connect_admin(master_port, CONNECT_TIMEOUT, false);
-    MYSQL *s = raw_connect_admin(standby_port, CONNECT_TIMEOUT, false);
-    char *dom = value(m, "SELECT @@gtid_domain_id");
-    char *pos = value(m, "SELECT @@gtid_binlog_pos");
-    char want[256] = "", sql[400];
-    size_t dl = strlen(dom);
-
-    for (char *p = pos; p && *p;) {
-        char *end = strchr(p, ',');
-        if (strncmp(p, dom, dl) == 0 && p[dl] == '-') {
-            snprintf(want, sizeof want, "%.*s", end ? (int)(end - p) : (int)strlen(p), p);
-            break;
-        }
-        p = end ? end + 1 : NULL;
-    }
-    if (want[0]) {
-        snprintf(sql, sizeof sql, "SELECT MASTER_GTID_WAIT('%s', 300)", want);
-        char *r = value(s, sql);
-        if (strcmp(r, "0") != 0)
-            die("standby on port %d did not reach %s", standby_port, want);
-        free(r);
-    }
-    free(dom);
-    free(pos);
-    mysql_close(m);
-    mysql_close(s);
+    bench_sync_standby(master_port, standby_port, 300);
 }
 
 /* The ports of pair P's master and standby (pair P is MySQL00P). */
