@@ -679,6 +679,33 @@ static const char *pair_of_shard(shard_ctx *ctx, unsigned shard)
     return name;
 }
 
+static double secs_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The admin context's log, on stderr with the seconds since the test began:
+ * what a move or a failover waited on, should it run out of time. */
+static double log_start;
+
+static void admin_log(int level, const char *message, void *payload)
+{
+    (void)payload;
+    fprintf(stderr, "server_zk: [%.1f s] %s: %s\n", secs_now() - log_start,
+            level <= SHARD_LOG_WARN ? "warning" : "info", message);
+}
+
+static void admin_options(shard_options *ao)
+{
+    harness_admin_options(ao);
+    ao->log = admin_log;
+    ao->log_level = SHARD_LOG_INFO;
+    log_start = secs_now();
+}
+
 /* A move with the map in ZooKeeper, under writers on other contexts: the
  * writers of the moved shards wait out the fence for the map the move
  * publishes, and no write fails or is lost. */
@@ -693,19 +720,24 @@ START_TEST(zk_move_under_writers)
     atomic_int stop = 0;
     writer *w = calloc(W, sizeof *w);
     pthread_t t[W];
+    double start;
+    char err[600];
     int rc;
 
     publish(loc, 1, 0);
-    harness_admin_options(&ao);
+    admin_options(&ao);
     OK(shard_ctx_open(&admin, loc, &ao));
     writers_start(w, app, t, W, loc, 0, &stop); /* shards 0, 1 (moved) and 2 */
     nap_ms(300);
+    start = secs_now();
     rc = shard_move(admin, 0, 1, "MySQL002", &o, &r, NULL);
+    snprintf(err, sizeof err, "%s", shard_errmsg()); /* before the writers' calls */
+    fprintf(stderr, "server_zk: move returned %d at %.1f s\n", rc, secs_now() - start);
     if (rc == 0)
         ck_assert_int_eq(wait_version(app, W, r.map_version), W);
     nap_ms(300);
     writers_check(w, app, t, W, &stop);
-    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_msg(rc == 0, "move: %s", err);
     ck_assert_uint_eq(r.mismatches, 0);
     ck_assert_str_eq(pair_of_shard(admin, 0), "MySQL002");
     ck_assert_str_eq(pair_of_shard(admin, 2), "MySQL001");
@@ -731,19 +763,21 @@ START_TEST(zk_failover_under_writers)
     atomic_int stop = 0;
     writer *w = calloc(W, sizeof *w);
     pthread_t t[W];
+    char err[600];
     int rc;
 
     publish(loc, 1, 0);
-    harness_admin_options(&ao);
+    admin_options(&ao);
     OK(shard_ctx_open(&admin, loc, &ao));
     writers_start(w, app, t, W, loc, 5, &stop); /* shards the move left on MySQL001 */
     nap_ms(300);
     rc = shard_pair_failover(admin, "MySQL001", 0, &r);
+    snprintf(err, sizeof err, "%s", shard_errmsg()); /* before the writers' calls */
     if (rc == 0)
         ck_assert_int_eq(wait_version(app, W, r.map_version), W);
     nap_ms(300);
     writers_check(w, app, t, W, &stop);
-    ck_assert_msg(rc == 0, "failover: %s", shard_errmsg());
+    ck_assert_msg(rc == 0, "failover: %s", err);
     printf("server_zk: failover with the map in ZooKeeper: map version %llu, %d+%d+%d "
            "writes, none failed\n", (unsigned long long)r.map_version, w[0].n, w[1].n, w[2].n);
     shard_ctx_free(admin);
