@@ -632,7 +632,8 @@ static void *write_loop(void *arg)
         }
         /* An application's pace, not a flood: three threads writing flat
          * out on a loaded 2-core machine outran the target's one applier,
-         * and the catch-up took 25 s here (CI's once ran past 120 s). */
+         * and the catch-up took 25 s here (CI's move ran past 120 s,
+         * most likely the same way). */
         nap_ms(1);
     }
     return NULL;
@@ -683,14 +684,6 @@ static const char *pair_of_shard(shard_ctx *ctx, unsigned shard)
     return name;
 }
 
-static double secs_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* The admin context's log, on stderr with the seconds since the test began:
  * what a move or a failover waited on, should it run out of time. */
 static double log_start;
@@ -698,7 +691,7 @@ static double log_start;
 static void admin_log(int level, const char *message, void *payload)
 {
     (void)payload;
-    fprintf(stderr, "server_zk: [%.1f s] %s: %s\n", secs_now() - log_start,
+    fprintf(stderr, "server_zk: [%.1f s] %s: %s\n", now_s() - log_start,
             level <= SHARD_LOG_WARN ? "warning" : "info", message);
 }
 
@@ -707,7 +700,7 @@ static void admin_options(shard_options *ao)
     harness_admin_options(ao);
     ao->log = admin_log;
     ao->log_level = SHARD_LOG_INFO;
-    log_start = secs_now();
+    log_start = now_s();
 }
 
 /* A move with the map in ZooKeeper, under writers on other contexts: the
@@ -734,10 +727,10 @@ START_TEST(zk_move_under_writers)
     writers_start(w, app, t, W, loc, 0, &stop); /* shards 0, 1 (moved) and 2 */
     nap_ms(300);
     o.catchup_timeout_s = 200; /* a bound below the test's, so that it says why */
-    start = secs_now();
+    start = now_s();
     rc = shard_move(admin, 0, 1, "MySQL002", &o, &r, NULL);
     snprintf(err, sizeof err, "%s", shard_errmsg()); /* before the writers' calls */
-    fprintf(stderr, "server_zk: move returned %d at %.1f s\n", rc, secs_now() - start);
+    fprintf(stderr, "server_zk: move returned %d at %.1f s\n", rc, now_s() - start);
     if (rc == 0)
         ck_assert_int_eq(wait_version(app, W, r.map_version), W);
     nap_ms(300);
@@ -817,8 +810,8 @@ int main(void)
                                  zk_ensemble_members_killed));
     tcase_set_timeout(tc, 120);
     /* A move and a failover under writers, which CI's loaded first pass
-     * once ran past 120 s (the move's own bound is below this one: it
-     * fails with its reason first). */
+     * once ran past 120 s (the move's catch-up bound, 200 s, is below this
+     * one: a catch-up that cannot converge fails with its reason). */
     tc = tcase_of(s, "zk_moves", TESTS(zk_move_under_writers, zk_failover_under_writers));
     tcase_set_timeout(tc, 300);
     failed = run_suite(s, CK_FORK_GETENV);
