@@ -329,15 +329,17 @@ static void link_free(repl_link *l)
     free(l->gtid_io_pos);
     free(l->master_host);
     free(l->io_state);
+    free(l->sql_state);
 }
 
 int repl_status_read(shard_conn *c, repl_status *st)
 {
-    enum { NAME, IO, SQL, IOERR, SQLERR, DODB, IOPOS, HOST, PORT, BEHIND, IOSTATE, SRVID, NCOLS };
+    enum { NAME, IO, SQL, IOERR, SQLERR, DODB, IOPOS, HOST, PORT, BEHIND, IOSTATE, SRVID, SQLSTATE,
+           NCOLS };
     static const char *const cols[NCOLS] = {
         "Connection_name", "Slave_IO_Running", "Slave_SQL_Running", "Last_IO_Error",
         "Last_SQL_Error", "Replicate_Do_DB", "Gtid_IO_Pos", "Master_Host", "Master_Port",
-        "Seconds_Behind_Master", "Slave_IO_State", "Master_Server_Id"};
+        "Seconds_Behind_Master", "Slave_IO_State", "Master_Server_Id", "Slave_SQL_State"};
     int at[NCOLS];
     MYSQL_RES *res;
     MYSQL_FIELD *f;
@@ -382,13 +384,14 @@ int repl_status_read(shard_conn *c, repl_status *st)
         l->gtid_io_pos = field_dup(row, len, at[IOPOS]);
         l->master_host = field_dup(row, len, at[HOST]);
         l->io_state = field_dup(row, len, at[IOSTATE]);
+        l->sql_state = field_dup(row, len, at[SQLSTATE]);
         l->master_port = at[PORT] >= 0 && row[at[PORT]] ? (unsigned)atoi(row[at[PORT]]) : 0;
         l->master_server_id = at[SRVID] >= 0 && row[at[SRVID]] ? strtoul(row[at[SRVID]], NULL, 10)
                                                               : 0;
         l->seconds_behind = at[BEHIND] >= 0 && row[at[BEHIND]] ? atol(row[at[BEHIND]]) : -1;
         if (!l->name || !l->io_running || !l->sql_running || !l->last_io_error ||
             !l->last_sql_error || !l->do_db || !l->gtid_io_pos || !l->master_host ||
-            !l->io_state) {
+            !l->io_state || !l->sql_state) {
             mysql_free_result(res);
             repl_status_free(st);
             return shard__fail(SHARD_ENOMEM, "out of memory");

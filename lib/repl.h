@@ -77,6 +77,7 @@ typedef struct repl_link {
     char *gtid_io_pos;
     char *master_host;
     char *io_state;    /* Slave_IO_State: "Waiting for master to send event", ... */
+    char *sql_state;   /* Slave_SQL_State: what the applier does or waits for ("" if unknown) */
     unsigned master_port;
     unsigned long master_server_id; /* Master_Server_Id; 0: unknown */
     long seconds_behind; /* -1: NULL */

@@ -1071,10 +1071,88 @@ int move_wait_applied(mv *m, const char *pos, double seconds, bool *reached)
     return rc;
 }
 
+/*
+ * A catch-up without headway (as many transactions behind as a window ago)
+ * is said in the log once a window, with the rates and what the target's
+ * applier does: a move can otherwise wait catchup_timeout_s in silence, as
+ * when the writers outpace the target's one applier or a session on the
+ * target holds a lock the applier needs. The window: a quarter of
+ * catchup_timeout_s, 5 to 30 s.
+ */
+typedef struct headway {
+    double t0; /* the window's start; 0: none yet */
+    int64_t wrote, applied, behind; /* then: the source's and the target's sums, the gap */
+} headway;
+
+static void headway_say(mv *m, const headway *h, double s, int64_t wrote, int64_t applied,
+                        int64_t behind)
+{
+    char state[300] = "", advice[400];
+    double wrate = (double)(wrote - h->wrote) / s, arate = (double)(applied - h->applied) / s;
+    uint64_t threads = 1;
+    repl_status st;
+    const repl_link *l;
+    move_link fw;
+
+    move_link_forward(m, &fw);
+    if (repl_status_read(fw.c, &st) == 0) {
+        if ((l = repl_status_find(&st, fw.name)) && l->sql_state[0])
+            snprintf(state, sizeof state, "; its applier: \"%.200s\"", l->sql_state);
+        repl_status_free(&st);
+    }
+    if (applied == h->applied)
+        snprintf(advice, sizeof advice, "it applied nothing: see what it waits for (SHOW "
+                 "PROCESSLIST on %.100s: a session holding a lock on a moving table?)",
+                 fw.c->srv->label);
+    else if (repl_value_u64(fw.c, "SELECT @@slave_parallel_threads", &threads) == 0 &&
+             threads == 0)
+        snprintf(advice, sizeof advice, "the source writes faster than the target applies: "
+                 "lighten the writes to the moving shards, or let the target apply in "
+                 "parallel (slave_parallel_threads is 0 on %.100s)", fw.c->srv->label);
+    else
+        snprintf(advice, sizeof advice, "the source writes faster than the target applies: "
+                 "lighten the writes to the moving shards");
+    ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: the target %s is not catching up: %lld "
+            "transaction%s behind the source, %lld %.0f s ago (meanwhile the source wrote "
+            "%.0f/s, replication connection %s on %s applied %.0f/s%s); %s. The cut-over "
+            "waits until the target is within max_lag_ms (%u ms); the move gives up after "
+            "catchup_timeout_s (%u s)",
+            (unsigned long long)m->id, move_dp(m)->name, (long long)behind,
+            behind == 1 ? "" : "s", (long long)h->behind, s, wrate, fw.name, fw.pair->name,
+            arate, state, advice, m->o.max_lag_ms, m->o.catchup_timeout_s);
+}
+
+/* want: the source's position in its own domains (own). */
+static void headway_check(mv *m, headway *h, const char *want, const unsigned long *own,
+                          size_t nown)
+{
+    double now = now_seconds(), window = m->o.catchup_timeout_s / 4.0;
+    char *have = NULL, *mine = NULL;
+    shard_errsave saved;
+
+    window = window < 5 ? 5 : window > 30 ? 30 : window;
+    if (h->t0 && now - h->t0 < window)
+        return;
+    /* Only words in the log: a failure here is the next statement's to report. */
+    shard__error_save(&saved, 0);
+    if (repl_value(move_tgt(m), "SELECT @@gtid_slave_pos", &have) == 0 &&
+        repl_gtid_only(have, own, nown, &mine) == 0) {
+        int64_t wrote = repl_gtid_behind(want, ""), applied = repl_gtid_behind(mine, ""),
+                behind = repl_gtid_behind(want, mine);
+        if (h->t0 && behind > 0 && behind >= h->behind)
+            headway_say(m, h, now - h->t0, wrote, applied, behind);
+        *h = (headway){now, wrote, applied, behind};
+    }
+    free(have);
+    free(mine);
+    shard__error_restore(&saved);
+}
+
 /* Until the target is within max_lag_ms of the source. */
 int move_catch_up(mv *m)
 {
     double t0 = now_seconds(), lag = m->o.max_lag_ms / 1000.0;
+    headway h = {0, 0, 0, 0};
     unsigned long own[2];
     size_t nown = 0;
     int rc;
@@ -1089,13 +1167,13 @@ int move_catch_up(mv *m)
             (rc = repl_gtid_only(pos, own, nown, &want)) == 0)
             rc = repl_wait_pos(move_tgt(m), want, lag, &reached);
         free(pos);
+        if (rc == 0 && !reached && (rc = repl_health(m)) == 0)
+            headway_check(m, &h, want, own, nown);
         free(want);
         if (rc)
             return rc;
         if (reached)
             break;
-        if ((rc = repl_health(m)))
-            return rc;
         if (now_seconds() - t0 > m->o.catchup_timeout_s && (m->final = true))
             return shard__fail(SHARD_ETIMEOUT, "the target did not catch up within %u s",
                               m->o.catchup_timeout_s);
