@@ -5,7 +5,10 @@
  * whose revert then succeeds; a revert killed at each of its steps in
  * turn (N = 1, 2, ...) is completed by a resume, and no acknowledged row
  * is lost, both halves of the source pair hold every row, the map names
- * the source again and nothing of the move is left on the target.
+ * the source again and nothing of the move is left on the target. And
+ * another mover's replication setup on the target master, which a finish's
+ * cleanup and a move's own setup wait out (the latter past the read
+ * timeout, without retrying its phases).
  */
 #define LEDGER_MAX 40000
 #define LEDGER_DROP_WHEN_FULL
