@@ -5,7 +5,10 @@
  * whose revert then succeeds; a revert killed at each of its steps in
  * turn (N = 1, 2, ...) is completed by a resume, and no acknowledged row
  * is lost, both halves of the source pair hold every row, the map names
- * the source again and nothing of the move is left on the target.
+ * the source again and nothing of the move is left on the target. And
+ * another mover's replication setup on the target master, which a finish's
+ * cleanup and a move's own setup wait out (the latter past the read
+ * timeout, without retrying its phases).
  */
 #define LEDGER_MAX 40000
 #define LEDGER_DROP_WHEN_FULL
@@ -16,6 +19,7 @@
 #include <check.h>
 #include <libshard.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,6 +317,122 @@ START_TEST(cleanup_waits_out_another_movers_setup)
 }
 END_TEST
 
+/* ---- another mover's setup held past the read timeout ------------------------------ */
+
+#define HOLD_S 14 /* longer than the mover's read timeout (the default 10 s) */
+
+static double log_start;
+static atomic_int log_watch;             /* the case below is running */
+static char retried[2000];               /* the admin log's "trying again" warnings */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The admin context's log: warnings on stderr (info too while watched)
+ * with the seconds since the watch began, and every retry of a move's
+ * phases remembered. */
+static void admin_log(int level, const char *message, void *payload)
+{
+    (void)payload;
+    if (level > SHARD_LOG_WARN && !log_watch)
+        return;
+    fprintf(stderr, "server_revert_faults: [%.1f s] %s: %s\n", now_s() - log_start,
+            level <= SHARD_LOG_WARN ? "warning" : "info", message);
+    if (level > SHARD_LOG_WARN || !strstr(message, "trying again"))
+        return;
+    pthread_mutex_lock(&log_mu);
+    snprintf(retried + strlen(retried), sizeof retried - strlen(retried), "%s; ", message);
+    pthread_mutex_unlock(&log_mu);
+}
+
+static atomic_int hold_done;
+static atomic_int waiters_seen; /* the most sessions seen waiting for the lock */
+
+/* Another mover's setup on s3 (MySQL002's master), as long as HOLD_S. */
+static void *hold_setup_lock(void *arg)
+{
+    char sql[200];
+    (void)arg;
+    snprintf(sql, sizeof sql, "SELECT GET_LOCK('libshard replication', 0); SELECT SLEEP(%d);"
+             " SELECT RELEASE_LOCK('libshard replication')", HOLD_S);
+    harness_sql(h, "s3", sql, NULL);
+    atomic_store(&hold_done, 1);
+    return NULL;
+}
+
+/* While it holds: how many sessions wait for the lock. */
+static void *watch_waiters(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&hold_done)) {
+        char *out = NULL;
+        int n;
+        harness_sql(h, "s3", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE"
+                    " STATE = 'User lock' AND INFO LIKE '%GET_LOCK(''libshard replication''%'",
+                    &out);
+        n = out ? atoi(out) : 0;
+        free(out);
+        if (n > atomic_load(&waiters_seen))
+            atomic_store(&waiters_seen, n);
+        usleep(200000);
+    }
+    return NULL;
+}
+
+/*
+ * A move whose target master's replication setup lock another mover holds
+ * longer than the read timeout: the move waits for it within the timeout,
+ * in steps (one statement waiting all along would break the connection,
+ * and only the phases' retry would carry the move on, leaving the server
+ * a lock request of a dead session), and succeeds without a retry.
+ */
+START_TEST(move_waits_out_another_movers_setup_past_the_read_timeout)
+{
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
+    pthread_t holder, watcher;
+    double t0, took;
+    char err[1000] = "";
+    int rc, held = 0;
+
+    ck_assert_str_eq(pair_of(ctx, 8), "MySQL003");
+    ledger_fill(ctx, 8, 9, 20);
+    log_start = now_s();
+    retried[0] = '\0';
+    log_watch = 1;
+    t0 = now_s(); /* the hold starts after this, so the move ends >= HOLD_S after it */
+    pthread_create(&holder, NULL, hold_setup_lock, NULL);
+    for (int i = 0; i < 250 && !held; i++) {
+        char *out = NULL;
+        harness_sql(h, "s3", "SELECT IS_USED_LOCK('libshard replication') IS NOT NULL", &out);
+        held = out && strcmp(out, "1\n") == 0;
+        free(out);
+        if (!held)
+            usleep(20000);
+    }
+    ck_assert_msg(held, "the setup lock on s3 was never taken");
+    pthread_create(&watcher, NULL, watch_waiters, NULL);
+    rc = shard_move(admin, 8, 9, "MySQL002", NULL, &r, NULL);
+    took = now_s() - t0;
+    if (rc)
+        snprintf(err, sizeof err, "%s", shard_errmsg());
+    pthread_join(holder, NULL);
+    pthread_join(watcher, NULL);
+    log_watch = 0;
+    fprintf(stderr, "server_revert_faults: move of shards 8-9 returned %d after %.1f s of the "
+            "%d s hold, %d session(s) seen waiting for the lock\n", rc, took, HOLD_S,
+            atomic_load(&waiters_seen));
+    ck_assert_msg(rc == 0, "move: %s", err);
+    ck_assert_msg(!retried[0], "the move retried its phases: %s", retried);
+    ck_assert_int_ge(atomic_load(&waiters_seen), 1); /* it did wait for the lock */
+    ck_assert_msg(took >= HOLD_S, "the move took %.1f s, less than the %d s hold", took,
+                  HOLD_S);
+    drop_rest(admin, &r);
+    shard_ctx_reload(ctx);
+    ck_assert_str_eq(pair_of(ctx, 8), "MySQL002");
+    ledger_check_all(ctx);
+    check_both_halves(h, ctx, 8);
+    check_both_halves(h, ctx, 9);
+}
+END_TEST
+
 /* Each test on shards of its own, in a case of its own (CK_RUN_CASE=name
  * runs one). */
 static void add_case(Suite *s, const char *name, const TTest *t)
@@ -326,13 +446,17 @@ static void add_case(Suite *s, const char *name, const TTest *t)
 int main(void)
 {
     Suite *s = suite_create("server_revert_faults");
+    shard_options ao = SHARD_OPTIONS_INIT;
     int failed;
 
-    if (move_test_start(&h, &ctx, &admin))
+    ao.log = admin_log;
+    ao.log_level = SHARD_LOG_INFO;
+    if (move_test_start_opts(&h, &ctx, &admin, NULL, &ao))
         return 1;
     add_case(s, "stream_start", killed_between_starting_the_reverse_stream_and_journaling_it);
     add_case(s, "every_step", revert_killed_at_every_step);
     add_case(s, "cleanup_setup", cleanup_waits_out_another_movers_setup);
+    add_case(s, "setup_lock_held", move_waits_out_another_movers_setup_past_the_read_timeout);
     failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(admin);
     shard_ctx_free(ctx);

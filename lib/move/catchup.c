@@ -197,16 +197,14 @@ int move_pair_domains(mv *m, const shard_pairdef *p, unsigned long *d, size_t *n
 }
 
 /* Changing a shared connection is one mover at a time per server: STOP ALL
- * SLAVES by one and the restart of "what ran" by another must not mix. */
+ * SLAVES by one and the restart of "what ran" by another must not mix.
+ * Another's setup takes seconds; a cut-over holds it up to its flip. */
+#define MOVE_SETUP_WAIT_S 120
+
 static int link_lock(shard_conn *c)
 {
-    uint64_t got = 0;
-    int rc = repl_value_u64(c, "SELECT GET_LOCK('libshard replication', 120)", &got);
-
-    if (rc == 0 && got != 1)
-        rc = shard__fail(SHARD_EBUSY, "another mover held the replication setup of %s for "
-                        "120 s", c->srv->label);
-    return rc;
+    return move_get_lock(c, "libshard replication", MOVE_SETUP_WAIT_S,
+                         "another mover's replication setup");
 }
 
 static void link_unlock(shard_conn *c)

@@ -246,6 +246,13 @@ int move_drop_dbs(mv *m, move_side side);
  * wait for nothing (libshard-move(7), "Many moves at once"). */
 int move_lock_tables(mv *m, shard_conn *c);
 
+/* GET_LOCK(name) on c, asked in steps within c's read timeout (a wait
+ * the client gives up on first would break the connection and leave the
+ * server a request of a dead session) until wait_s have passed; then
+ * SHARD_EBUSY naming the server, what (who held it: "another mover's
+ * replication setup") and the lock. */
+int move_get_lock(shard_conn *c, const char *name, unsigned wait_s, const char *what);
+
 /* One DDL statement of the move's at a time on c's server, for every mover
  * there: InnoDB runs concurrent CREATE/DROP one after another (on its data
  * dictionary), and while a queue of them waits, writes on the server's other

@@ -244,29 +244,32 @@ int move_holds(shard_conn *c, const char *pos, const unsigned long *skip, size_t
 
 /* Half the connection's read timeout (1-5 s): a wait on the server that
  * the client gives up on first would break the connection, not report. */
-static unsigned ddl_step_s(const shard_conn *c)
+static unsigned lock_step_s(const shard_conn *c)
 {
     unsigned s = c->read_timeout_ms ? c->read_timeout_ms / 2000 : 5;
     return s < 1 ? 1 : s > 5 ? 5 : s;
 }
 
-/* GET_LOCK('libshard ddl') on c, asked in steps within the read timeout
- * until MOVE_DDL_WAIT_S have passed. */
-static int ddl_lock(shard_conn *c)
+int move_get_lock(shard_conn *c, const char *name, unsigned wait_s, const char *what)
 {
-    double end = now_seconds() + MOVE_DDL_WAIT_S;
-    char sql[64];
+    double t0 = now_seconds();
+    sqlbuf q;
+    int rc;
 
-    snprintf(sql, sizeof sql, "SELECT GET_LOCK('libshard ddl', %u)", ddl_step_s(c));
-    for (;;) {
+    sql_init(&q);
+    sql_add(&q, "SELECT GET_LOCK(");
+    sql_str(&q, c->my, name, strlen(name));
+    sql_addf(&q, ", %u)", lock_step_s(c));
+    for (rc = sql_check(&q); rc == 0;) {
         uint64_t got = 0;
-        int rc = repl_value_u64(c, sql, &got);
-        if (rc || got == 1)
-            return rc;
-        if (now_seconds() >= end)
-            return shard__fail(SHARD_EBUSY, "%s: other movers' schema changes held the lock "
-                              "'libshard ddl' for %d s", c->srv->label, MOVE_DDL_WAIT_S);
+        if ((rc = repl_value_u64(c, q.s, &got)) || got == 1)
+            break;
+        if (now_seconds() - t0 >= wait_s)
+            rc = shard__fail(SHARD_EBUSY, "%s: %s held the lock '%s' for %.0f s", c->srv->label,
+                            what, name, now_seconds() - t0);
     }
+    sql_free(&q);
+    return rc;
 }
 
 int move_ddl_then(shard_conn *c, const char *sql, bool (*then)(shard_conn *), bool *said)
@@ -276,13 +279,13 @@ int move_ddl_then(shard_conn *c, const char *sql, bool (*then)(shard_conn *), bo
     sqlbuf q;
     int rc;
 
-    if ((rc = ddl_lock(c)))
+    if ((rc = move_get_lock(c, "libshard ddl", MOVE_DDL_WAIT_S, "other movers' schema changes")))
         return rc;
     /* Its wait for table locks (an application's transaction open on a
      * table it drops) bounded within the read timeout: the server would
      * otherwise go on waiting, the lock held, after the client gave up. */
     sql_init(&q);
-    sql_addf(&q, "SET STATEMENT lock_wait_timeout = %u FOR ", ddl_step_s(c));
+    sql_addf(&q, "SET STATEMENT lock_wait_timeout = %u FOR ", lock_step_s(c));
     sql_add(&q, sql);
     if ((rc = sql_check(&q)) == 0)
         rc = conn_query(c, &q);
