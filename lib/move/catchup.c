@@ -1110,8 +1110,9 @@ static void headway_say(mv *m, const headway *h, double s, int64_t wrote, int64_
     else
         snprintf(advice, sizeof advice, "the source writes faster than the target applies: "
                  "lighten the writes to the moving shards");
-    ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: the target %s is not catching up: %lld "
-            "transaction%s behind the source, %lld %.0f s ago (meanwhile the source wrote "
+    ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: the target %s is not catching up: it is "
+            "%lld transaction%s behind the source, and was %lld behind %.0f s ago (meanwhile "
+            "the source wrote "
             "%.0f/s, replication connection %s on %s applied %.0f/s%s); %s. The cut-over "
             "waits until the target is within max_lag_ms (%u ms); the move gives up after "
             "catchup_timeout_s (%u s)",
