@@ -358,6 +358,23 @@ static int column_text(import_run *r, uint64_t legacy, const MYSQL_FIELD *f, con
     }
 }
 
+/* A conversion thread's buffers, kept from row to row (a pass converts
+ * every row: two buffers grown and freed per row were a good part of an
+ * unchanged pass's client time). */
+typedef struct conv_scratch {
+    jtext vals, out;
+    size_t *at;   /* where each column's value starts in vals */
+    unsigned nat;
+} conv_scratch;
+
+static void scratch_free(conv_scratch *sc)
+{
+    free(sc->vals.s);
+    free(sc->out.s);
+    free(sc->at);
+    memset(sc, 0, sizeof *sc);
+}
+
 /*
  * The object of a row's columns in column order and, sorted by column name
  * (order[]: the columns' indexes so sorted), its canonical form: each value
@@ -365,43 +382,47 @@ static int column_text(import_run *r, uint64_t legacy, const MYSQL_FIELD *f, con
  */
 static int columns_item(import_run *r, const MYSQL_FIELD *f, unsigned nf,
                         const unsigned *order, MYSQL_ROW row, const unsigned long *len,
-                        import_item *it)
+                        import_item *it, conv_scratch *sc)
 {
-    jtext vals = {0}, out = {0};
-    size_t *at = shard__calloc(nf + 1, sizeof *at);
+    jtext *vals = &sc->vals, *out = &sc->out;
     bool sorted = true;
-    int rc = at ? 0 : shard__fail(SHARD_ENOMEM, "out of memory converting a row");
+    int rc = 0;
 
+    if (sc->nat < nf + 1) {
+        size_t *at = shard__realloc(sc->at, (nf + 1) * sizeof *at);
+        if (!at)
+            return shard__fail(SHARD_ENOMEM, "out of memory converting a row");
+        sc->at = at;
+        sc->nat = nf + 1;
+    }
+    vals->len = 0;
     for (unsigned c = 0; rc == 0 && c < nf; c++) {
-        at[c] = vals.len;
-        rc = column_text(r, it->legacy, &f[c], row[c], len[c], &vals);
+        sc->at[c] = vals->len;
+        rc = column_text(r, it->legacy, &f[c], row[c], len[c], vals);
         sorted = sorted && order[c] == c;
     }
     if (rc == 0)
-        at[nf] = vals.len;
+        sc->at[nf] = vals->len;
     for (int pass = 0; rc == 0 && pass < 2; pass++) {
-        out.len = 0;
-        rc = jt_add(&out, "{", 1);
+        out->len = 0;
+        rc = jt_add(out, "{", 1);
         for (unsigned k = 0; rc == 0 && k < nf; k++) {
             unsigned c = pass ? order[k] : k;
-            if ((k && (rc = jt_add(&out, ",", 1))) ||
-                (rc = jt_string(&out, f[c].name, strlen(f[c].name))) ||
-                (rc = jt_add(&out, ":", 1)))
+            if ((k && (rc = jt_add(out, ",", 1))) ||
+                (rc = jt_string(out, f[c].name, strlen(f[c].name))) ||
+                (rc = jt_add(out, ":", 1)))
                 break;
-            rc = jt_add(&out, vals.s + at[c], at[c + 1] - at[c]);
+            rc = jt_add(out, vals->s + sc->at[c], sc->at[c + 1] - sc->at[c]);
         }
         if (rc == 0)
-            rc = jt_add(&out, "}", 1);
+            rc = jt_add(out, "}", 1);
         if (rc == 0 && pass == 0)
-            rc = copy_out(out.s, out.len, &it->text, &it->len);
+            rc = copy_out(out->s, out->len, &it->text, &it->len);
         if (rc == 0 && (pass == 1 || sorted)) {
-            rc = import_md5_hex(out.s, out.len, it->md5);
+            rc = import_md5_hex(out->s, out->len, it->md5);
             break;
         }
     }
-    free(at);
-    free(vals.s);
-    free(out.s);
     return rc;
 }
 
@@ -422,7 +443,7 @@ static int dump(const json_t *obj, size_t flags, char **text, size_t *len)
 
 /* The object a legacy row becomes, its canonical checksum, and its keys. */
 static int row_item(import_run *r, const MYSQL_FIELD *f, unsigned nf, const unsigned *order,
-                    MYSQL_ROW row, const unsigned long *len, import_item *it)
+                    MYSQL_ROW row, const unsigned long *len, import_item *it, conv_scratch *sc)
 {
     const shard_import_options *o = r->o;
     json_t *obj = NULL, *v;
@@ -478,7 +499,7 @@ static int row_item(import_run *r, const MYSQL_FIELD *f, unsigned nf, const unsi
         if (!v && json_object_set_new(obj, r->id_col, json_integer(legacy)))
             rc = shard__fail(SHARD_ENOMEM, "out of memory converting a row");
     } else {
-        return columns_item(r, f, nf, order, row, len, it);
+        return columns_item(r, f, nf, order, row, len, it, sc);
     }
     if (rc == 0)
         rc = dump(obj, JSON_COMPACT | JSON_PRESERVE_ORDER, &it->text, &it->len);
@@ -535,18 +556,21 @@ static int conv_chunk(void *arg, size_t c, unsigned worker)
 {
     conv_job *j = arg;
     size_t hi = (c + 1) * CONV_CHUNK < j->n ? (c + 1) * CONV_CHUNK : j->n;
+    conv_scratch sc;
+    int rc = 0;
 
     (void)worker;
-    for (size_t i = c * CONV_CHUNK; i < hi; i++) {
-        int rc = row_item(j->r, j->f, j->nf, j->order, j->rows[i], j->lens + i * j->nf,
-                          &j->it[i]);
+    memset(&sc, 0, sizeof sc);
+    for (size_t i = c * CONV_CHUNK; rc == 0 && i < hi; i++) {
+        rc = row_item(j->r, j->f, j->nf, j->order, j->rows[i], j->lens + i * j->nf, &j->it[i],
+                      &sc);
         if (rc) {
             j->rc[c] = rc;
             shard__error_save(&j->err[c], rc);
-            return rc;
         }
     }
-    return 0;
+    scratch_free(&sc);
+    return rc;
 }
 
 int import_res_items(import_run *r, MYSQL_RES *res, import_item **out, size_t *n)
