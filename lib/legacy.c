@@ -187,8 +187,31 @@ static void put_text(sqlbuf *q, MYSQL *my, const char *s)
     sql_str(q, my, s, n);
 }
 
-/* One statement for slots [from, to) of the group: a UNION ALL of one
- * IN-list per mod shard, each row tagged with its mod shard. */
+/* The keys of the mod shard run starting at slots[i] as the rows of a
+ * table value constructor, each key once; the index after the run. */
+static size_t put_keys(sqlbuf *q, MYSQL *my, const kv_slot *slots, size_t i, size_t to)
+{
+    uint32_t ms = slots[i].modshard;
+
+    for (bool first = true; i < to && slots[i].modshard == ms; i++) {
+        if (!first && strcmp(slots[i].key, slots[i - 1].key) == 0)
+            continue;
+        sql_add(q, first ? "(" : "),(");
+        put_text(q, my, slots[i].key);
+        first = false;
+    }
+    sql_add(q, ")");
+    return i;
+}
+
+/*
+ * One statement for slots [from, to) of the group: a UNION ALL of one
+ * join per mod shard, of its keys (a table value constructor, x<N>) with
+ * its table by primary key, each row tagged with its mod shard. Not an
+ * IN-list: for a list of hundreds of keys the range optimizer's work
+ * (each key a range, copied at the key column's full width) cost the
+ * server more than the lookups (libshard-import(7)).
+ */
 static int get_batch(exec_env *env, kv_group *g, size_t from, size_t to)
 {
     MYSQL_RES *res;
@@ -198,26 +221,26 @@ static int get_batch(exec_env *env, kv_group *g, size_t from, size_t to)
 
     sql_init(&q);
     for (size_t i = from; i < to;) {
-        uint32_t ms = g->slots[i].modshard;
-        char db[SHARD_DBNAME_MAX];
-        if (shard__map_mod_pair_index(env->map, ms) !=
+        if (shard__map_mod_pair_index(env->map, g->slots[i].modshard) !=
             shard__map_mod_pair_index(env->map, g->slots[from].modshard)) {
             sql_free(&q);
-            return shard__fail(SHARD_EMOVED, "mod shard %u changed pairs", ms);
+            return shard__fail(SHARD_EMOVED, "mod shard %u changed pairs",
+                              g->slots[i].modshard);
         }
-        shard__dbfmt_name(&env->map->mod_dbfmt, ms, db);
-        sql_add(&q, i == from ? "" : " UNION ALL ");
-        sql_addf(&q, "SELECT %u, k, v FROM ", ms);
-        sql_table(&q, db, g->table);
-        sql_add(&q, " WHERE k IN (");
-        for (bool first = true; i < to && g->slots[i].modshard == ms; i++) {
-            if (!first && strcmp(g->slots[i].key, g->slots[i - 1].key) == 0)
-                continue;
-            sql_add(&q, first ? "" : ",");
-            put_text(&q, env->conn->my, g->slots[i].key);
-            first = false;
-        }
+        sql_addf(&q, "%sx%u(k) AS (VALUES ", i == from ? "WITH " : ", ", g->slots[i].modshard);
+        i = put_keys(&q, env->conn->my, g->slots, i, to);
         sql_add(&q, ")");
+    }
+    for (size_t i = from; i < to;) {
+        uint32_t ms = g->slots[i].modshard;
+        char db[SHARD_DBNAME_MAX];
+        shard__dbfmt_name(&env->map->mod_dbfmt, ms, db);
+        sql_addf(&q, "%sSELECT %u, t.k, t.v FROM x%u JOIN ", i == from ? " " : " UNION ALL ",
+                 ms, ms);
+        sql_table(&q, db, g->table);
+        sql_addf(&q, " t ON t.k = x%u.k", ms);
+        while (i < to && g->slots[i].modshard == ms)
+            i++;
     }
     if ((rc = sql_check(&q)) || (rc = conn_select(env->conn, &q, &res))) {
         sql_free(&q);

@@ -261,6 +261,36 @@ END_TEST
 
 /* ---- passes until nothing differs ---------------------------------------------- */
 
+/* The objects of pins rows lo..hi hold what the legacy rows hold (a later
+ * pass makes an object's text only for the rows it writes). */
+static void expect_pins_rows(shard_ctx *ctx, unsigned lo, unsigned hi)
+{
+    for (unsigned id = lo; id <= hi; id++) {
+        char sql[400], *hex, *text = NULL;
+        uint64_t nid = 0;
+        json_t *want, *got;
+        size_t len;
+        snprintf(sql, sizeof sql, PINS_JSON " WHERE id = %u", id);
+        hex = sql_out("s1", sql);
+        len = strcspn(hex, "\n") / 2;
+        char *w = malloc(len + 1);
+        for (size_t k = 0; k < len; k++)
+            w[k] = (char)(unhex1(hex[2 * k]) << 4 | unhex1(hex[2 * k + 1]));
+        w[len] = '\0';
+        ck_assert_int_eq(shard_legacy_resolve(ctx, type_of(ctx, "pins"), id, &nid), 0);
+        ck_assert_int_eq(shard_object_get(ctx, nid, &text, NULL), 0);
+        want = json_loadb(w, len, JSON_ALLOW_NUL, NULL);
+        got = json_loads(text, JSON_ALLOW_NUL, NULL);
+        ck_assert_msg(want && json_equal(want, got), "pins legacy id %u: object %s, legacy row %s",
+                      id, text, w);
+        json_decref(want);
+        json_decref(got);
+        shard_free(text);
+        free(w);
+        free(hex);
+    }
+}
+
 START_TEST(second_and_third_pass)
 {
     shard_ctx *ctx = open_ctx();
@@ -276,6 +306,8 @@ START_TEST(second_and_third_pass)
                  " seq, 0.25, NULL FROM legacy.seq_1_to_20");
     r = import_ok(ctx, &o);
     expect_counts(&r, 20, 100, 10, NPINS - 110);
+    expect_pins_rows(ctx, 95, 205);   /* the changed rows and their neighbours */
+    expect_pins_rows(ctx, 3001, 3020); /* the new ones */
     r = import_ok(ctx, &o);
     expect_counts(&r, 0, 0, 0, NPINS + 10);
     /* A deleted row's legacy id still names its object, which is deleted. */

@@ -358,6 +358,23 @@ static int column_text(import_run *r, uint64_t legacy, const MYSQL_FIELD *f, con
     }
 }
 
+/* A conversion thread's buffers, kept from row to row (a pass converts
+ * every row: two buffers grown and freed per row were a good part of an
+ * unchanged pass's client time). */
+typedef struct conv_scratch {
+    jtext vals, out;
+    size_t *at;   /* where each column's value starts in vals */
+    unsigned nat;
+} conv_scratch;
+
+static void scratch_free(conv_scratch *sc)
+{
+    free(sc->vals.s);
+    free(sc->out.s);
+    free(sc->at);
+    memset(sc, 0, sizeof *sc);
+}
+
 /*
  * The object of a row's columns in column order and, sorted by column name
  * (order[]: the columns' indexes so sorted), its canonical form: each value
@@ -365,43 +382,50 @@ static int column_text(import_run *r, uint64_t legacy, const MYSQL_FIELD *f, con
  */
 static int columns_item(import_run *r, const MYSQL_FIELD *f, unsigned nf,
                         const unsigned *order, MYSQL_ROW row, const unsigned long *len,
-                        import_item *it)
+                        import_item *it, conv_scratch *sc, bool text)
 {
-    jtext vals = {0}, out = {0};
-    size_t *at = shard__calloc(nf + 1, sizeof *at);
+    jtext *vals = &sc->vals, *out = &sc->out;
     bool sorted = true;
-    int rc = at ? 0 : shard__fail(SHARD_ENOMEM, "out of memory converting a row");
+    int rc = 0;
 
+    if (sc->nat < nf + 1) {
+        size_t *at = shard__realloc(sc->at, (nf + 1) * sizeof *at);
+        if (!at)
+            return shard__fail(SHARD_ENOMEM, "out of memory converting a row");
+        sc->at = at;
+        sc->nat = nf + 1;
+    }
+    vals->len = 0;
     for (unsigned c = 0; rc == 0 && c < nf; c++) {
-        at[c] = vals.len;
-        rc = column_text(r, it->legacy, &f[c], row[c], len[c], &vals);
+        sc->at[c] = vals->len;
+        rc = column_text(r, it->legacy, &f[c], row[c], len[c], vals);
         sorted = sorted && order[c] == c;
     }
     if (rc == 0)
-        at[nf] = vals.len;
-    for (int pass = 0; rc == 0 && pass < 2; pass++) {
-        out.len = 0;
-        rc = jt_add(&out, "{", 1);
+        sc->at[nf] = vals->len;
+    /* Without the text, only the canonical form (the same bytes in another
+     * order: its length is the text's). */
+    for (int pass = text || sorted ? 0 : 1; rc == 0 && pass < 2; pass++) {
+        out->len = 0;
+        rc = jt_add(out, "{", 1);
         for (unsigned k = 0; rc == 0 && k < nf; k++) {
             unsigned c = pass ? order[k] : k;
-            if ((k && (rc = jt_add(&out, ",", 1))) ||
-                (rc = jt_string(&out, f[c].name, strlen(f[c].name))) ||
-                (rc = jt_add(&out, ":", 1)))
+            if ((k && (rc = jt_add(out, ",", 1))) ||
+                (rc = jt_string(out, f[c].name, strlen(f[c].name))) ||
+                (rc = jt_add(out, ":", 1)))
                 break;
-            rc = jt_add(&out, vals.s + at[c], at[c + 1] - at[c]);
+            rc = jt_add(out, vals->s + sc->at[c], sc->at[c + 1] - sc->at[c]);
         }
         if (rc == 0)
-            rc = jt_add(&out, "}", 1);
-        if (rc == 0 && pass == 0)
-            rc = copy_out(out.s, out.len, &it->text, &it->len);
+            rc = jt_add(out, "}", 1);
+        if (rc == 0 && pass == 0 && text)
+            rc = copy_out(out->s, out->len, &it->text, &it->len);
+        it->len = out->len;
         if (rc == 0 && (pass == 1 || sorted)) {
-            rc = import_md5_hex(out.s, out.len, it->md5);
+            rc = import_md5_hex(out->s, out->len, it->md5);
             break;
         }
     }
-    free(at);
-    free(vals.s);
-    free(out.s);
     return rc;
 }
 
@@ -422,7 +446,8 @@ static int dump(const json_t *obj, size_t flags, char **text, size_t *len)
 
 /* The object a legacy row becomes, its canonical checksum, and its keys. */
 static int row_item(import_run *r, const MYSQL_FIELD *f, unsigned nf, const unsigned *order,
-                    MYSQL_ROW row, const unsigned long *len, import_item *it)
+                    MYSQL_ROW row, const unsigned long *len, import_item *it, conv_scratch *sc,
+                    bool text)
 {
     const shard_import_options *o = r->o;
     json_t *obj = NULL, *v;
@@ -478,7 +503,9 @@ static int row_item(import_run *r, const MYSQL_FIELD *f, unsigned nf, const unsi
         if (!v && json_object_set_new(obj, r->id_col, json_integer(legacy)))
             rc = shard__fail(SHARD_ENOMEM, "out of memory converting a row");
     } else {
-        return columns_item(r, f, nf, order, row, len, it);
+        it->row = row;
+        it->lens = len;
+        return columns_item(r, f, nf, order, row, len, it, sc, text);
     }
     if (rc == 0)
         rc = dump(obj, JSON_COMPACT | JSON_PRESERVE_ORDER, &it->text, &it->len);
@@ -529,31 +556,48 @@ typedef struct conv_job {
     size_t n;
     int *rc;             /* per chunk */
     shard_errsave *err;  /* per chunk: its first failure's message */
+    bool text;           /* the objects' texts now, not only their checksums */
 } conv_job;
 
 static int conv_chunk(void *arg, size_t c, unsigned worker)
 {
     conv_job *j = arg;
     size_t hi = (c + 1) * CONV_CHUNK < j->n ? (c + 1) * CONV_CHUNK : j->n;
+    conv_scratch sc;
+    int rc = 0;
 
     (void)worker;
-    for (size_t i = c * CONV_CHUNK; i < hi; i++) {
-        int rc = row_item(j->r, j->f, j->nf, j->order, j->rows[i], j->lens + i * j->nf,
-                          &j->it[i]);
+    memset(&sc, 0, sizeof sc);
+    for (size_t i = c * CONV_CHUNK; rc == 0 && i < hi; i++) {
+        rc = row_item(j->r, j->f, j->nf, j->order, j->rows[i], j->lens + i * j->nf, &j->it[i],
+                      &sc, j->text);
         if (rc) {
             j->rc[c] = rc;
             shard__error_save(&j->err[c], rc);
-            return rc;
         }
     }
-    return 0;
+    scratch_free(&sc);
+    return rc;
 }
 
-int import_res_items(import_run *r, MYSQL_RES *res, import_item **out, size_t *n)
+/* The columns' indexes sorted by name (the canonical form's order). */
+static void sort_columns(const MYSQL_FIELD *f, unsigned nf, unsigned *order)
+{
+    for (unsigned c = 0; c < nf; c++) { /* insertion sort: a table's columns are few */
+        unsigned at = c;
+        for (; at > 0 && strcmp(f[order[at - 1]].name, f[c].name) > 0; at--)
+            order[at] = order[at - 1];
+        order[at] = c;
+    }
+}
+
+int import_res_items(import_run *r, MYSQL_RES *res, bool text, import_item **out, size_t *n,
+                     unsigned long **lens)
 {
     size_t rows = mysql_num_rows(res), k = 0, chunks = (rows + CONV_CHUNK - 1) / CONV_CHUNK;
     unsigned nf = mysql_num_fields(res);
-    conv_job j = {r, mysql_fetch_fields(res), nf, NULL, NULL, NULL, NULL, rows, NULL, NULL};
+    conv_job j = {r, mysql_fetch_fields(res), nf, NULL, NULL, NULL, NULL, rows, NULL, NULL,
+                  text || r->o->json_column};
     MYSQL_ROW row;
     int rc = 0;
 
@@ -567,12 +611,7 @@ int import_res_items(import_run *r, MYSQL_RES *res, import_item **out, size_t *n
         rc = shard__fail(SHARD_ENOMEM, "out of memory for %zu rows", rows);
         goto out;
     }
-    for (unsigned c = 0; c < nf; c++) { /* insertion sort: a table's columns are few */
-        unsigned at = c;
-        for (; at > 0 && strcmp(j.f[j.order[at - 1]].name, j.f[c].name) > 0; at--)
-            j.order[at] = j.order[at - 1];
-        j.order[at] = c;
-    }
+    sort_columns(j.f, nf, j.order);
     /* The result's cursor is one thread's: rows and lengths first. */
     while (k < rows && (row = mysql_fetch_row(res))) {
         memcpy(j.lens + k * nf, mysql_fetch_lengths(res), nf * sizeof *j.lens);
@@ -594,11 +633,33 @@ out:
     } else {
         *out = j.it;
         *n = k;
+        *lens = j.lens; /* the items' lens point into it */
+        j.lens = NULL;
     }
     free(j.order);
     free(j.rows);
     free(j.lens);
     free(j.rc);
     free(j.err);
+    return rc;
+}
+
+int import_items_text(import_run *r, MYSQL_RES *res, import_item **its, size_t n)
+{
+    unsigned nf = mysql_num_fields(res);
+    const MYSQL_FIELD *f = mysql_fetch_fields(res);
+    unsigned *order = shard__calloc(nf ? nf : 1, sizeof *order);
+    conv_scratch sc;
+    int rc = order ? 0 : shard__fail(SHARD_ENOMEM, "out of memory converting a row");
+
+    memset(&sc, 0, sizeof sc);
+    if (rc == 0)
+        sort_columns(f, nf, order);
+    /* The same rows as before: the conversion's refusals cannot recur. */
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (!its[i]->text && its[i]->row)
+            rc = columns_item(r, f, nf, order, its[i]->row, its[i]->lens, its[i], &sc, true);
+    scratch_free(&sc);
+    free(order);
     return rc;
 }

@@ -75,8 +75,10 @@ typedef enum import_action {
 typedef struct import_item {
     uint64_t legacy;
     char key[24];
-    char *text;       /* the object's JSON */
-    size_t len;
+    char *text;       /* the object's JSON (NULL: not made yet, import_items_text) */
+    size_t len;       /* its length, known before the text is made */
+    MYSQL_ROW row;    /* the legacy row (in its batch's result) and its lengths */
+    const unsigned long *lens;
     char md5[33];     /* of its canonical form */
     uint64_t parent;  /* near: the parent's legacy id; 0: none */
     legacy_entry e;
@@ -145,8 +147,13 @@ bool import_kind_integer(import_kind k);
 int import_parse_i64(const char *s, int64_t *v);
 /* SELECT * of the legacy table with `where` appended. */
 int import_read_rows(import_run *r, const char *where, MYSQL_RES **res);
-/* Every row of res as an item (its object text and checksum). */
-int import_res_items(import_run *r, MYSQL_RES *res, import_item **out, size_t *n);
+/* Every row of res as an item (its checksum, and its object text unless
+ * !text): res and *lens (the caller's to free) must outlive the items. */
+int import_res_items(import_run *r, MYSQL_RES *res, bool text, import_item **out, size_t *n,
+                     unsigned long **lens);
+/* The object texts its[i] lack (import_res_items without text): only rows
+ * that are written need one, and an unchanged pass writes none. */
+int import_items_text(import_run *r, MYSQL_RES *res, import_item **its, size_t n);
 void import_items_free(import_item *it, size_t n);
 
 /* ---- lookup.c ------------------------------------------------------------------- */

@@ -30,6 +30,8 @@ typedef struct batch {
     import_item *it;
     size_t n;
     unsigned asked;
+    MYSQL_RES *res;      /* the rows the items point into */
+    unsigned long *lens;
     import_item **nw, **ch; /* new rows, changed rows */
     size_t nn, nc;
     /* The entries stage's counts, added to the report by the pipeline's
@@ -50,6 +52,9 @@ static void batch_count(import_run *r, batch *b)
 static void batch_free(batch *b)
 {
     import_items_free(b->it, b->n);
+    if (b->res)
+        mysql_free_result(b->res);
+    free(b->lens);
     free(b->nw);
     free(b->ch);
     memset(b, 0, sizeof *b);
@@ -81,7 +86,9 @@ static int write_stage(import_run *r, batch *b)
         r->rep.changed += b->nc;
         b->nn = b->nc = 0; /* nothing for the entries stage */
     } else if (rc == 0 && (b->nn || b->nc)) {
-        if ((rc = import_mark(r)) == 0 && (rc = import_create(r, b->nw, b->nn)) == 0)
+        if ((rc = import_items_text(r, b->res, b->nw, b->nn)) == 0 &&
+            (rc = import_items_text(r, b->res, b->ch, b->nc)) == 0 &&
+            (rc = import_mark(r)) == 0 && (rc = import_create(r, b->nw, b->nn)) == 0)
             rc = import_change(r, b->ch, b->nc);
     }
     return rc;
@@ -120,8 +127,12 @@ static int read_batch(import_run *r, bool first, uint64_t after, batch *b)
                  r->id_col, after, r->id_col, b->asked);
     if ((rc = import_read_rows(r, where, &res)))
         return rc;
-    rc = import_res_items(r, res, &b->it, &b->n);
-    mysql_free_result(res);
+    /* A first pass (an empty lookup) writes every row: texts at once. */
+    rc = import_res_items(r, res, r->empty, &b->it, &b->n, &b->lens);
+    if (rc)
+        mysql_free_result(res);
+    else
+        b->res = res;
     return rc;
 }
 
