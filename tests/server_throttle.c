@@ -170,7 +170,9 @@ static void stall_progress(int phase, uint64_t done, uint64_t total, void *paylo
         if ((st->setup_rc = harness_sql(H, "s3", sql, NULL)))
             snprintf(st->setup_err, sizeof st->setup_err, "the update on s3 failed");
     }
+    pthread_mutex_lock(&st->lock); /* the test's thread rolls it back */
     st->holder = my;
+    pthread_mutex_unlock(&st->lock);
 }
 
 START_TEST(catchup_without_headway_says_why)
