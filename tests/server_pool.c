@@ -9,6 +9,11 @@
  *                           16 threads, pool_size 4, while the server kills
  *                           the pool's connections: every call succeeds and
  *                           the server never sees more than 4 of them
+ *   killed_idle_connection_replaced
+ *                           a pooled connection the server killed while it
+ *                           was idle is noticed before a statement is sent on
+ *                           it: a create and a get succeed at once, with no
+ *                           retry and no "may or may not have been applied"
  */
 #include <check.h>
 #include <libshard.h>
@@ -198,11 +203,63 @@ START_TEST(test_sixteen_threads_pool_of_four)
 }
 END_TEST
 
+/* Wait until the server has no connection of the application's account
+ * (a killed one lingers until its thread ends), then 50 ms more: the
+ * close has reached the client's socket. */
+static void wait_no_connections(MYSQL *admin)
+{
+    for (int i = 0; i < 300 && shard_connections(admin, false) > 0; i++)
+        nap_ms(10);
+    ck_assert_int_eq(shard_connections(admin, false), 0);
+    nap_ms(50);
+}
+
+START_TEST(test_killed_idle_connection_replaced)
+{
+    shard_options o = SHARD_OPTIONS_INIT;
+    shard_ctx *ctx = NULL;
+    MYSQL *admin = mysql_init(NULL);
+    uint64_t id = 0, id2 = 0, retries;
+    char *json = NULL;
+
+    o.pool_size = 1;
+    OK(shard_ctx_open(&ctx, harness_map_path(H), &o));
+    ck_assert_ptr_nonnull(mysql_real_connect(admin, "127.0.0.1", HARNESS_ADMIN_USER,
+                                             getenv("LIBSHARD_PASSWORD"), NULL,
+                                             (unsigned)harness_port(H, "s1"), NULL, 0));
+    OK(shard_object_create(ctx, 1, 0, LIT("{\"n\":1}"), &id)); /* pools the connection */
+    ck_assert_int_eq(shard_connections(admin, true), 1);
+    wait_no_connections(admin);
+    retries = atomic_load(&ctx->stats.retries);
+    /* A write whose outcome would be unknown had it been sent on the dead
+     * connection: it must go out on a new one. */
+    ck_assert_msg(shard_object_create(ctx, 1, 0, LIT("{\"n\":2}"), &id2) == 0,
+                  "create on a pool whose idle connection the server killed: %s",
+                  shard_errmsg());
+    ck_assert_uint_ne(id2, id);
+    OK(shard_object_get(ctx, id2, &json, NULL));
+    ck_assert_str_eq(json, "{\"n\":2}");
+    shard_free(json);
+    json = NULL;
+    ck_assert_int_eq(shard_connections(admin, true), 1);
+    wait_no_connections(admin);
+    OK(shard_object_get(ctx, id, &json, NULL));
+    ck_assert_str_eq(json, "{\"n\":1}");
+    shard_free(json);
+    ck_assert_msg(atomic_load(&ctx->stats.retries) == retries,
+                  "%llu call(s) were retried: a statement went out on a killed connection",
+                  (unsigned long long)(atomic_load(&ctx->stats.retries) - retries));
+    mysql_close(admin);
+    shard_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *pool_suite(void)
 {
     Suite *s = suite_create("server_pool");
     TCase *tc = tcase_of(s, "pool", TESTS(test_own_connection_back,
-                                          test_sixteen_threads_pool_of_four));
+                                          test_sixteen_threads_pool_of_four,
+                                          test_killed_idle_connection_replaced));
     tcase_set_timeout(tc, 60);
     return s;
 }
