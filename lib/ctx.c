@@ -364,7 +364,6 @@ int shard_ctx_open(shard_ctx **out, const char *location, const shard_options *o
     }
     pthread_mutex_init(&ctx->servers_lock, NULL);
     pthread_mutex_init(&ctx->stop_lock, NULL);
-    ctx->crew = fanout_pool_new();
     pthread_cond_init(&ctx->stop_cond, NULL);
     stats_add(&ctx->stats.map_reloads); /* the first read of the store */
     double t0 = now_seconds();
@@ -483,7 +482,6 @@ void shard_ctx_free(shard_ctx *ctx)
         pthread_join(ctx->refresher, NULL);
     }
     reader_stop(ctx);
-    fanout_pool_free(ctx->crew);
     /* First: it stops the store's watch, whose thread swaps maps in. */
     shard_store_free(ctx->store);
     for (s = ctx->servers; s; s = next) {

@@ -38,9 +38,6 @@ struct shard_ctx {
     _Atomic(void *) cache;
     void (*cache_free)(void *); /* set by the thread whose cache won */
     shard_stats stats;        /* stats.c: counters, shard_ctx_stats(3) */
-    /* Helper threads kept for the hot path's fan-outs (multi-get, legacy
-     * resolve): fanout_pool_run; NULL (out of memory) makes threads per call. */
-    fanout_pool *crew;
     /* The lease (libshard-move(7), "The lease"): monotonic ns at which the
      * latest store read that found the held map current started; 0: none. */
     _Atomic uint64_t lease_from_ns;

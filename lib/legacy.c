@@ -358,8 +358,7 @@ static int kv_get(shard_ctx *ctx, const char *table, char *const *keys, size_t n
             chunks[nc++].n = groups[g].n - from < KV_BATCH ? groups[g].n - from : KV_BATCH;
         }
     kv_job j = {ctx, chunks, NULL, false};
-    rc = fanout_pool_run(ctx->crew, nc, (unsigned)(nc < KV_GET_THREADS ? nc : KV_GET_THREADS),
-                         get_group, &j);
+    rc = fanout_run(nc, (unsigned)(nc < KV_GET_THREADS ? nc : KV_GET_THREADS), get_group, &j);
     free(chunks);
     free(groups);
     free(slots);

@@ -346,7 +346,7 @@ static int mget_round(shard_ctx *ctx, const uint64_t *ids, size_t n, shard_item 
         i = j;
     }
     /* Every pair at once, the first on this thread. */
-    fanout_pool_run(ctx->crew, ng, (unsigned)ng, group_run, groups);
+    fanout_run(ng, (unsigned)ng, group_run, groups);
     *pending = 0;
     for (size_t i = 0; i < ng; i++) {
         group *g = &groups[i];

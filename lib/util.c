@@ -58,7 +58,6 @@ int shard__error_restore(const shard_errsave *s)
 /* ---- fan-out ---------------------------------------------------------------- */
 
 #define FANOUT_MAX 64
-#define FANOUT_POOL_MAX 16 /* helpers a pool keeps; more at once get threads of their own */
 
 typedef struct fanout {
     fanout_fn fn;
@@ -109,42 +108,6 @@ unsigned fanout_workers(size_t n, unsigned threads)
     return threads;
 }
 
-static void fanout_init(fanout *f, fanout_worker *w, unsigned k, size_t n, fanout_fn fn,
-                        void *arg)
-{
-    memset(f, 0, sizeof *f);
-    f->fn = fn;
-    f->arg = arg;
-    f->n = n;
-    atomic_init(&f->next, 0);
-    atomic_init(&f->failed, false);
-    pthread_mutex_init(&f->lock, NULL);
-    for (unsigned i = 0; i < k; i++) {
-        w[i].f = f;
-        w[i].id = i;
-    }
-}
-
-static int fanout_result(fanout *f)
-{
-    pthread_mutex_destroy(&f->lock);
-    return atomic_load(&f->failed) ? shard__error_restore(&f->first) : 0;
-}
-
-/* Workers from..k-1 on threads of their own; started[i] whether it runs. */
-static void fanout_spawn(fanout_worker *w, unsigned from, unsigned k, bool *started)
-{
-    for (unsigned i = from; i < k; i++)
-        started[i] = pthread_create(&w[i].thread, NULL, fanout_main, &w[i]) == 0;
-}
-
-static void fanout_join(fanout_worker *w, unsigned from, unsigned k, const bool *started)
-{
-    for (unsigned i = from; i < k; i++)
-        if (started[i])
-            pthread_join(w[i].thread, NULL);
-}
-
 int fanout_run(size_t n, unsigned threads, fanout_fn fn, void *arg)
 {
     fanout_worker w[FANOUT_MAX];
@@ -152,138 +115,23 @@ int fanout_run(size_t n, unsigned threads, fanout_fn fn, void *arg)
     fanout f;
     unsigned k = fanout_workers(n, threads);
 
-    fanout_init(&f, w, k, n, fn, arg);
-    fanout_spawn(w, 1, k, started);
+    memset(&f, 0, sizeof f);
+    f.fn = fn;
+    f.arg = arg;
+    f.n = n;
+    atomic_init(&f.next, 0);
+    atomic_init(&f.failed, false);
+    pthread_mutex_init(&f.lock, NULL);
+    for (unsigned i = 0; i < k; i++) {
+        w[i].f = &f;
+        w[i].id = i;
+    }
+    for (unsigned i = 1; i < k; i++)
+        started[i] = pthread_create(&w[i].thread, NULL, fanout_main, &w[i]) == 0;
     fanout_main(&w[0]);
-    fanout_join(w, 1, k, started);
-    return fanout_result(&f);
-}
-
-/*
- * The kept helpers: each waits on its own condition for a worker to run,
- * and goes back on the idle list when it is done. Everything below is
- * under the pool's lock; a run's count of busy helpers too, so that the
- * run (on its caller's stack) lives until its last helper has let go.
- */
-typedef struct fanout_helper {
-    struct fanout_pool *pool;
-    pthread_t thread;
-    pthread_cond_t wake;
-    fanout_worker *job;       /* NULL while idle */
-    unsigned *busy;           /* the job's run's count of busy helpers */
-    struct fanout_helper *next; /* in the idle list */
-} fanout_helper;
-
-struct fanout_pool {
-    pthread_mutex_t lock;
-    pthread_cond_t done;      /* a run's last helper finished */
-    fanout_helper *idle;
-    fanout_helper *all[FANOUT_POOL_MAX];
-    unsigned nall;
-    bool quit;
-};
-
-static void *helper_main(void *p)
-{
-    fanout_helper *h = p;
-    fanout_pool *pool = h->pool;
-
-    pthread_mutex_lock(&pool->lock);
-    for (;;) {
-        while (!h->job && !pool->quit)
-            pthread_cond_wait(&h->wake, &pool->lock);
-        if (!h->job)
-            break;
-        pthread_mutex_unlock(&pool->lock);
-        fanout_main(h->job);
-        pthread_mutex_lock(&pool->lock);
-        h->job = NULL;
-        h->next = pool->idle;
-        pool->idle = h;
-        if (--*h->busy == 0)
-            pthread_cond_broadcast(&pool->done);
-    }
-    pthread_mutex_unlock(&pool->lock);
-    return NULL;
-}
-
-fanout_pool *fanout_pool_new(void)
-{
-    fanout_pool *p = shard__calloc(1, sizeof *p);
-
-    if (p) {
-        pthread_mutex_init(&p->lock, NULL);
-        pthread_cond_init(&p->done, NULL);
-    }
-    return p;
-}
-
-/* An idle helper, or a new one while the pool has room (under lock). */
-static fanout_helper *helper_take(fanout_pool *p)
-{
-    fanout_helper *h = p->idle;
-
-    if (h) {
-        p->idle = h->next;
-        return h;
-    }
-    if (p->nall >= FANOUT_POOL_MAX || !(h = shard__calloc(1, sizeof *h)))
-        return NULL;
-    h->pool = p;
-    pthread_cond_init(&h->wake, NULL);
-    if (pthread_create(&h->thread, NULL, helper_main, h) != 0) {
-        pthread_cond_destroy(&h->wake);
-        free(h);
-        return NULL;
-    }
-    p->all[p->nall++] = h;
-    return h;
-}
-
-int fanout_pool_run(fanout_pool *p, size_t n, unsigned threads, fanout_fn fn, void *arg)
-{
-    fanout_worker w[FANOUT_MAX];
-    bool started[FANOUT_MAX] = {false};
-    unsigned k = fanout_workers(n, threads), kept = 1, busy = 0;
-    fanout f;
-
-    if (!p)
-        return fanout_run(n, threads, fn, arg);
-    fanout_init(&f, w, k, n, fn, arg);
-    pthread_mutex_lock(&p->lock);
-    for (fanout_helper *h; kept < k && (h = helper_take(p)); kept++) {
-        h->job = &w[kept];
-        h->busy = &busy;
-        busy++;
-        pthread_cond_signal(&h->wake);
-    }
-    pthread_mutex_unlock(&p->lock);
-    /* More at once than the pool keeps: the rest on threads of their own. */
-    fanout_spawn(w, kept, k, started);
-    fanout_main(&w[0]);
-    fanout_join(w, kept, k, started);
-    pthread_mutex_lock(&p->lock);
-    while (busy)
-        pthread_cond_wait(&p->done, &p->lock);
-    pthread_mutex_unlock(&p->lock);
-    return fanout_result(&f);
-}
-
-void fanout_pool_free(fanout_pool *p)
-{
-    if (!p)
-        return;
-    pthread_mutex_lock(&p->lock);
-    p->quit = true;
-    for (unsigned i = 0; i < p->nall; i++)
-        pthread_cond_signal(&p->all[i]->wake);
-    pthread_mutex_unlock(&p->lock);
-    for (unsigned i = 0; i < p->nall; i++) {
-        pthread_join(p->all[i]->thread, NULL);
-        pthread_cond_destroy(&p->all[i]->wake);
-        free(p->all[i]);
-    }
-    pthread_cond_destroy(&p->done);
-    pthread_mutex_destroy(&p->lock);
-    free(p);
+    for (unsigned i = 1; i < k; i++)
+        if (started[i])
+            pthread_join(w[i].thread, NULL);
+    pthread_mutex_destroy(&f.lock);
+    return atomic_load(&f.failed) ? shard__error_restore(&f.first) : 0;
 }

@@ -44,20 +44,4 @@ int fanout_run(size_t n, unsigned threads, fanout_fn fn, void *arg);
 /* The number of workers fanout_run will use for n items (at least 1). */
 unsigned fanout_workers(size_t n, unsigned threads);
 
-/*
- * fanout_run on helper threads that a pool keeps between runs: a fan-out
- * on the hot path (a multi-get: one worker per server) would otherwise
- * create and join a thread per server on every call (about 40 us each
- * here, a twentieth of a 1000-ID multi-get). A pool keeps up to 16
- * helpers, made on first need and kept until fanout_pool_free; a run
- * that needs more than are idle gets threads of its own for the rest, as
- * fanout_run does. Runs may overlap, from any threads. A NULL pool
- * (fanout_pool_new out of memory) runs fanout_run.
- */
-typedef struct fanout_pool fanout_pool;
-fanout_pool *fanout_pool_new(void);
-int fanout_pool_run(fanout_pool *p, size_t n, unsigned threads, fanout_fn fn, void *arg);
-/* Ends and joins the helpers; no run may be in flight. */
-void fanout_pool_free(fanout_pool *p);
-
 #endif

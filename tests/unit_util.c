@@ -1,7 +1,6 @@
 /*
  * Unit tests (no server) for lib/util.c: the fan-out every parallel part of
- * the library uses, its pool of kept helper threads, and saving and
- * restoring the thread's error message.
+ * the library uses, and saving and restoring the thread's error message.
  */
 #include "internal.h" /* private: tests link libshard.a */
 #include "check_util.h"
@@ -13,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #define ITEMS 1000
 
@@ -125,119 +123,12 @@ START_TEST(copy_out_terminates)
 }
 END_TEST
 
-/* ---- the pool: helpers kept between runs ---- */
-
-typedef struct who {
-    pid_t thread[4]; /* kernel thread ids: a pthread_t is reused after a join */
-    atomic_int seen[4];
-    pthread_barrier_t all; /* every worker holds an item at once */
-} who;
-
-static int who_fn(void *arg, size_t i, unsigned worker)
-{
-    who *w = arg;
-    w->thread[worker] = gettid();
-    atomic_fetch_add(&w->seen[i], 1);
-    pthread_barrier_wait(&w->all);
-    return 0;
-}
-
-/* Two runs of 4 items on 4 workers, one after the other: the second runs
- * on the helpers the first made (no thread made per run, the reason for
- * the pool), every item once each time. */
-START_TEST(pool_reuses_its_helpers)
-{
-    fanout_pool *p = fanout_pool_new();
-    who a, b;
-
-    ck_assert_ptr_nonnull(p);
-    memset(&a, 0, sizeof a);
-    memset(&b, 0, sizeof b);
-    pthread_barrier_init(&a.all, NULL, 4);
-    pthread_barrier_init(&b.all, NULL, 4);
-    ck_assert_int_eq(fanout_pool_run(p, 4, 4, who_fn, &a), 0);
-    ck_assert_int_eq(fanout_pool_run(p, 4, 4, who_fn, &b), 0);
-    for (int i = 0; i < 4; i++) {
-        ck_assert_int_eq(atomic_load(&a.seen[i]), 1);
-        ck_assert_int_eq(atomic_load(&b.seen[i]), 1);
-    }
-    ck_assert_int_eq(a.thread[0], gettid());
-    ck_assert_int_eq(b.thread[0], gettid());
-    for (int i = 1; i < 4; i++) {
-        bool kept = false;
-        for (int k = 1; k < 4; k++)
-            kept = kept || b.thread[i] == a.thread[k];
-        ck_assert_msg(kept, "worker %d of the second run is not a helper of the first", i);
-    }
-    pthread_barrier_destroy(&a.all);
-    pthread_barrier_destroy(&b.all);
-    fanout_pool_free(p);
-}
-END_TEST
-
-typedef struct runner {
-    fanout_pool *p;
-    int rc, bad;
-    char msg[200];
-} runner;
-
-static void *runner_main(void *arg)
-{
-    runner *r = arg;
-    for (int round = 0; round < 50; round++) {
-        static _Thread_local tally t;
-        memset(&t, 0, sizeof t);
-        t.fail_at = round % 5 == 4 ? 7 : ITEMS;
-        int rc = fanout_pool_run(r->p, 40, 6, count_fn, &t);
-        if (t.fail_at == ITEMS) {
-            for (size_t i = 0; i < 40; i++)
-                r->bad += atomic_load(&t.seen[i]) != 1;
-            r->rc = r->rc ? r->rc : rc;
-        } else if (rc != SHARD_ESERVER || strcmp(shard_errmsg(), "item 7 failed on purpose")) {
-            r->bad++;
-            snprintf(r->msg, sizeof r->msg, "%d %s", rc, shard_errmsg());
-        }
-    }
-    return NULL;
-}
-
-/* Eight threads run at once on one pool (more helpers wanted than it
- * keeps: the rest on threads of their own): every item once, failures
- * come back to their own run with their message. */
-START_TEST(pool_runs_overlap)
-{
-    fanout_pool *p = fanout_pool_new();
-    runner r[8];
-    pthread_t t[8];
-
-    ck_assert_ptr_nonnull(p);
-    for (int i = 0; i < 8; i++) {
-        r[i] = (runner){p, 0, 0, ""};
-        ck_assert_int_eq(pthread_create(&t[i], NULL, runner_main, &r[i]), 0);
-    }
-    for (int i = 0; i < 8; i++) {
-        pthread_join(t[i], NULL);
-        ck_assert_msg(r[i].rc == 0 && r[i].bad == 0, "thread %d: rc %d, %d wrong (%s)", i,
-                      r[i].rc, r[i].bad, r[i].msg);
-    }
-    fanout_pool_free(p);
-    /* NULL (a pool that could not be made) runs as fanout_run does */
-    static tally n;
-    memset(&n, 0, sizeof n);
-    n.fail_at = ITEMS;
-    ck_assert_int_eq(fanout_pool_run(NULL, ITEMS, 3, count_fn, &n), 0);
-    for (size_t i = 0; i < ITEMS; i++)
-        ck_assert_int_eq(atomic_load(&n.seen[i]), 1);
-}
-END_TEST
-
 int main(void)
 {
     Suite *s = suite_create("util");
 
     tcase_of(s, "util", TESTS(fanout_every_item_once, fanout_first_failure_comes_back,
-                              fanout_workers_bounded, pool_reuses_its_helpers,
-                              pool_runs_overlap, error_save_restore,
+                              fanout_workers_bounded, error_save_restore,
                               error_composed_from_previous, copy_out_terminates));
     return run_suite(s, CK_FORK_GETENV) ? EXIT_FAILURE : EXIT_SUCCESS;
 }
