@@ -15,9 +15,9 @@
  *
  * Sides alternate in rounds of ROUND_SECONDS (A B B A ...), so that a drift
  * in the machine's load falls on both alike; every figure is a median, and a
- * ratio is the median of the rounds' ratios; a write round starts with the standby
- * caught up. Figures only: nothing here is a
- * timed assertion. Exit status 1 means something failed outright.
+ * ratio is the median of the rounds' ratios; a write round starts with the
+ * standby caught up. Figures only: nothing here is a timed assertion. Exit
+ * status 1 means something failed outright.
  * BENCH_VERBOSE=1 prints every round; names as arguments (or BENCH_ONLY)
  * select benchmarks.
  */
