@@ -589,6 +589,17 @@ int conn_read(shard_conn *c)
     return conn_fail(c->my, c->srv->label, c->sent_at, c->read_timeout_ms, &c->last_errno);
 }
 
+int conn_read_result(shard_conn *c, MYSQL_RES **res)
+{
+    int rc = conn_read(c);
+    if (rc)
+        return rc;
+    *res = mysql_store_result(c->my);
+    if (!*res)
+        return conn_fail(c->my, c->srv->label, c->sent_at, c->read_timeout_ms, &c->last_errno);
+    return 0;
+}
+
 int conn_query(shard_conn *c, const sqlbuf *sql)
 {
     int rc = sql_check(sql);

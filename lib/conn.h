@@ -122,6 +122,8 @@ int conn_query_str(shard_conn *c, const char *sql);
  * result as after conn_query). */
 int conn_send(shard_conn *c, const sqlbuf *sql);
 int conn_read(shard_conn *c);
+/* conn_read, then the whole result stored (*res: mysql_free_result). */
+int conn_read_result(shard_conn *c, MYSQL_RES **res);
 /* Run a statement and store its whole result (*res: mysql_free_result). */
 int conn_select(shard_conn *c, const sqlbuf *sql, MYSQL_RES **res);
 /* Writes a statement's text into q (called only when it must be prepared). */

@@ -14,6 +14,8 @@
 #include <jansson.h> /* before libshard.h: declares the jansson calls */
 #include <libshard.h>
 
+#include <mysql.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -530,8 +532,157 @@ START_TEST(test_mget_large)
 }
 END_TEST
 
+/* The context's libshard_retries_total. */
+static long long retries_of(shard_ctx *ctx)
+{
+    char *text = NULL, *at;
+    long long v;
+    OK(shard_ctx_stats(ctx, &text));
+    at = strstr(text, "\nlibshard_retries_total ");
+    ck_assert_msg(at, "no libshard_retries_total in the stats");
+    v = strtoll(at + strlen("\nlibshard_retries_total "), NULL, 10);
+    shard_free(text);
+    return v;
+}
+
+/* Root's connection to a server, for what sql_on cannot do: hold a lock. */
+static MYSQL *admin_on(const char *server)
+{
+    MYSQL *my = mysql_init(NULL);
+    ck_assert_ptr_nonnull(my);
+    ck_assert_msg(mysql_real_connect(my, "127.0.0.1", HARNESS_ADMIN_USER,
+                                     getenv("LIBSHARD_PASSWORD"), NULL,
+                                     (unsigned)harness_port(H, server), NULL, 0),
+                  "connect to %s: %s", server, mysql_error(my));
+    return my;
+}
+
+/* Processlist ids of the application's connections on a server, in `state`
+ * (NULL: any), up to max of them; how many. */
+static int app_connections(MYSQL *admin, const char *state, long long *ids, int max)
+{
+    char q[256];
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int n = 0;
+    snprintf(q, sizeof q, "SELECT id FROM information_schema.PROCESSLIST WHERE user = 'shard'%s%s%s",
+             state ? " AND state = '" : "", state ? state : "", state ? "'" : "");
+    ck_assert_msg(mysql_query(admin, q) == 0 && (res = mysql_store_result(admin)),
+                  "processlist: %s", mysql_error(admin));
+    while ((row = mysql_fetch_row(res)) && n < max)
+        ids[n++] = strtoll(row[0], NULL, 10);
+    mysql_free_result(res);
+    return n;
+}
+
+typedef struct mget_call {
+    const uint64_t *ids;
+    size_t n;
+    shard_item *items;
+    int rc;
+    char err[512];
+} mget_call;
+
+static void *mget_thread(void *arg)
+{
+    mget_call *m = arg;
+    m->rc = shard_object_mget(C, m->ids, m->n, &m->items);
+    snprintf(m->err, sizeof m->err, "%s", m->rc ? shard_errmsg() : "");
+    return NULL;
+}
+
+static void mget_expect(const uint64_t *ids, size_t n, shard_item *items, const char *when)
+{
+    for (size_t i = 0; i < n; i++) {
+        char *want = fmt("{\"n\":%zu}", i);
+        ck_assert_msg(items[i].status == 0 && items[i].data &&
+                          strcmp(items[i].data, want) == 0,
+                      "%s: item %zu (ID %llu): status %d, data %s, want %s", when, i,
+                      (unsigned long long)ids[i], items[i].status,
+                      items[i].data ? items[i].data : "NULL", want);
+        free(want);
+    }
+}
+
+/*
+ * A multi-get over pairs whose pools hold idle connections sends every
+ * pair's statement from the calling thread before it reads any answer.
+ * What a fault there must not do: use a connection the server closed while
+ * it was idle, or lose a pair's items when its answer is lost.
+ */
+START_TEST(test_mget_faults_on_ready_connections)
+{
+    const unsigned sa = 3, sb = 12; /* one shard on each pair */
+    uint64_t ids[40];
+    shard_item *items = NULL;
+    long long conns[16];
+    char db[64];
+    double t0;
+
+    ck_assert_str_ne(master_of(sa), master_of(sb));
+    for (size_t i = 0; i < 40; i++) {
+        char *json = fmt("{\"n\":%zu}", i);
+        ids[i] = create(PINS, i % 2 ? sb : sa, json);
+        free(json);
+    }
+    /* Warm: both pools hold an idle connection after this. */
+    OK(shard_object_mget(C, ids, 40, &items));
+    mget_expect(ids, 40, items, "warm-up");
+    shard_items_free(items, 40);
+
+    /* 1. The server closes pair A's idle connections: the multi-get must
+     * see that before it sends, and not count a retry. */
+    MYSQL *admin = admin_on(master_of(sa));
+    int n = app_connections(admin, NULL, conns, 16);
+    ck_assert_int_ge(n, 1);
+    for (int i = 0; i < n; i++) {
+        char q[64];
+        snprintf(q, sizeof q, "KILL CONNECTION %lld", conns[i]);
+        mysql_query(admin, q); /* it may have gone meanwhile */
+    }
+    for (t0 = now_s(); app_connections(admin, NULL, conns, 16) > 0; nap_ms(10))
+        ck_assert_msg(now_s() - t0 < WAIT_SECS, "killed connections still listed");
+    nap_ms(50); /* the close reaches the client's socket */
+    long long before = retries_of(C);
+    OK(shard_object_mget(C, ids, 40, &items));
+    mget_expect(ids, 40, items, "after the idle connections were killed");
+    shard_items_free(items, 40);
+    ck_assert_int_eq(retries_of(C), before);
+
+    /* 2. Pair A's statement waits on a table lock, and its connection is
+     * killed while it waits: the answer is lost after both statements went
+     * out. The multi-get asks pair A again and returns every item. */
+    OK(shard_object_mget(C, ids, 40, &items)); /* both pools ready again */
+    shard_items_free(items, 40);
+    db_of(sa, db, sizeof db);
+    char *lock = fmt("LOCK TABLES `%s`.`pins` WRITE", db);
+    ck_assert_msg(mysql_query(admin, lock) == 0, "%s: %s", lock, mysql_error(admin));
+    free(lock);
+    mget_call m = {ids, 40, NULL, -1, ""};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, mget_thread, &m), 0);
+    for (t0 = now_s(); app_connections(admin, "Waiting for table metadata lock", conns, 1) < 1;
+         nap_ms(5))
+        ck_assert_msg(now_s() - t0 < WAIT_SECS, "the multi-get never waited on the lock");
+    char kill[64];
+    snprintf(kill, sizeof kill, "KILL CONNECTION %lld", conns[0]);
+    ck_assert_msg(mysql_query(admin, kill) == 0, "%s: %s", kill, mysql_error(admin));
+    nap_ms(200); /* the retry waits on the lock too */
+    ck_assert_msg(mysql_query(admin, "UNLOCK TABLES") == 0, "UNLOCK TABLES: %s",
+                  mysql_error(admin));
+    pthread_join(t, NULL);
+    ck_assert_msg(m.rc == 0, "multi-get with a lost answer: %d (%s): %s", m.rc,
+                  shard_strerror(m.rc), m.err);
+    mget_expect(ids, 40, m.items, "after a lost answer");
+    shard_items_free(m.items, 40);
+    ck_assert_int_gt(retries_of(C), before);
+    mysql_close(admin);
+}
+END_TEST
+
 int main(void)
 {
     return data_main("server_kv_txn", TESTS(test_kv, test_txn, test_scatter, test_mget,
-                                            test_mget_large));
+                                            test_mget_large,
+                                            test_mget_faults_on_ready_connections));
 }
