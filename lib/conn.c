@@ -589,6 +589,47 @@ int conn_read(shard_conn *c)
     return conn_fail(c->my, c->srv->label, c->sent_at, c->read_timeout_ms, &c->last_errno);
 }
 
+int conn_wait_any(shard_conn *const *cs, size_t n, size_t *ready)
+{
+    struct pollfd p[CONN_WAIT_MAX];
+    size_t first = 0;
+    double until = 0;
+
+    *ready = 0;
+    if (n == 0 || n > CONN_WAIT_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        double end = cs[i]->sent_at + cs[i]->read_timeout_ms / 1000.0;
+        /* TLS may hold part of an answer in its own buffer, where poll()
+         * does not see it: read in order, each read waiting by itself. */
+        if (mysql_get_ssl_cipher(cs[i]->my) || mysql_get_socket(cs[i]->my) < 0)
+            return 0;
+        p[i] = (struct pollfd){.fd = (int)mysql_get_socket(cs[i]->my), .events = POLLIN};
+        if (cs[i]->read_timeout_ms && (!until || end < until)) {
+            until = end;
+            first = i;
+        }
+    }
+    for (;;) {
+        double left = until ? (until - now_seconds()) * 1000.0 : -1;
+        int k = poll(p, (nfds_t)n, !until ? -1 : left > 0 ? (int)left + 1 : 0);
+        if (k > 0) {
+            for (size_t i = 0; i < n; i++)
+                if (p[i].revents) {
+                    *ready = i;
+                    return 0;
+                }
+        }
+        if (k < 0 && errno != EINTR)
+            return 0; /* read in order */
+        if (k == 0) {
+            *ready = first;
+            return shard__fail(SHARD_ETIMEOUT, "%s: no answer within %u ms",
+                              cs[first]->srv->label, cs[first]->read_timeout_ms);
+        }
+    }
+}
+
 int conn_read_result(shard_conn *c, MYSQL_RES **res)
 {
     int rc = conn_read(c);

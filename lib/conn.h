@@ -122,6 +122,15 @@ int conn_query_str(shard_conn *c, const char *sql);
  * result as after conn_query). */
 int conn_send(shard_conn *c, const sqlbuf *sql);
 int conn_read(shard_conn *c);
+/*
+ * Of n connections (at most CONN_WAIT_MAX), each with a statement sent by
+ * conn_send, which has its answer arriving first: *ready. It is the first
+ * (0) when poll() cannot tell (TLS, where part of an answer can wait in
+ * the TLS library's buffer). SHARD_ETIMEOUT, *ready the one: a statement
+ * got no answer within its read timeout (counted from its conn_send).
+ */
+#define CONN_WAIT_MAX 256
+int conn_wait_any(shard_conn *const *cs, size_t n, size_t *ready);
 /* conn_read, then the whole result stored (*res: mysql_free_result). */
 int conn_read_result(shard_conn *c, MYSQL_RES **res);
 /* Run a statement and store its whole result (*res: mysql_free_result). */

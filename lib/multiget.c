@@ -307,24 +307,36 @@ static void piped_read(group *g)
     g->pc = NULL;
 }
 
-/* Every group holding a connection (g->pc), statement by statement: all
- * sent, then all read. */
+/* Every group holding a connection (g->pc): each one's statement sent,
+ * then the answers read as they arrive, each group's next statement sent
+ * as soon as its answer is in. */
 static void pipeline(group **piped, size_t np)
 {
+    shard_conn *cs[CONN_WAIT_MAX];
+    group *wait[CONN_WAIT_MAX];
     shard_errsave saved;
-    bool more = true;
 
     shard__error_save(&saved, 0);
-    while (more) {
-        more = false;
-        for (size_t i = 0; i < np; i++)
-            if (piped[i]->pc)
-                piped_send(piped[i]);
-        for (size_t i = 0; i < np; i++)
+    for (size_t i = 0; i < np; i++)
+        if (piped[i]->pc)
+            piped_send(piped[i]);
+    for (;;) {
+        size_t n = 0, k = 0;
+        int rc;
+        for (size_t i = 0; i < np && n < CONN_WAIT_MAX; i++)
             if (piped[i]->pc) {
-                piped_read(piped[i]);
-                more = more || piped[i]->pc;
+                wait[n] = piped[i];
+                cs[n++] = piped[i]->pc;
             }
+        if (n == 0)
+            break;
+        if ((rc = conn_wait_any(cs, n, &k)) != 0) {
+            piped_failed(wait[k], rc);
+            continue;
+        }
+        piped_read(wait[k]);
+        if (wait[k]->pc)
+            piped_send(wait[k]);
     }
     shard__error_restore(&saved);
 }

@@ -576,6 +576,7 @@ static int app_connections(MYSQL *admin, const char *state, long long *ids, int 
 }
 
 typedef struct mget_call {
+    shard_ctx *ctx;
     const uint64_t *ids;
     size_t n;
     shard_item *items;
@@ -586,7 +587,7 @@ typedef struct mget_call {
 static void *mget_thread(void *arg)
 {
     mget_call *m = arg;
-    m->rc = shard_object_mget(C, m->ids, m->n, &m->items);
+    m->rc = shard_object_mget(m->ctx, m->ids, m->n, &m->items);
     snprintf(m->err, sizeof m->err, "%s", m->rc ? shard_errmsg() : "");
     return NULL;
 }
@@ -658,7 +659,7 @@ START_TEST(test_mget_faults_on_ready_connections)
     char *lock = fmt("LOCK TABLES `%s`.`pins` WRITE", db);
     ck_assert_msg(mysql_query(admin, lock) == 0, "%s: %s", lock, mysql_error(admin));
     free(lock);
-    mget_call m = {ids, 40, NULL, -1, ""};
+    mget_call m = {C, ids, 40, NULL, -1, ""};
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, mget_thread, &m), 0);
     for (t0 = now_s(); app_connections(admin, "Waiting for table metadata lock", conns, 1) < 1;
@@ -676,6 +677,50 @@ START_TEST(test_mget_faults_on_ready_connections)
     mget_expect(ids, 40, m.items, "after a lost answer");
     shard_items_free(m.items, 40);
     ck_assert_int_gt(retries_of(C), before);
+
+    /* 3. Pair A's answer does not come within the read timeout (1 s, the
+     * lock held until the call returns): the call ends at that timeout, not
+     * later, with pair B's items and pair A's marked timed out (a timeout
+     * is not retried). */
+    shard_options o = SHARD_OPTIONS_INIT;
+    shard_ctx *c2 = NULL;
+    o.read_timeout_ms = 1000;
+    OK(shard_ctx_open(&c2, harness_map_path(H), &o));
+    OK(shard_object_mget(c2, ids, 40, &items)); /* both pools ready */
+    shard_items_free(items, 40);
+    lock = fmt("LOCK TABLES `%s`.`pins` WRITE", db);
+    ck_assert_msg(mysql_query(admin, lock) == 0, "%s: %s", lock, mysql_error(admin));
+    free(lock);
+    t0 = now_s();
+    int rc = shard_object_mget(c2, ids, 40, &items);
+    double took = now_s() - t0;
+    char *msg = strdup(shard_errmsg());
+    ck_assert_msg(mysql_query(admin, "UNLOCK TABLES") == 0, "UNLOCK TABLES: %s",
+                  mysql_error(admin));
+    ck_assert_msg(rc == SHARD_EPARTIAL, "multi-get past its read timeout: %d (%s): %s", rc,
+                  shard_strerror(rc), msg);
+    ck_assert_msg(strstr(msg, "no answer within 1000 ms"), "message: %s", msg);
+    ck_assert_msg(took >= 0.95 && took < 1.8,
+                  "the call took %.2f s, its read timeout 1 s (twice that: waited again)", took);
+    for (size_t i = 0; i < 40; i++)
+        if (i % 2) {
+            char *want = fmt("{\"n\":%zu}", i);
+            ck_assert_msg(items[i].status == 0 && items[i].data &&
+                              strcmp(items[i].data, want) == 0,
+                          "pair B's item %zu: status %d", i, items[i].status);
+            free(want);
+        } else {
+            ck_assert_msg(items[i].status == SHARD_ETIMEOUT && !items[i].data,
+                          "pair A's item %zu: status %d, want SHARD_ETIMEOUT", i,
+                          items[i].status);
+        }
+    shard_items_free(items, 40);
+    free(msg);
+    /* and the pool serves again */
+    OK(shard_object_mget(c2, ids, 40, &items));
+    mget_expect(ids, 40, items, "after the timeout");
+    shard_items_free(items, 40);
+    shard_ctx_free(c2);
     mysql_close(admin);
 }
 END_TEST
