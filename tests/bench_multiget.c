@@ -133,6 +133,9 @@ static void draw(uint64_t *all, size_t nall, uint64_t *x, uint64_t *batch,
  * The statements libshard sends (one per server: a UNION ALL of one IN-list
  * per shard table), sent with raw libmariadb by one thread per server at
  * once, or by one alone: what the machine itself allows, without libshard.
+ * Each server's statement is built from its share of the IDs inside the
+ * timed part, as an application must build it; the IDs' grouping by server
+ * (draw) is outside it, as it is for libshard, which groups them again.
  *
  * share_sql() must build what build_batch() in lib/multiget.c builds (the
  * select list, the IN-lists by (shard, type), at most MGET_BATCH IDs a
@@ -140,6 +143,9 @@ static void draw(uint64_t *all, size_t nall, uint64_t *x, uint64_t *batch,
  * change it here too, or the comparison stops being like for like.
  */
 typedef struct raw_crew {
+    const shard_map *map;
+    const uint64_t *ids[PAIRS]; /* the round's share of each server */
+    size_t nids[PAIRS];
     MYSQL *my[PAIRS];
     char *sql[PAIRS];
     size_t len[PAIRS];
@@ -204,6 +210,8 @@ static void *raw_work(void *arg)
             MYSQL_RES *res;
             MYSQL_ROW row;
             size_t bytes = 0;
+            free(c->sql[a->p]);
+            c->len[a->p] = share_sql(c->map, c->ids[a->p], c->nids[a->p], &c->sql[a->p]);
             if (mysql_real_query(my, c->sql[a->p], (unsigned long)c->len[a->p]) ||
                 !(res = mysql_store_result(my))) {
                 snprintf(c->err[a->p], sizeof c->err[a->p], "%s", mysql_error(my));
@@ -271,9 +279,12 @@ static double raw_piped(raw_crew *c)
 {
     double t0 = now();
 
-    for (int p = 0; p < PAIRS; p++)
+    for (int p = 0; p < PAIRS; p++) {
+        free(c->sql[p]);
+        c->len[p] = share_sql(c->map, c->ids[p], c->nids[p], &c->sql[p]);
         if (mysql_send_query(c->my[p], c->sql[p], (unsigned long)c->len[p]))
             die("raw pipelined SELECT on pair %d: %s", p + 1, mysql_error(c->my[p]));
+    }
     for (int p = 0; p < PAIRS; p++) {
         MYSQL_RES *res;
         MYSQL_ROW row;
@@ -296,9 +307,10 @@ static void raw_times(raw_crew *c, const shard_map *map, uint64_t share[PAIRS][B
                       const size_t nshare[PAIRS], int k, double *all, double *piped,
                       double alone[PAIRS])
 {
+    c->map = map;
     for (int p = 0; p < PAIRS; p++) {
-        free(c->sql[p]);
-        c->len[p] = share_sql(map, share[p], nshare[p], &c->sql[p]);
+        c->ids[p] = share[p];
+        c->nids[p] = nshare[p];
         c->active[p] = true;
     }
     if (k % 2 == 0) {
