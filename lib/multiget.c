@@ -300,7 +300,7 @@ static void piped_read(group *g)
         rc = SHARD_EBUSY;
     } else if ((rc = take_answer(g, res, g->from, to, g->shards, g->nshards)) == 0 &&
                (g->from = to) < g->n) {
-        return; /* the next statement goes out with the others' */
+        return; /* its next statement goes out at once (pipeline) */
     }
     g->done = rc == 0;
     conn_release(g->pc, rc);
