@@ -287,6 +287,54 @@ static json_t *moves_json(const shard_map *map, const st_server *s, size_t n, js
     return a;
 }
 
+/*
+ * A shard the map marks moving has its fence checked by every read and
+ * write (the lease does not apply there): right while a move that may
+ * still fence it is unfinished, a cost for nothing once it is over. A
+ * mark that no such move carries (its mover stopped after the move was
+ * over and before it cleared the mark, or the store did not answer then)
+ * is a problem, with the call that clears it. Said only when every
+ * journal was read whole: otherwise the move carrying it may be unseen.
+ * A move left dropping its source fences nothing any more.
+ */
+static void check_marks(const shard_map *map, const st_server *s, size_t n, json_t *problems)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!s[i].standby &&
+            (!s[i].reachable || s[i].moves_rc || s[i].moves_total > s[i].nmoves))
+            return;
+    for (size_t k = 0; k < map->nmoving; k++) {
+        const shard_rangedef *r = &map->moving[k];
+        const fleet_move *dropping = NULL;
+        bool carried = false;
+        for (size_t i = 0; i < n && !carried; i++)
+            for (size_t j = 0; !s[i].standby && j < s[i].nmoves && !carried; j++) {
+                const fleet_move *m = &s[i].moves[j];
+                if (m->first > r->lo || m->last < r->hi)
+                    continue;
+                if (m->phase == SHARD_MOVE_DROPPING)
+                    dropping = m;
+                else
+                    carried = true;
+            }
+        if (carried)
+            continue;
+        if (dropping)
+            problem(problems, "shards %u-%u are still marked moving in the map although "
+                    "move %llu is over (its source is left to drop): every read and write "
+                    "there checks the fence, as during a move; shardctl move resume %llu "
+                    "drops the source and clears the mark", r->lo, r->hi,
+                    (unsigned long long)dropping->id, (unsigned long long)dropping->id);
+        else
+            problem(problems, "shards %u-%u are marked moving in the map but no unfinished "
+                    "move carries them (a mover stopped after its move was over, before "
+                    "clearing the mark): every read and write there checks the fence, as "
+                    "during a move; shardctl move resume ID of the move that last carried "
+                    "them (shardctl move status lists every move) clears the mark, and so "
+                    "does the next move of those shards", r->lo, r->hi);
+    }
+}
+
 static json_t *build(const shard_map *map, const st_server *s, size_t n, const char *user)
 {
     json_t *problems = json_array(), *unseen = json_array(), *pairs = json_array(), *moves;
@@ -314,6 +362,7 @@ static json_t *build(const shard_map *map, const st_server *s, size_t n, const c
         json_array_append_new(pairs, pair);
     }
     moves = moves_json(map, s, n, problems);
+    check_marks(map, s, n, problems);
     doc = json_pack("{s:b,s:I,s:I,s:I,s:o,s:o,s:o}", "healthy",
                     json_array_size(problems) == 0, "map_version", (json_int_t)map->version,
                     "open_shards", (json_int_t)map->open_shards, "max_lag_seconds",

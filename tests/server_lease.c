@@ -26,6 +26,14 @@
  *   writes_under_a_lease_lose_nothing
  *       creates from a context whose store went away, during a whole move:
  *       every acknowledged object is on the target afterwards.
+ *   mark_left_by_a_stopped_mover_is_reported_and_cleared
+ *       a mover stopped once its move was over (left dropping, then done)
+ *       leaves the shard marked moving, so every call there checks the
+ *       fence: shard_fleet_status reports it with the call that clears it
+ *       (shardctl move resume ID), and that call clears it.
+ *   resume_of_an_over_move_keeps_an_unfinished_moves_mark
+ *       the same call, while another move of the shard is unfinished and
+ *       marked it, leaves that mark and names the move it belongs to.
  */
 #include "harness.h"
 #include "move_util.h"
@@ -566,6 +574,158 @@ START_TEST(writes_under_a_lease_lose_nothing)
 }
 END_TEST
 
+/* ---- a mark its mover did not clear ------------------------------------------------- */
+
+static int stop_in_phase = -1; /* stop at the "entered" of this journal phase */
+
+/* The mover stops (as one killed there would) right after it journaled
+ * the phase stop_in_phase, before anything else. */
+static void stop_when_journaled(const char *point)
+{
+    char *out;
+
+    if (strcmp(point, "entered") != 0 || stop_in_phase < 0)
+        return;
+    out = sql_ok(h, "s1", "SELECT phase FROM libshard_control.moves ORDER BY id DESC LIMIT 1");
+    if (atoi(out) == stop_in_phase) {
+        stop_at = "entered";
+        stop_in_phase = -1;
+    }
+    free(out);
+}
+
+/* Whether the stored map marks shard moving. */
+static bool stored_mark(unsigned shard)
+{
+    shard_store *st = NULL;
+    shard_map *cur = NULL;
+    char *text = NULL;
+    json_t *doc, *r;
+    size_t i;
+    bool yes = false;
+
+    ck_assert_int_eq(shard_store_open(&st, harness_map_path(h)), 0);
+    ck_assert_int_eq(shard_store_load(st, &cur), 0);
+    ck_assert_int_eq(shard_map_to_json(cur, &text), 0);
+    doc = json_loads(text, 0, NULL);
+    ck_assert_ptr_nonnull(doc);
+    json_array_foreach(json_object_get(doc, "moving"), i, r)
+        yes = yes || (json_integer_value(json_array_get(r, 0)) <= shard &&
+                      json_integer_value(json_array_get(r, 1)) >= shard);
+    json_decref(doc);
+    shard_free(text);
+    shard_map_free(cur);
+    shard_store_free(st);
+    return yes;
+}
+
+/* The problem of shard_fleet_status that holds needle (malloc'd), or NULL. */
+static char *status_problem(const char *needle)
+{
+    char *json = NULL, *line = NULL;
+    json_t *doc, *p;
+    size_t i;
+
+    ck_assert_int_eq(shard_ctx_reload(admin), 0);
+    ck_assert_msg(shard_fleet_status(admin, &json) == 0, "status: %s", shard_errmsg());
+    doc = json_loads(json, 0, NULL);
+    ck_assert_ptr_nonnull(doc);
+    json_array_foreach(json_object_get(doc, "problems"), i, p)
+        if (!line && strstr(json_string_value(p), needle))
+            line = strdup(json_string_value(p));
+    json_decref(doc);
+    shard_free(json);
+    return line;
+}
+
+START_TEST(mark_left_by_a_stopped_mover_is_reported_and_cleared)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
+    char *line;
+    int rc;
+
+    create(ctx, 6, "{\"m\":6}");
+    shard__move_hook = hook;
+    at_point = stop_when_journaled;
+
+    /* Done for its user, the source left to drop: the mover stops there. */
+    stop_in_phase = SHARD_MOVE_DROPPING;
+    rc = shard_move(admin, 6, 6, "MySQL001", &o, &r, NULL);
+    ck_assert_msg(rc == SHARD_EINTERNAL, "the move did not stop once left dropping: %d %s", rc,
+                  rc ? shard_errmsg() : "");
+    ck_assert_msg(stored_mark(6), "the stopped mover cleared its mark: nothing to test");
+    line = status_problem("shards 6-6 ");
+    ck_assert_msg(line, "shard_fleet_status does not report shard 6 marked moving with its "
+                  "move over");
+    char *want = fmt("shardctl move resume %llu", (unsigned long long)r.move_id);
+    ck_assert_msg(strstr(line, want), "the problem does not name '%s': %s", want, line);
+    free(want);
+    free(line);
+
+    /* Its resume drops the source and stops once the move is journaled done. */
+    stop_in_phase = SHARD_MOVE_DONE;
+    rc = shard_move_resume(admin, r.move_id, &o, &r);
+    ck_assert_msg(rc == SHARD_EINTERNAL, "the resume did not stop once done: %d %s", rc,
+                  rc ? shard_errmsg() : "");
+    ck_assert_msg(stored_mark(6), "the stopped resume cleared the mark: nothing to test");
+    line = status_problem("shards 6-6 ");
+    ck_assert_msg(line && strstr(line, "no unfinished move carries them") &&
+                  strstr(line, "shardctl move resume"),
+                  "shard_fleet_status does not report shard 6 marked moving with no move "
+                  "carrying it, nor how to clear it: %s", line ? line : "(no problem)");
+    free(line);
+    at_point = NULL;
+    shard__move_hook = NULL;
+
+    /* What the problem says clears it: resuming the move that was over. */
+    ck_assert_msg(shard_move_resume(admin, r.move_id, &o, &r) == 0, "resume of the done "
+                  "move: %s", shard_errmsg());
+    ck_assert_int_eq(r.phase, SHARD_MOVE_DONE);
+    ck_assert_msg(!stored_mark(6), "resuming the done move left shard 6 marked moving");
+    line = status_problem("marked moving");
+    ck_assert_msg(!line, "still reported once the mark is gone: %s", line);
+    ck_assert_str_eq(pair_of(admin, 6), "MySQL001");
+}
+END_TEST
+
+START_TEST(resume_of_an_over_move_keeps_an_unfinished_moves_mark)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT, r2 = SHARD_MOVE_REPORT_INIT;
+    uint64_t over;
+    int rc;
+
+    create(ctx, 7, "{\"m\":7}");
+    ck_assert_msg(shard_move(admin, 7, 7, "MySQL001", &o, &r, NULL) == 0, "move: %s",
+                  shard_errmsg());
+    ck_assert_msg(!stored_mark(7), "a move that ended left its mark");
+    over = r.move_id;
+    /* Shard 7 moves again, and its mover stops once it marked it. */
+    stop_at = "marked";
+    shard__move_hook = hook;
+    rc = shard_move(admin, 7, 7, "MySQL002", &o, &r2, NULL);
+    shard__move_hook = NULL;
+    ck_assert_msg(rc == SHARD_EINTERNAL, "the move did not stop once marked: %d", rc);
+    ck_assert_msg(stored_mark(7), "the new move did not mark shard 7");
+    ck_assert_msg(!status_problem("marked moving"), "an unfinished move's mark was reported");
+
+    /* The mark is the unfinished move's: resuming the one that is over keeps it. */
+    rc = shard_move_resume(admin, over, &o, &r);
+    ck_assert_msg(rc == SHARD_ENOTFOUND, "resume of the move that is over: want "
+                  "SHARD_ENOTFOUND, got %d %s", rc, rc ? shard_errmsg() : "");
+    char *want = fmt("unfinished move %llu", (unsigned long long)r2.move_id);
+    ck_assert_msg(strstr(shard_errmsg(), want), "the refusal does not name %s: %s", want,
+                  shard_errmsg());
+    free(want);
+    ck_assert_msg(stored_mark(7), "resuming a move that is over cleared the mark of an "
+                  "unfinished move of the same shard");
+    ck_assert_msg(shard_move_abort(admin, r2.move_id) == 0, "abort: %s", shard_errmsg());
+    ck_assert_msg(!stored_mark(7), "the abort left shard 7 marked");
+    ck_assert_str_eq(pair_of(admin, 7), "MySQL001");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_lease");
@@ -592,6 +752,8 @@ int main(void)
         tcase_add_test(tc, mover_waits_out_the_lease);
         tcase_add_test(tc, write_held_across_the_fence_never_commits_on_the_source);
         tcase_add_test(tc, writes_under_a_lease_lose_nothing);
+        tcase_add_test(tc, mark_left_by_a_stopped_mover_is_reported_and_cleared);
+        tcase_add_test(tc, resume_of_an_over_move_keeps_an_unfinished_moves_mark);
         suite_add_tcase(s, tc);
     }
     {

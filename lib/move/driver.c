@@ -866,6 +866,49 @@ out:
     return rc;
 }
 
+/*
+ * A resume of a move that is over: nothing of it is left to run, but a
+ * mover that stopped once it was over, before its last step (move_unmark),
+ * left its shards marked moving in the map, where every call checks the
+ * fence as during a move: the resume clears that mark (shard_fleet_status
+ * names this call for it). With no such mark, refused as before.
+ */
+static int resume_over(shard_ctx *ctx, mv *m, uint64_t id)
+{
+    shard_errsave none;
+    move_row row;
+    uint64_t carrier = 0;
+    bool found = false, cleared = false;
+    int rc;
+
+    shard__error_save(&none, SHARD_ENOTFOUND);
+    if ((rc = move_find_over(ctx, m->map, id, &row, &found)))
+        return rc;
+    if (!found)
+        return shard__error_restore(&none);
+    if ((rc = move_clear_stale_mark(ctx, row.first, row.last, &carrier, &cleared)))
+        return shard__fail_prefix(rc, "move %llu is %s; clearing the mark of its shards "
+                                  "%u-%u in the map: ", (unsigned long long)id,
+                                  shard_move_phase_name(row.phase), row.first, row.last);
+    if (!cleared)
+        return carrier ? shard__fail(SHARD_ENOTFOUND, "move %llu is %s: nothing to resume (its "
+                                     "shards' mark in the map is unfinished move %llu's)",
+                                     (unsigned long long)id, shard_move_phase_name(row.phase),
+                                     (unsigned long long)carrier)
+                       : shard__fail(SHARD_ENOTFOUND, "move %llu is %s: nothing to resume",
+                                     (unsigned long long)id, shard_move_phase_name(row.phase));
+    ctx_log(ctx, SHARD_LOG_INFO, "move %llu is %s: cleared the mark of its shards %u-%u in the "
+            "map, which its mover had left", (unsigned long long)id,
+            shard_move_phase_name(row.phase), row.first, row.last);
+    m->r->move_id = id;
+    m->r->first = row.first;
+    m->r->last = row.last;
+    m->r->phase = row.phase;
+    snprintf(m->r->source, sizeof m->r->source, "%s", row.source);
+    snprintf(m->r->target, sizeof m->r->target, "%s", row.target);
+    return 0;
+}
+
 int shard_move_resume(shard_ctx *ctx, uint64_t move_id, const shard_move_options *opts,
                       shard_move_report *report)
 {
@@ -883,6 +926,8 @@ int shard_move_resume(shard_ctx *ctx, uint64_t move_id, const shard_move_options
         ctx_log(ctx, SHARD_LOG_INFO, "move %llu: resuming in phase %s",
                 (unsigned long long)m.id, shard_move_phase_name((int)m.phase));
         rc = drive(&m);
+    } else if (rc == SHARD_ENOTFOUND && move_id && !m.id) {
+        rc = resume_over(ctx, &m, move_id);
     }
     mv_free(&m);
     report_move_out(report, &full);

@@ -290,9 +290,12 @@ static int rows_add(move_row **rows, size_t *n, size_t *cap, MYSQL_ROW row)
     return 0;
 }
 
-int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows,
-              size_t *n)
+/* Moves on every master of map: unfinished ones, or (over) ones over. */
+static int find_moves(shard_ctx *ctx, const shard_map *map, uint64_t id, bool over,
+                      move_row **rows, size_t *n)
 {
+    const char *which = over ? "phase IN " MOVE_OVER_SQL : "phase NOT IN " MOVE_OVER_SQL;
+
     size_t cap = 0;
     int rc = 0;
 
@@ -318,7 +321,7 @@ int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows
         snprintf(sql, sizeof sql, "SELECT id, source_pair, target_pair, first_shard,"
                  " last_shard, phase, flags, map_version_from, reverse_until,"
                  " reverse_window_s, reverse_state, " MOVE_RUNNING_SQL " FROM " MOVES_TABLE
-                 " WHERE phase NOT IN " MOVE_OVER_SQL " AND (%llu = 0 OR id = %llu) ORDER BY id",
+                 " WHERE %s AND (%llu = 0 OR id = %llu) ORDER BY id", which,
                  (unsigned long long)id, (unsigned long long)id);
         rc = conn_query_str(c, sql);
         if (rc && c->last_errno == ER_BAD_FIELD_ERROR) {
@@ -326,9 +329,8 @@ int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows
             snprintf(sql, sizeof sql, "SELECT id, source_pair, target_pair, first_shard,"
                      " last_shard, phase, flags, map_version_from, 0, 0, 0, " MOVE_RUNNING_SQL
                      " FROM "
-                     MOVES_TABLE " WHERE phase NOT IN " MOVE_OVER_SQL " AND"
-                     " (%llu = 0 OR id = %llu) ORDER BY id", (unsigned long long)id,
-                     (unsigned long long)id);
+                     MOVES_TABLE " WHERE %s AND (%llu = 0 OR id = %llu) ORDER BY id", which,
+                     (unsigned long long)id, (unsigned long long)id);
             rc = conn_query_str(c, sql);
         }
         if (rc && (c->last_errno == ER_NO_SUCH_TABLE || c->last_errno == ER_BAD_DB_ERROR)) {
@@ -358,6 +360,26 @@ int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows
         *rows = NULL;
         *n = 0;
     }
+    return rc;
+}
+
+int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows,
+              size_t *n)
+{
+    return find_moves(ctx, map, id, false, rows, n);
+}
+
+int move_find_over(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row *row,
+                   bool *found)
+{
+    move_row *rows = NULL;
+    size_t n = 0;
+    int rc = find_moves(ctx, map, id, true, &rows, &n);
+
+    *found = rc == 0 && n > 0;
+    if (*found)
+        *row = rows[0];
+    free(rows);
     return rc;
 }
 

@@ -112,8 +112,59 @@ void move_unmark(mv *m)
 
     shard__error_save(&saved, 0);
     if (move_mark(m, false))
-        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: %s (reads of those shards keep checking "
-                "the fence until a later move or resume clears the mark)",
-                (unsigned long long)m->id, shard_errmsg());
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: %s (calls on those shards keep checking "
+                "the fence until shardctl move resume %llu, or a later move of them, clears "
+                "the mark)",
+                (unsigned long long)m->id, shard_errmsg(), (unsigned long long)m->id);
     shard__error_restore(&saved);
+}
+
+typedef struct stale_edit {
+    shard_ctx *ctx;
+    unsigned first, last;
+    uint64_t carrier; /* an unfinished move that may still fence there */
+    bool changed;     /* the last try published a map without the mark */
+} stale_edit;
+
+/*
+ * The marks within first..last go, unless an unfinished move that may
+ * still fence (any but one left dropping) overlaps them. The journals are
+ * read after cur was: a move marks only once it is journaled, so a move
+ * whose mark cur holds is seen here (or is over); one that marks later
+ * publishes a newer map, and this edit is tried again on it.
+ */
+static int stale_fn(const shard_map *cur, shard_map **next, void *arg)
+{
+    stale_edit *e = arg;
+    move_row *rows = NULL;
+    size_t n = 0;
+    int rc;
+
+    e->carrier = 0;
+    e->changed = false;
+    if (!any_marked(cur, e->first, e->last))
+        return PUBLISH_UNCHANGED;
+    if ((rc = move_find(e->ctx, cur, 0, &rows, &n)))
+        return rc;
+    for (size_t i = 0; i < n && !e->carrier; i++)
+        if (rows[i].phase != MOVE_DROPPING && rows[i].first <= e->last &&
+            rows[i].last >= e->first)
+            e->carrier = rows[i].id;
+    free(rows);
+    if (e->carrier)
+        return PUBLISH_UNCHANGED;
+    e->changed = true;
+    return map_mark_moving(cur, e->first, e->last, false, cur->version + 1, next);
+}
+
+int move_clear_stale_mark(shard_ctx *ctx, unsigned first, unsigned last, uint64_t *carrier,
+                          bool *cleared)
+{
+    stale_edit e = {ctx, first, last, 0, false};
+    uint64_t version = 0;
+    int rc = publish_edit(ctx->store, stale_fn, &e, &version);
+
+    *carrier = e.carrier;
+    *cleared = rc == 0 && e.changed;
+    return rc;
 }

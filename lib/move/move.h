@@ -307,6 +307,10 @@ typedef struct move_row {
  * master cannot be asked: no answer is never "no move". *rows: free(). */
 int move_find(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row **rows,
               size_t *n);
+/* Move id if it is over (done, aborted, reverted) in a journal of map:
+ * *found, and its row. Fails as move_find does. */
+int move_find_over(shard_ctx *ctx, const shard_map *map, uint64_t id, move_row *row,
+                   bool *found);
 /* Load move id (0: the only unfinished one) into m and take its lock. */
 int move_load(shard_ctx *ctx, uint64_t id, mv *m);
 
@@ -529,6 +533,12 @@ int move_publish_landed(mv *m, int rc, int (*lift)(mv *m, int rc), const char *f
 int move_mark(mv *m, bool on);
 int move_lease_wait(mv *m);
 void move_unmark(mv *m);
+/* A move that is over left shards first..last marked (its mover stopped
+ * before move_unmark): the mark goes, unless an unfinished move that may
+ * still fence overlaps it (*carrier: its id). *cleared: a map without it
+ * was published. */
+int move_clear_stale_mark(shard_ctx *ctx, unsigned first, unsigned last, uint64_t *carrier,
+                          bool *cleared);
 /* At the fence: the target snapshots verification compares against, and
  * the target's clock journaled (flip_at). */
 int move_open_vsnaps(mv *m);
