@@ -34,6 +34,9 @@
  *   resume_of_an_over_move_keeps_an_unfinished_moves_mark
  *       the same call, while another move of the shard is unfinished and
  *       marked it, leaves that mark and names the move it belongs to.
+ *   the_next_move_clears_marks_no_move_carries
+ *       a move's planning clears the marks that no unfinished move
+ *       carries, and keeps the one an unfinished (held) move holds.
  */
 #include "harness.h"
 #include "move_util.h"
@@ -619,6 +622,21 @@ static bool stored_mark(unsigned shard)
     return yes;
 }
 
+/* A move of shard to target whose mover stops once it marked the shard:
+ * the move stays unfinished, holding the mark. */
+static void move_held_at_mark(unsigned shard, const char *target, shard_move_report *r)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    int rc;
+
+    stop_at = "marked";
+    shard__move_hook = hook;
+    rc = shard_move(admin, shard, shard, target, &o, r, NULL);
+    shard__move_hook = NULL;
+    ck_assert_msg(rc == SHARD_EINTERNAL, "the move did not stop once marked: %d", rc);
+    ck_assert_msg(stored_mark(shard), "the held move did not mark shard %u", shard);
+}
+
 /* The problem of shard_fleet_status that holds needle (malloc'd), or NULL. */
 static char *status_problem(const char *needle)
 {
@@ -702,12 +720,7 @@ START_TEST(resume_of_an_over_move_keeps_an_unfinished_moves_mark)
     ck_assert_msg(!stored_mark(7), "a move that ended left its mark");
     over = r.move_id;
     /* Shard 7 moves again, and its mover stops once it marked it. */
-    stop_at = "marked";
-    shard__move_hook = hook;
-    rc = shard_move(admin, 7, 7, "MySQL002", &o, &r2, NULL);
-    shard__move_hook = NULL;
-    ck_assert_msg(rc == SHARD_EINTERNAL, "the move did not stop once marked: %d", rc);
-    ck_assert_msg(stored_mark(7), "the new move did not mark shard 7");
+    move_held_at_mark(7, "MySQL002", &r2);
     ck_assert_msg(!status_problem("marked moving"), "an unfinished move's mark was reported");
 
     /* The mark is the unfinished move's: resuming the one that is over keeps it. */
@@ -723,6 +736,35 @@ START_TEST(resume_of_an_over_move_keeps_an_unfinished_moves_mark)
     ck_assert_msg(shard_move_abort(admin, r2.move_id) == 0, "abort: %s", shard_errmsg());
     ck_assert_msg(!stored_mark(7), "the abort left shard 7 marked");
     ck_assert_str_eq(pair_of(admin, 7), "MySQL001");
+}
+END_TEST
+
+START_TEST(the_next_move_clears_marks_no_move_carries)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT, held = SHARD_MOVE_REPORT_INIT;
+    int rc;
+
+    create(ctx, 4, "{\"m\":4}");
+    /* An unfinished move of shard 6 (the other way: moves between the
+     * same pairs wait their turn) holds its mark... */
+    move_held_at_mark(6, "MySQL002", &held);
+    /* ...and shards 2-3 carry one that no move does (as a mover stopped
+     * before clearing it leaves it). */
+    map_set("moving", json_pack("[[i,i],[i,i]]", 6, 6, 2, 3));
+    ck_assert_msg(status_problem("shards 2-3 "), "the mark of shards 2-3 is not reported");
+
+    ck_assert_msg(shard_move(admin, 4, 4, "MySQL001", &o, &r, NULL) == 0, "move: %s",
+                  shard_errmsg());
+    ck_assert_msg(!stored_mark(2) && !stored_mark(3), "the next move left the mark that no "
+                  "move carried");
+    ck_assert_msg(stored_mark(6), "the next move cleared the mark of an unfinished move");
+    ck_assert_msg(!stored_mark(4), "the move left its own mark");
+    ck_assert_msg(shard_move_abort(admin, held.move_id) == 0, "abort: %s", shard_errmsg());
+    ck_assert_msg(!stored_mark(6), "the abort left shard 6 marked");
+    ck_assert_msg(!status_problem("marked moving"), "a mark is still reported");
+    ck_assert_str_eq(pair_of(admin, 4), "MySQL001");
+    ck_assert_str_eq(pair_of(admin, 6), "MySQL001");
 }
 END_TEST
 
@@ -754,6 +796,7 @@ int main(void)
         tcase_add_test(tc, writes_under_a_lease_lose_nothing);
         tcase_add_test(tc, mark_left_by_a_stopped_mover_is_reported_and_cleared);
         tcase_add_test(tc, resume_of_an_over_move_keeps_an_unfinished_moves_mark);
+        tcase_add_test(tc, the_next_move_clears_marks_no_move_carries);
         suite_add_tcase(s, tc);
     }
     {

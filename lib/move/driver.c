@@ -86,7 +86,9 @@ static int state_planned(mv *m)
     if ((rc = move_list_tables(m)))
         return rc;
     move_step(m, &t0, "listing the tables");
-    /* Marked now, so that the lease wait runs out during the copy. */
+    /* Marked now, so that the lease wait runs out during the copy; marks
+     * that earlier movers left behind go first. */
+    move_sweep_marks(m);
     if ((rc = move_mark(m, true)) || (rc = move_hook(m, "marked")))
         return rc;
     move_step(m, &t0, "marking the shards moving in the map");

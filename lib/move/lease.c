@@ -119,52 +119,102 @@ void move_unmark(mv *m)
     shard__error_restore(&saved);
 }
 
+/* An unfinished move, of rows[0..n), that may still fence a shard of
+ * lo..hi (any but one left dropping): its id, or 0. */
+static uint64_t carrier_of(const move_row *rows, size_t n, unsigned lo, unsigned hi)
+{
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].phase != MOVE_DROPPING && rows[i].first <= hi && rows[i].last >= lo)
+            return rows[i].id;
+    return 0;
+}
+
 typedef struct stale_edit {
     shard_ctx *ctx;
-    unsigned first, last;
-    uint64_t carrier; /* an unfinished move that may still fence there */
-    bool changed;     /* the last try published a map without the mark */
+    unsigned first, last; /* the marks within this range; all when first > last */
+    uint64_t carrier;     /* an unfinished move that may still fence there */
+    bool changed;         /* the last try published a map without the mark */
+    char swept[200];      /* the ranges cleared, for the log */
 } stale_edit;
 
 /*
- * The marks within first..last go, unless an unfinished move that may
- * still fence (any but one left dropping) overlaps them. The journals are
- * read after cur was: a move marks only once it is journaled, so a move
- * whose mark cur holds is seen here (or is over); one that marks later
- * publishes a newer map, and this edit is tried again on it.
+ * Marks that no unfinished move carries go: those within first..last,
+ * unless an unfinished move that may still fence overlaps that range
+ * (*carrier), or (first > last) every one that no such move overlaps.
+ * The journals are read after cur was: a move marks only once it is
+ * journaled, so a move whose mark cur holds is seen here (or is over);
+ * one that marks later publishes a newer map, and this edit is tried
+ * again on it. A mark goes with every mark inside its range (what
+ * map_mark_moving clears), none of which any such move overlaps either.
  */
 static int stale_fn(const shard_map *cur, shard_map **next, void *arg)
 {
     stale_edit *e = arg;
+    bool all = e->first > e->last;
+    shard_map *work = NULL;
     move_row *rows = NULL;
-    size_t n = 0;
-    int rc;
+    size_t n = 0, len = 0;
+    int rc = 0;
 
     e->carrier = 0;
     e->changed = false;
-    if (!any_marked(cur, e->first, e->last))
+    e->swept[0] = '\0';
+    if (all ? !cur->nmoving : !any_marked(cur, e->first, e->last))
         return PUBLISH_UNCHANGED;
     if ((rc = move_find(e->ctx, cur, 0, &rows, &n)))
         return rc;
-    for (size_t i = 0; i < n && !e->carrier; i++)
-        if (rows[i].phase != MOVE_DROPPING && rows[i].first <= e->last &&
-            rows[i].last >= e->first)
-            e->carrier = rows[i].id;
+    if (!all && (e->carrier = carrier_of(rows, n, e->first, e->last)) == 0)
+        rc = map_mark_moving(cur, e->first, e->last, false, cur->version + 1, &work);
+    for (size_t i = 0; all && rc == 0 && i < cur->nmoving; i++) {
+        const shard_rangedef *r = &cur->moving[i];
+        shard_map *w = NULL;
+        if (carrier_of(rows, n, r->lo, r->hi) ||
+            (work && !any_marked(work, r->lo, r->hi))) /* carried, or gone already */
+            continue;
+        if ((rc = map_mark_moving(work ? work : cur, r->lo, r->hi, false, cur->version + 1,
+                                  &w)) == 0) {
+            shard_map_free(work);
+            work = w;
+            if (len < sizeof e->swept)
+                len += (size_t)snprintf(e->swept + len, sizeof e->swept - len, "%s%u-%u",
+                                        len ? ", " : "", r->lo, r->hi);
+        }
+    }
     free(rows);
-    if (e->carrier)
-        return PUBLISH_UNCHANGED;
+    if (rc || !work) {
+        shard_map_free(work);
+        return rc ? rc : PUBLISH_UNCHANGED;
+    }
     e->changed = true;
-    return map_mark_moving(cur, e->first, e->last, false, cur->version + 1, next);
+    *next = work;
+    return 0;
 }
 
 int move_clear_stale_mark(shard_ctx *ctx, unsigned first, unsigned last, uint64_t *carrier,
                           bool *cleared)
 {
-    stale_edit e = {ctx, first, last, 0, false};
+    stale_edit e = {ctx, first, last, 0, false, ""};
     uint64_t version = 0;
     int rc = publish_edit(ctx->store, stale_fn, &e, &version);
 
     *carrier = e.carrier;
     *cleared = rc == 0 && e.changed;
     return rc;
+}
+
+void move_sweep_marks(mv *m)
+{
+    stale_edit e = {m->ctx, 1, 0, 0, false, ""};
+    uint64_t version = 0;
+    shard_errsave saved;
+
+    shard__error_save(&saved, 0);
+    if (publish_edit(m->ctx->store, stale_fn, &e, &version))
+        ctx_log(m->ctx, SHARD_LOG_INFO, "move %llu: marks of earlier moves in the map not "
+                "looked at: %s", (unsigned long long)m->id, shard_errmsg());
+    else if (e.changed)
+        ctx_log(m->ctx, SHARD_LOG_WARN, "move %llu: cleared the map's moving mark of shards %s, "
+                "which no unfinished move carried (a mover stopped before clearing it)",
+                (unsigned long long)m->id, e.swept);
+    shard__error_restore(&saved);
 }

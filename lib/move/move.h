@@ -539,6 +539,9 @@ void move_unmark(mv *m);
  * was published. */
 int move_clear_stale_mark(shard_ctx *ctx, unsigned first, unsigned last, uint64_t *carrier,
                           bool *cleared);
+/* Every mark of the map that no unfinished move carries goes (best
+ * effort: a failure is logged): what a move's planning does first. */
+void move_sweep_marks(mv *m);
 /* At the fence: the target snapshots verification compares against, and
  * the target's clock journaled (flip_at). */
 int move_open_vsnaps(mv *m);
