@@ -743,7 +743,6 @@ START_TEST(the_next_move_clears_marks_no_move_carries)
 {
     shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
     shard_move_report r = SHARD_MOVE_REPORT_INIT, held = SHARD_MOVE_REPORT_INIT;
-    int rc;
 
     create(ctx, 4, "{\"m\":4}");
     /* An unfinished move of shard 6 (the other way: moves between the
