@@ -205,48 +205,51 @@ static size_t put_keys(sqlbuf *q, MYSQL *my, const kv_slot *slots, size_t i, siz
 }
 
 /*
- * One statement for slots [from, to) of the group: a UNION ALL of one
- * join per mod shard, of its keys (a table value constructor, x<N>) with
- * its table by primary key, each row tagged with its mod shard. Not an
- * IN-list: for a list of hundreds of keys the range optimizer's work
+ * One statement for slots [from, to) of the group, into q: a UNION ALL of
+ * one join per mod shard, of its keys (a table value constructor, x<N>)
+ * with its table by primary key, each row tagged with its mod shard. Not
+ * an IN-list: for a list of hundreds of keys the range optimizer's work
  * (each key a range, copied at the key column's full width) cost the
  * server more than the lookups (libshard-import(7)).
  */
-static int get_batch(exec_env *env, kv_group *g, size_t from, size_t to)
+static int build_get(const shard_map *map, MYSQL *my, const kv_group *g, size_t from,
+                     size_t to, sqlbuf *q)
 {
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    sqlbuf q;
-    int rc;
-
-    sql_init(&q);
+    sql_init(q);
     for (size_t i = from; i < to;) {
-        if (shard__map_mod_pair_index(env->map, g->slots[i].modshard) !=
-            shard__map_mod_pair_index(env->map, g->slots[from].modshard)) {
-            sql_free(&q);
+        if (shard__map_mod_pair_index(map, g->slots[i].modshard) !=
+            shard__map_mod_pair_index(map, g->slots[from].modshard)) {
+            sql_free(q);
             return shard__fail(SHARD_EMOVED, "mod shard %u changed pairs",
                               g->slots[i].modshard);
         }
-        sql_addf(&q, "%sx%u(k) AS (VALUES ", i == from ? "WITH " : ", ", g->slots[i].modshard);
-        i = put_keys(&q, env->conn->my, g->slots, i, to);
-        sql_add(&q, ")");
+        sql_addf(q, "%sx%u(k) AS (VALUES ", i == from ? "WITH " : ", ", g->slots[i].modshard);
+        i = put_keys(q, my, g->slots, i, to);
+        sql_add(q, ")");
     }
     for (size_t i = from; i < to;) {
         uint32_t ms = g->slots[i].modshard;
         char db[SHARD_DBNAME_MAX];
-        shard__dbfmt_name(&env->map->mod_dbfmt, ms, db);
-        sql_addf(&q, "%sSELECT %u, t.k, t.v FROM x%u JOIN ", i == from ? " " : " UNION ALL ",
+        shard__dbfmt_name(&map->mod_dbfmt, ms, db);
+        sql_addf(q, "%sSELECT %u, t.k, t.v FROM x%u JOIN ", i == from ? " " : " UNION ALL ",
                  ms, ms);
-        sql_table(&q, db, g->table);
-        sql_addf(&q, " t ON t.k = x%u.k", ms);
+        sql_table(q, db, g->table);
+        sql_addf(q, " t ON t.k = x%u.k", ms);
         while (i < to && g->slots[i].modshard == ms)
             i++;
     }
-    if ((rc = sql_check(&q)) || (rc = conn_select(env->conn, &q, &res))) {
-        sql_free(&q);
-        return rc;
-    }
-    sql_free(&q);
+    int rc = sql_check(q);
+    if (rc)
+        sql_free(q);
+    return rc;
+}
+
+/* build_get's answer for slots [from, to), delivered; res freed. */
+static int take_get(kv_group *g, MYSQL_RES *res, size_t from, size_t to)
+{
+    MYSQL_ROW row;
+    int rc = 0;
+
     /* Rows come one mod shard's run after another: its slots are found
      * once per run, not once per row. */
     size_t lo = from, hi = from;
@@ -267,6 +270,19 @@ static int get_batch(exec_env *env, kv_group *g, size_t from, size_t to)
     return rc;
 }
 
+static int get_batch(exec_env *env, kv_group *g, size_t from, size_t to)
+{
+    MYSQL_RES *res;
+    sqlbuf q;
+    int rc;
+
+    if ((rc = build_get(env->map, env->conn->my, g, from, to, &q)))
+        return rc;
+    rc = conn_select(env->conn, &q, &res);
+    sql_free(&q);
+    return rc ? rc : take_get(g, res, from, to);
+}
+
 static int get_fn(exec_env *env, void *arg)
 {
     kv_group *g = arg;
@@ -275,6 +291,96 @@ static int get_fn(exec_env *env, void *arg)
     for (size_t from = 0; rc == 0 && from < g->n; from += KV_BATCH)
         rc = get_batch(env, g, from, from + KV_BATCH < g->n ? from + KV_BATCH : g->n);
     return rc;
+}
+
+/*
+ * The first try of a multi-key read, pipelined (as multi-get's, see
+ * lib/multiget.c): every chunk whose pair has an idle pooled connection
+ * sent from this thread before any answer is read, so the servers work
+ * at once with no thread per server (a thread's creation and join cost
+ * about 40 us here, against about 2 ms for 1000 keys). A chunk whose try
+ * fails in a way the retry policy retries is left (done false) to
+ * ctx_exec, this try counted as a retry; any other failure is final.
+ */
+typedef struct kv_piped {
+    kv_group *g;
+    shard_conn *c;
+    double started;
+    bool done;
+} kv_piped;
+
+static void piped_end(shard_ctx *ctx, kv_piped *p, int rc, int *final, shard_errsave *err)
+{
+    conn_release(p->c, rc);
+    p->c = NULL;
+    if (rc && rc != SHARD_ESERVER && error_transient(rc) && ctx->opts.retry_max > 1) {
+        stats_add(&ctx->stats.retries);
+        return;
+    }
+    p->done = true;
+    stats_call(&ctx->stats, (stats_op)0, p->started, rc);
+    if (rc && !*final) {
+        *final = rc;
+        shard__error_save(err, rc);
+    }
+}
+
+static int kv_pipeline(shard_ctx *ctx, kv_group *chunks, size_t nc, bool *done)
+{
+    kv_piped *ps = shard__calloc(nc, sizeof *ps);
+    shard_conn *cs[CONN_WAIT_MAX];
+    size_t wait[CONN_WAIT_MAX];
+    shard_map *map = ctx_map(ctx);
+    shard_errsave saved, err;
+    int final = 0;
+
+    if (!ps) {
+        shard_map_free(map);
+        return 0; /* the threads' path asks them all */
+    }
+    shard__error_save(&saved, 0);
+    for (size_t i = 0; i < nc && i < CONN_WAIT_MAX; i++) {
+        kv_group *g = &chunks[i];
+        long pair = shard__map_mod_pair_index(map, g->slots[0].modshard);
+        shard_server *srv = pair == g->slots[0].pair ? ctx_server(ctx, map, (size_t)pair) : NULL;
+        sqlbuf q;
+        int rc;
+        ps[i].g = g;
+        ps[i].started = now_seconds();
+        if (!srv || conn_acquire_idle(srv, &ps[i].c) != 0) {
+            ps[i].c = NULL;
+            continue;
+        }
+        if ((rc = build_get(map, ps[i].c->my, g, 0, g->n, &q)) == 0) {
+            rc = conn_send(ps[i].c, &q);
+            sql_free(&q);
+        }
+        if (rc)
+            piped_end(ctx, &ps[i], rc, &final, &err);
+    }
+    for (;;) {
+        size_t n = 0, k = 0;
+        MYSQL_RES *res;
+        int rc;
+        for (size_t i = 0; i < nc && i < CONN_WAIT_MAX; i++)
+            if (ps[i].c) {
+                wait[n] = i;
+                cs[n++] = ps[i].c;
+            }
+        if (n == 0)
+            break;
+        rc = conn_wait_any(cs, n, &k);
+        kv_piped *p = &ps[wait[k]];
+        if (rc == 0 && (rc = conn_read_result(p->c, &res)) == 0)
+            rc = take_get(p->g, res, 0, p->g->n);
+        piped_end(ctx, p, rc, &final, &err);
+    }
+    for (size_t i = 0; i < nc; i++)
+        done[i] = ps[i].done;
+    free(ps);
+    shard_map_free(map);
+    shard__error_restore(&saved);
+    return final ? shard__error_restore(&err) : 0;
 }
 
 typedef struct kv_job {
@@ -357,8 +463,21 @@ static int kv_get(shard_ctx *ctx, const char *table, char *const *keys, size_t n
             chunks[nc].slots += from;
             chunks[nc++].n = groups[g].n - from < KV_BATCH ? groups[g].n - from : KV_BATCH;
         }
+    /* The chunks whose pipelined try did not settle them, through ctx_exec
+     * (its retry policy), KV_GET_THREADS at a time. */
+    bool *done = nc > 1 ? shard__calloc(nc, sizeof *done) : NULL;
+    size_t left = nc;
+    if (done && (rc = kv_pipeline(ctx, chunks, nc, done)) == 0) {
+        left = 0;
+        for (size_t i = 0; i < nc; i++)
+            if (!done[i])
+                chunks[left++] = chunks[i];
+    }
+    free(done);
     kv_job j = {ctx, chunks, NULL, false};
-    rc = fanout_run(nc, (unsigned)(nc < KV_GET_THREADS ? nc : KV_GET_THREADS), get_group, &j);
+    if (rc == 0 && left)
+        rc = fanout_run(left, (unsigned)(left < KV_GET_THREADS ? left : KV_GET_THREADS),
+                        get_group, &j);
     free(chunks);
     free(groups);
     free(slots);

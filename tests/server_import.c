@@ -14,6 +14,8 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <libshard.h>
+#include <mysql.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -447,6 +449,190 @@ START_TEST(resolve_one_and_many)
     ck_assert_uint_eq(id2, id);
     shard_free(saved);
     shard_ctx_free(fresh);
+    shard_ctx_free(ctx);
+}
+END_TEST
+
+/* ---- resolution under faults ------------------------------------------------ */
+
+/* Root's connection to a server, for what sql_out cannot do: hold a lock. */
+static MYSQL *admin_on(const char *server)
+{
+    MYSQL *my = mysql_init(NULL);
+    ck_assert_ptr_nonnull(my);
+    ck_assert_msg(mysql_real_connect(my, "127.0.0.1", HARNESS_ADMIN_USER,
+                                     getenv("LIBSHARD_PASSWORD"), NULL,
+                                     (unsigned)harness_port(H, server), NULL, 0),
+                  "connect to %s: %s", server, mysql_error(my));
+    return my;
+}
+
+/* Processlist ids of the application's connections on a server, in `state`
+ * (NULL: any), up to max of them; how many. */
+static int app_connections(MYSQL *admin, const char *state, long long *ids, int max)
+{
+    char q[256];
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int n = 0;
+    snprintf(q, sizeof q, "SELECT id FROM information_schema.PROCESSLIST WHERE user = "
+             "'shard'%s%s%s", state ? " AND state = '" : "", state ? state : "",
+             state ? "'" : "");
+    ck_assert_msg(mysql_query(admin, q) == 0 && (res = mysql_store_result(admin)),
+                  "processlist: %s", mysql_error(admin));
+    while ((row = mysql_fetch_row(res)) && n < max)
+        ids[n++] = strtoll(row[0], NULL, 10);
+    mysql_free_result(res);
+    return n;
+}
+
+static long long retries_of(shard_ctx *ctx)
+{
+    char *text = NULL, *at;
+    long long v;
+    ck_assert_int_eq(shard_ctx_stats(ctx, &text), 0);
+    at = strstr(text, "\nlibshard_retries_total ");
+    ck_assert_msg(at, "no libshard_retries_total in the stats");
+    v = strtoll(at + strlen("\nlibshard_retries_total "), NULL, 10);
+    shard_free(text);
+    return v;
+}
+
+#define RSET 200 /* legacy ids per resolution below */
+
+typedef struct resolve_call {
+    shard_ctx *ctx;
+    unsigned type;
+    uint64_t legacy[RSET], ids[RSET];
+    int rc;
+    char err[512];
+} resolve_call;
+
+static void *resolve_thread(void *arg)
+{
+    resolve_call *c = arg;
+    c->rc = shard_legacy_resolve_many(c->ctx, c->type, c->legacy, RSET, c->ids);
+    snprintf(c->err, sizeof c->err, "%s", c->rc ? shard_errmsg() : "");
+    return NULL;
+}
+
+/* Legacy ids first..first+RSET-1 into c->legacy. */
+static void rset(resolve_call *c, uint64_t first)
+{
+    for (size_t i = 0; i < RSET; i++)
+        c->legacy[i] = first + i;
+}
+
+/* c's answers equal what a context of its own, untouched by faults, says. */
+static void resolve_expect(const resolve_call *c, const char *when)
+{
+    shard_ctx *fresh = open_app();
+    uint64_t want[RSET];
+    ck_assert_int_eq(shard_legacy_resolve_many(fresh, c->type, c->legacy, RSET, want), 0);
+    for (size_t i = 0; i < RSET; i++) {
+        ck_assert_msg(want[i] != 0, "legacy id %" PRIu64 " is not imported", c->legacy[i]);
+        ck_assert_msg(c->ids[i] == want[i], "%s: legacy id %" PRIu64 " resolved to %" PRIu64
+                      ", want %" PRIu64, when, c->legacy[i], c->ids[i], want[i]);
+    }
+    shard_ctx_free(fresh);
+}
+
+/*
+ * shard_legacy_resolve_many sends each server's statement before reading
+ * any answer, on the pools' idle connections: a connection the server
+ * closed while idle, an answer lost after both statements went out, and
+ * an answer later than the read timeout each end as a call on one
+ * connection at a time would (the legacy pins are imported by the tests
+ * before this one).
+ */
+START_TEST(resolve_many_faults_on_ready_connections)
+{
+    shard_ctx *ctx = open_app();
+    resolve_call c = {.ctx = ctx, .type = type_of(ctx, "pins")};
+    MYSQL *admin = admin_on("s1");
+    long long conns[16], before;
+    double t0;
+    char *db, *lock;
+
+    /* Warm: both pairs' pools hold an idle connection after this. */
+    rset(&c, 1001);
+    ck_assert_int_eq(shard_legacy_resolve_many(ctx, c.type, c.legacy, RSET, c.ids), 0);
+    resolve_expect(&c, "warm-up");
+
+    /* 1. The server closes MySQL001's idle connections: seen before the
+     * statement goes out, and no retry counted. */
+    int n = app_connections(admin, NULL, conns, 16);
+    ck_assert_int_ge(n, 1);
+    for (int i = 0; i < n; i++) {
+        char q[64];
+        snprintf(q, sizeof q, "KILL CONNECTION %lld", conns[i]);
+        mysql_query(admin, q); /* it may have gone meanwhile */
+    }
+    for (t0 = now_s(); app_connections(admin, NULL, conns, 16) > 0; nap_ms(10))
+        ck_assert_msg(now_s() - t0 < 30, "killed connections still listed");
+    nap_ms(50); /* the close reaches the client's socket */
+    before = retries_of(ctx);
+    rset(&c, 1201);
+    ck_assert_msg(shard_legacy_resolve_many(ctx, c.type, c.legacy, RSET, c.ids) == 0,
+                  "after the idle connections were killed: %s", shard_errmsg());
+    resolve_expect(&c, "after the idle connections were killed");
+    ck_assert_int_eq(retries_of(ctx), before);
+
+    /* 2. MySQL001's statement waits on a table lock, and its connection is
+     * killed while it waits: the answer is lost after both statements went
+     * out. The call asks MySQL001 again and resolves every id. */
+    rset(&c, 1401);
+    ck_assert_int_eq(shard_legacy_resolve_many(ctx, c.type, c.legacy, 1, c.ids), 0);
+    db = sql_out("s1", "SELECT table_schema FROM information_schema.TABLES WHERE "
+                       "table_name = 'legacy_pins' LIMIT 1");
+    db[strcspn(db, "\n")] = '\0';
+    ck_assert_msg(db[0], "no legacy_pins table on s1");
+    lock = fmt("LOCK TABLES `%s`.`legacy_pins` WRITE", db);
+    ck_assert_msg(mysql_query(admin, lock) == 0, "%s: %s", lock, mysql_error(admin));
+    rset(&c, 1402);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, resolve_thread, &c), 0);
+    for (t0 = now_s(); app_connections(admin, "Waiting for table metadata lock", conns, 1) < 1;
+         nap_ms(5))
+        ck_assert_msg(now_s() - t0 < 30, "the resolution never waited on the lock");
+    char kill[64];
+    snprintf(kill, sizeof kill, "KILL CONNECTION %lld", conns[0]);
+    ck_assert_msg(mysql_query(admin, kill) == 0, "%s: %s", kill, mysql_error(admin));
+    nap_ms(200); /* the retry waits on the lock too */
+    ck_assert_msg(mysql_query(admin, "UNLOCK TABLES") == 0, "UNLOCK TABLES: %s",
+                  mysql_error(admin));
+    pthread_join(t, NULL);
+    ck_assert_msg(c.rc == 0, "resolution with a lost answer: %d (%s): %s", c.rc,
+                  shard_strerror(c.rc), c.err);
+    resolve_expect(&c, "after a lost answer");
+    ck_assert_int_gt(retries_of(ctx), before);
+
+    /* 3. MySQL001's answer does not come within the read timeout (1 s, the
+     * lock held until the call returns): a timeout is not retried; the
+     * call fails with it, every output 0. */
+    shard_options o = SHARD_OPTIONS_INIT;
+    shard_ctx *c2 = NULL;
+    o.read_timeout_ms = 1000;
+    o.refresh_interval_ms = 0;
+    ck_assert_int_eq(shard_ctx_open(&c2, map_path, &o), 0);
+    rset(&c, 1601);
+    ck_assert_int_eq(shard_legacy_resolve_many(c2, c.type, c.legacy, 1, c.ids), 0);
+    rset(&c, 1602);
+    ck_assert_msg(mysql_query(admin, lock) == 0, "%s: %s", lock, mysql_error(admin));
+    int rc = shard_legacy_resolve_many(c2, c.type, c.legacy, RSET, c.ids);
+    ck_assert_msg(mysql_query(admin, "UNLOCK TABLES") == 0, "UNLOCK TABLES: %s",
+                  mysql_error(admin));
+    ck_assert_msg(rc == SHARD_ETIMEOUT, "a lookup table locked past the read timeout: %d "
+                  "(%s): %s", rc, shard_strerror(rc), shard_errmsg());
+    for (size_t i = 0; i < RSET; i++)
+        ck_assert_uint_eq(c.ids[i], 0);
+    /* and the same ids resolve once the lock is gone */
+    ck_assert_int_eq(shard_legacy_resolve_many(c2, c.type, c.legacy, RSET, c.ids), 0);
+    resolve_expect(&c, "after the timeout");
+    shard_ctx_free(c2);
+    free(lock);
+    free(db);
+    mysql_close(admin);
     shard_ctx_free(ctx);
 }
 END_TEST
@@ -1112,6 +1298,7 @@ static Suite *import_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_tests(tc, TESTS(import_pins_near_boards, objects_equal_legacy_rows,
                               second_and_third_pass, mapping_passes, resolve_one_and_many,
+                              resolve_many_faults_on_ready_connections,
                               hostile_values, json_column, killed_import_no_duplicates,
                               shardctl_import));
     suite_add_tcase(s, tc);
