@@ -90,6 +90,7 @@ static int kv_slots(shard_ctx *ctx, const char *table, char *const *keys, size_t
                     kv_slot **out)
 {
     shard_map *map = ctx_map(ctx);
+    shard_md5 *md5 = NULL;
     kv_slot *s = NULL;
     int rc = 0;
 
@@ -100,13 +101,17 @@ static int kv_slots(shard_ctx *ctx, const char *table, char *const *keys, size_t
                         "map version %llu", table, (unsigned long long)map->version);
     else if (!(s = shard__calloc(n ? n : 1, sizeof *s)))
         rc = shard__fail(SHARD_ENOMEM, "out of memory for %zu lookup keys", n);
+    if (rc == 0 && n > 1)
+        md5 = shard__md5_new();
     for (size_t i = 0; rc == 0 && i < n; i++) {
         s[i].idx = i;
         s[i].key = keys[i];
-        if ((rc = shard_mod(keys[i], strlen(keys[i]), map->mod_count, &s[i].modshard)))
+        if ((rc = shard__mod_with(md5, keys[i], strlen(keys[i]), map->mod_count,
+                                  &s[i].modshard)))
             break;
         s[i].pair = shard__map_mod_pair_index(map, s[i].modshard);
     }
+    shard__md5_free(md5);
     shard_map_free(map);
     if (rc) {
         free(s);
