@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "check_util.h"
+#include "admin_util.h"
 #include "first_reports.h"
 #include "harness.h"
 #include "legacy.h" /* shard__import_hook */
@@ -453,51 +454,6 @@ START_TEST(resolve_one_and_many)
 }
 END_TEST
 
-/* ---- resolution under faults ------------------------------------------------ */
-
-/* Root's connection to a server, for what sql_out cannot do: hold a lock. */
-static MYSQL *admin_on(const char *server)
-{
-    MYSQL *my = mysql_init(NULL);
-    ck_assert_ptr_nonnull(my);
-    ck_assert_msg(mysql_real_connect(my, "127.0.0.1", HARNESS_ADMIN_USER,
-                                     getenv("LIBSHARD_PASSWORD"), NULL,
-                                     (unsigned)harness_port(H, server), NULL, 0),
-                  "connect to %s: %s", server, mysql_error(my));
-    return my;
-}
-
-/* Processlist ids of the application's connections on a server, in `state`
- * (NULL: any), up to max of them; how many. */
-static int app_connections(MYSQL *admin, const char *state, long long *ids, int max)
-{
-    char q[256];
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    int n = 0;
-    snprintf(q, sizeof q, "SELECT id FROM information_schema.PROCESSLIST WHERE user = "
-             "'shard'%s%s%s", state ? " AND state = '" : "", state ? state : "",
-             state ? "'" : "");
-    ck_assert_msg(mysql_query(admin, q) == 0 && (res = mysql_store_result(admin)),
-                  "processlist: %s", mysql_error(admin));
-    while ((row = mysql_fetch_row(res)) && n < max)
-        ids[n++] = strtoll(row[0], NULL, 10);
-    mysql_free_result(res);
-    return n;
-}
-
-static long long retries_of(shard_ctx *ctx)
-{
-    char *text = NULL, *at;
-    long long v;
-    ck_assert_int_eq(shard_ctx_stats(ctx, &text), 0);
-    at = strstr(text, "\nlibshard_retries_total ");
-    ck_assert_msg(at, "no libshard_retries_total in the stats");
-    v = strtoll(at + strlen("\nlibshard_retries_total "), NULL, 10);
-    shard_free(text);
-    return v;
-}
-
 #define RSET 200 /* legacy ids per resolution below */
 
 typedef struct resolve_call {
@@ -549,7 +505,7 @@ START_TEST(resolve_many_faults_on_ready_connections)
 {
     shard_ctx *ctx = open_app();
     resolve_call c = {.ctx = ctx, .type = type_of(ctx, "pins")};
-    MYSQL *admin = admin_on("s1");
+    MYSQL *admin = admin_on(H, "s1");
     long long conns[16], before;
     double t0;
     char *db, *lock;

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "check_util.h"
+#include "admin_util.h"
 #include "data_util.h"
 
 /* ------------------------------------------------------------ key-value */
@@ -532,49 +533,6 @@ START_TEST(test_mget_large)
 }
 END_TEST
 
-/* The context's libshard_retries_total. */
-static long long retries_of(shard_ctx *ctx)
-{
-    char *text = NULL, *at;
-    long long v;
-    OK(shard_ctx_stats(ctx, &text));
-    at = strstr(text, "\nlibshard_retries_total ");
-    ck_assert_msg(at, "no libshard_retries_total in the stats");
-    v = strtoll(at + strlen("\nlibshard_retries_total "), NULL, 10);
-    shard_free(text);
-    return v;
-}
-
-/* Root's connection to a server, for what sql_on cannot do: hold a lock. */
-static MYSQL *admin_on(const char *server)
-{
-    MYSQL *my = mysql_init(NULL);
-    ck_assert_ptr_nonnull(my);
-    ck_assert_msg(mysql_real_connect(my, "127.0.0.1", HARNESS_ADMIN_USER,
-                                     getenv("LIBSHARD_PASSWORD"), NULL,
-                                     (unsigned)harness_port(H, server), NULL, 0),
-                  "connect to %s: %s", server, mysql_error(my));
-    return my;
-}
-
-/* Processlist ids of the application's connections on a server, in `state`
- * (NULL: any), up to max of them; how many. */
-static int app_connections(MYSQL *admin, const char *state, long long *ids, int max)
-{
-    char q[256];
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    int n = 0;
-    snprintf(q, sizeof q, "SELECT id FROM information_schema.PROCESSLIST WHERE user = 'shard'%s%s%s",
-             state ? " AND state = '" : "", state ? state : "", state ? "'" : "");
-    ck_assert_msg(mysql_query(admin, q) == 0 && (res = mysql_store_result(admin)),
-                  "processlist: %s", mysql_error(admin));
-    while ((row = mysql_fetch_row(res)) && n < max)
-        ids[n++] = strtoll(row[0], NULL, 10);
-    mysql_free_result(res);
-    return n;
-}
-
 typedef struct mget_call {
     shard_ctx *ctx;
     const uint64_t *ids;
@@ -633,7 +591,7 @@ START_TEST(test_mget_faults_on_ready_connections)
 
     /* 1. The server closes pair A's idle connections: the multi-get must
      * see that before it sends, and not count a retry. */
-    MYSQL *admin = admin_on(master_of(sa));
+    MYSQL *admin = admin_on(H, master_of(sa));
     int n = app_connections(admin, NULL, conns, 16);
     ck_assert_int_ge(n, 1);
     for (int i = 0; i < n; i++) {
