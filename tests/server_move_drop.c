@@ -5,7 +5,9 @@
  * drop; a mover killed (SIGKILL) between two drops leaves a move that a
  * resume finishes; a move back onto the old source pair while drops are
  * pending finishes them first and drops nothing of its own; every
- * acknowledged write stays readable.
+ * acknowledged write stays readable; a revert drops the target's copies
+ * the same way, one at a time, and a resume finishes a revert stopped
+ * between two drops.
  */
 #include "harness.h"
 #include "move_util.h"
@@ -112,6 +114,36 @@ static int fail_second_drop(uint64_t move_id, const char *point)
     if (strcmp(point, "source database dropped") == 0 && ++hook_calls == 2)
         return SHARD_ESERVER;
     return 0;
+}
+
+/* A revert's drops of the target's copies: at each database's point, how
+ * many of the range's databases the target master (s5) still has. */
+static int revert_left_at[8], revert_points;
+static int revert_fail_at; /* fail the nth point (0: none) */
+static unsigned revert_first, revert_last;
+static uint64_t revert_drop_total;
+
+static int watch_revert_drops(uint64_t move_id, const char *point)
+{
+    int left = 0;
+
+    (void)move_id;
+    if (strcmp(point, "source database dropped") != 0)
+        return 0;
+    for (unsigned s = revert_first; s <= revert_last; s++)
+        left += db_exists(h, "s5", s);
+    if (revert_points < 8)
+        revert_left_at[revert_points] = left;
+    revert_points++;
+    return revert_points == revert_fail_at ? SHARD_ESERVER : 0;
+}
+
+static void revert_progress(int phase, uint64_t done, uint64_t total, void *payload)
+{
+    (void)done;
+    (void)payload;
+    if (phase == SHARD_MOVE_DROPPING)
+        revert_drop_total = total;
 }
 
 /* ---- tests ---------------------------------------------------------------------- */
@@ -283,6 +315,80 @@ START_TEST(shardctl_move_drops_after_done)
 }
 END_TEST
 
+/*
+ * A revert drops the target's copies as a move drops its source: one
+ * database at a time, paced (the target pair may serve other shards'
+ * writers), each only while the target master still has it; a revert
+ * stopped between two drops is completed by a resume, which drops the
+ * rest. The revert returns reverted once they are gone.
+ */
+START_TEST(revert_drops_the_copies_one_at_a_time)
+{
+    static const unsigned shards[4][2] = {{6, 6}, {6, 6}, {0, 1}, {8, 9}};
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT, rr = SHARD_MOVE_REPORT_INIT;
+    static load l;
+    int rc;
+
+    ck_assert_str_eq(pair_of(ctx, 2), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 3), "MySQL001");
+    ck_assert_str_eq(pair_of(ctx, 6), "MySQL003");
+    ledger_fill(ctx, 2, 3, 40);
+    move_reversible(admin, 2, 3, "MySQL003", 600, &r);
+    ledger_fill(ctx, 2, 3, 10); /* on the target: the revert brings them back */
+
+    /* Writers on MySQL003's own shard (6) while its copies go. */
+    load_start(&l, ctx, shards, 1000, 200000);
+    revert_first = 2;
+    revert_last = 3;
+    revert_points = 0;
+    revert_fail_at = 0;
+    revert_drop_total = 0;
+    o.progress = revert_progress;
+    shard__move_hook = watch_revert_drops;
+    rc = shard_move_revert(admin, r.move_id, &o, &rr);
+    shard__move_hook = NULL;
+    load_stop(&l, 200000);
+    ck_assert_msg(rc == 0, "revert: %s", shard_errmsg());
+    ck_assert_int_eq(rr.phase, SHARD_MOVE_REVERTED);
+    ck_assert_int_eq(rr.source_dropped, 1);
+    /* One point per database, the other still there at the first. */
+    ck_assert_int_eq(revert_points, 2);
+    ck_assert_int_eq(revert_left_at[0], 1);
+    ck_assert_int_eq(revert_left_at[1], 0);
+    ck_assert_uint_eq(revert_drop_total, 2);
+    for (unsigned s = 2; s <= 3; s++) {
+        ck_assert_int_eq(db_exists(h, "s5", s), 0);
+        ck_assert_int_eq(db_exists_settled(h, "s6", s, 0), 0);
+        ck_assert_str_eq(pair_of(ctx, s), "MySQL001");
+        check_both_halves(h, ctx, s);
+    }
+
+    /* Again, stopped after the first drop: a resume drops the other. */
+    move_reversible(admin, 2, 3, "MySQL003", 600, &r);
+    ledger_fill(ctx, 2, 3, 5);
+    revert_points = 0;
+    revert_fail_at = 1;
+    shard__move_hook = watch_revert_drops;
+    rc = shard_move_revert(admin, r.move_id, &o, &rr);
+    shard__move_hook = NULL;
+    ck_assert_int_ne(rc, 0);
+    ck_assert_int_eq(revert_points, 1);
+    ck_assert_int_eq(revert_left_at[0], 1);
+    ck_assert_str_eq(pair_of(ctx, 2), "MySQL001"); /* flipped back before the drops */
+    rc = shard_move_resume(admin, r.move_id, NULL, &rr);
+    ck_assert_msg(rc == 0, "resume of the revert: %s", shard_errmsg());
+    ck_assert_int_eq(rr.phase, SHARD_MOVE_REVERTED);
+    ck_assert_int_eq(rr.source_dropped, 1);
+    for (unsigned s = 2; s <= 3; s++) {
+        ck_assert_int_eq(db_exists(h, "s5", s), 0);
+        ck_assert_int_eq(db_exists_settled(h, "s6", s, 0), 0);
+        check_both_halves(h, ctx, s);
+    }
+    ledger_check_all(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_move_drop");
@@ -294,7 +400,8 @@ int main(void)
     /* In order, in this process: later tests move from where earlier ones left. */
     tcase_set_timeout(tc, 300);
     tcase_add_tests(tc, TESTS(done_before_the_drops, killed_between_drops_then_resumed,
-                              move_back_while_drops_pending, shardctl_move_drops_after_done));
+                              move_back_while_drops_pending, shardctl_move_drops_after_done,
+                              revert_drops_the_copies_one_at_a_time));
     suite_add_tcase(s, tc);
     failed = run_suite(s, CK_NOFORK);
     shard_ctx_free(admin);

@@ -154,30 +154,7 @@ void move_check_target_pair(mv *m)
     shard__error_restore(&saved);
 }
 
-int move_drop_source(mv *m)
-{
-    int rc;
-
-    /*
-     * No check for writes after the fence is needed here: every libshard
-     * write checks the fence row under a shared lock inside its own
-     * transaction, the fence UPDATE waited for those in flight, and any
-     * write after it saw fenced = 1 and wrote nothing. Verification then
-     * compared every row of the frozen source with the target. (Writes
-     * that bypass libshard are outside what a fence can stop.)
-     */
-    rc = move_drop_dbs(m, MOVE_SOURCE);
-    move_close_workers(m);
-    if (rc == 0)
-        rc = move_hook(m, "source dropped");
-    /* The rows go last: until the databases are gone they stay fenced. */
-    if (rc == 0)
-        rc = move_fence_delete(m);
-    m->r->source_dropped = rc == 0;
-    return rc;
-}
-
-/* ---- the forward move's drop, after it reported done ------------------------------ */
+/* ---- the source's drop: a forward move's after it reported done, a revert's -------- */
 
 int move_source_left(mv *m, shard_conn *c, uint64_t *left)
 {

@@ -387,7 +387,12 @@ static int state_cleaning(mv *m)
         return rc;
     move_step(m, &t0, "waiting for both halves of the target");
     if (m->dir) {
-        if ((rc = move_drop_source(m)))
+        /* The target's copies, one database at a time and paced, as a
+         * forward move drops its source: the pair they are on may serve
+         * other shards' writers. The caller waits for them: a revert
+         * reports reverted once they are gone. */
+        move_close_workers(m);
+        if ((rc = move_drop_paced(m)))
             return rc;
         move_step(m, &t0, "dropping the source");
         return move_enter(m, MOVE_DONE, "reverted");

@@ -562,13 +562,11 @@ void move_close_vsnaps(mv *m);
 int move_target_pair_ready(mv *m);
 /* The same check, only reported (report and a warning). */
 void move_check_target_pair(mv *m);
-/* A revert's drop of its source (the journal's target): all at once,
- * over the workers. */
-int move_drop_source(mv *m);
-/* The forward move's drop of the source, after it reported done
- * (libshard-move(7), "Dropping the source"): one database at a time,
- * paced, each skipped once gone, so that a resume after a kill drops the
- * rest; the source's fence rows last. */
+/* The drop of the source (libshard-move(7), "Dropping the source"): a
+ * forward move's after it reported done, a revert's (the journal's
+ * target) before it reports reverted. One database at a time, paced, each
+ * skipped once gone, so that a resume after a kill drops the rest; the
+ * source's fence rows last. */
 int move_drop_paced(mv *m);
 /* How many of the moved databases the source master still has. */
 int move_source_left(mv *m, shard_conn *c, uint64_t *left);
