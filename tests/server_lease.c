@@ -776,6 +776,103 @@ START_TEST(the_next_move_clears_marks_no_move_carries)
 }
 END_TEST
 
+
+/* A stale mark larger than the next move's range: the move of one of its
+ * shards must not keep it (as the only carrier of it) past its end. */
+START_TEST(a_move_inside_a_stale_mark_clears_it)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT;
+    char to[64];
+    char *line;
+
+    create(ctx, 2, "{\"m\":2}");
+    snprintf(to, sizeof to, "%s", strcmp(pair_of(admin, 2), "MySQL001") == 0 ? "MySQL002"
+                                                                             : "MySQL001");
+    /* Shards 2-3 carry a mark that no move does (a mover stopped before
+     * clearing it). */
+    map_set("moving", json_pack("[[i,i]]", 2, 3));
+    ck_assert_msg(has_problem("shards 2-3 "), "the mark of shards 2-3 is not reported");
+    /* The next move of shard 2, one of those shards. */
+    ck_assert_msg(shard_move(admin, 2, 2, to, &o, &r, NULL) == 0, "move: %s", shard_errmsg());
+    ck_assert_str_eq(pair_of(admin, 2), to);
+    line = status_problem("marked moving");
+    ck_assert_msg(!stored_mark(3), "the move of shard 2 left the mark of shards 2-3 that no "
+                  "move carries (status: %s)", line ? line : "(nothing)");
+    free(line);
+}
+END_TEST
+
+/* Whether the stored map marks shard moving: 1, 0, or -1 when the store
+ * does not answer (no assertion: called from inside a mover's hook). */
+static int mark_now(unsigned shard)
+{
+    shard_store *st = NULL;
+    shard_map *cur = NULL;
+    char *text = NULL;
+    json_t *doc = NULL, *r;
+    size_t i;
+    int yes = 0;
+
+    if (shard_store_open(&st, harness_map_path(h)) || shard_store_load(st, &cur) ||
+        shard_map_to_json(cur, &text) || !(doc = json_loads(text, 0, NULL)))
+        yes = -1;
+    json_array_foreach(json_object_get(doc, "moving"), i, r)
+        if (yes == 0 && json_integer_value(json_array_get(r, 0)) <= shard &&
+            json_integer_value(json_array_get(r, 1)) >= shard)
+            yes = 1;
+    json_decref(doc);
+    shard_free(text);
+    shard_map_free(cur);
+    shard_store_free(st);
+    return yes;
+}
+
+static unsigned revert_shard;
+static int marked_at_drop = -2; /* -2: no drop point seen */
+
+static int look_at_drop(uint64_t id, const char *point)
+{
+    (void)id;
+    if (strcmp(point, "source database dropped") == 0 && marked_at_drop == -2)
+        marked_at_drop = mark_now(revert_shard);
+    return 0;
+}
+
+/* A revert takes its mark off once it is flipped back and verified, before
+ * it drops the target's copies one at a time: no fence is set after that,
+ * and calls on those shards skip the check again while the drops run. */
+START_TEST(a_revert_unmarks_before_its_drops)
+{
+    shard_move_options o = SHARD_MOVE_OPTIONS_INIT;
+    shard_move_report r = SHARD_MOVE_REPORT_INIT, rr = SHARD_MOVE_REPORT_INIT;
+    char from[64], to[64];
+    int rc;
+
+    revert_shard = 5;
+    create(ctx, revert_shard, "{\"r\":5}");
+    snprintf(from, sizeof from, "%s", pair_of(admin, revert_shard));
+    snprintf(to, sizeof to, "%s", strcmp(from, "MySQL001") == 0 ? "MySQL002" : "MySQL001");
+    o.reverse_window_s = 600;
+    rc = shard_move(admin, revert_shard, revert_shard, to, &o, &r, NULL);
+    ck_assert_msg(rc == 0, "move: %s", shard_errmsg());
+    ck_assert_int_eq(r.phase, SHARD_MOVE_REVERSIBLE);
+    ck_assert_msg(stored_mark(revert_shard), "a reversible move keeps its mark (it may fence "
+                  "again, to revert)");
+    marked_at_drop = -2;
+    shard__move_hook = look_at_drop;
+    rc = shard_move_revert(admin, r.move_id, NULL, &rr);
+    shard__move_hook = NULL;
+    ck_assert_msg(rc == 0, "revert: %s", shard_errmsg());
+    ck_assert_int_eq(rr.phase, SHARD_MOVE_REVERTED);
+    ck_assert_str_eq(pair_of(admin, revert_shard), from);
+    ck_assert_msg(marked_at_drop == 0, "at the revert's first drop the shard was %s",
+                  marked_at_drop == -2 ? "(no drop point reached)"
+                  : marked_at_drop < 0 ? "unknown (the store did not answer)" : "still marked");
+    ck_assert(!stored_mark(revert_shard));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("server_lease");
@@ -805,6 +902,8 @@ int main(void)
         tcase_add_test(tc, mark_left_by_a_stopped_mover_is_reported_and_cleared);
         tcase_add_test(tc, resume_of_an_over_move_keeps_an_unfinished_moves_mark);
         tcase_add_test(tc, the_next_move_clears_marks_no_move_carries);
+        tcase_add_test(tc, a_move_inside_a_stale_mark_clears_it);
+        tcase_add_test(tc, a_revert_unmarks_before_its_drops);
         suite_add_tcase(s, tc);
     }
     {

@@ -6,8 +6,9 @@
  * resume finishes; a move back onto the old source pair while drops are
  * pending finishes them first and drops nothing of its own; every
  * acknowledged write stays readable; a revert drops the target's copies
- * the same way, one at a time, and a resume finishes a revert stopped
- * between two drops.
+ * the same way, one at a time; a resume
+ * finishes a revert stopped between two drops (status counts what is
+ * left; a finish is refused).
  */
 #include "harness.h"
 #include "move_util.h"
@@ -376,6 +377,13 @@ START_TEST(revert_drops_the_copies_one_at_a_time)
     ck_assert_int_eq(revert_points, 1);
     ck_assert_int_eq(revert_left_at[0], 1);
     ck_assert_str_eq(pair_of(ctx, 2), "MySQL001"); /* flipped back before the drops */
+    /* Status counts what is left on the target; a finish is refused (a
+     * revert is resumed, never finished forward). */
+    assert_status(r.move_id, "reverting", "1 of 2 databases on MySQL003");
+    rc = shard_move_finish(admin, r.move_id, NULL, &rr);
+    ck_assert_msg(rc == SHARD_EBUSY, "shard_move_finish of a revert stopped between two "
+                  "drops: %d, phase %s", rc, shard_move_phase_name(rr.phase));
+    ck_assert_int_eq(db_exists(h, "s5", 3), 1);
     rc = shard_move_resume(admin, r.move_id, NULL, &rr);
     ck_assert_msg(rc == 0, "resume of the revert: %s", shard_errmsg());
     ck_assert_int_eq(rr.phase, SHARD_MOVE_REVERTED);

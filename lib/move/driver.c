@@ -390,7 +390,10 @@ static int state_cleaning(mv *m)
         /* The target's copies, one database at a time and paced, as a
          * forward move drops its source: the pair they are on may serve
          * other shards' writers. The caller waits for them: a revert
-         * reports reverted once they are gone. */
+         * reports reverted once they are gone. Its mark goes first, as a
+         * forward move's goes before its drops: no fence is set from here
+         * on, and calls on those shards need not check one meanwhile. */
+        move_unmark(m);
         move_close_workers(m);
         if ((rc = move_drop_paced(m)))
             return rc;
@@ -1010,7 +1013,7 @@ static int reversible_call(shard_ctx *ctx, uint64_t move_id, const shard_move_op
     if ((rc = options(&m, opts)) || (rc = move_load(ctx, move_id, &m)) ||
         (rc = move_recheck(&m)))
         goto out;
-    if (!revert && (m.phase == MOVE_CLEANING || m.phase == MOVE_DROPPING)) {
+    if (!revert && !m.dir && (m.phase == MOVE_CLEANING || m.phase == MOVE_DROPPING)) {
         m.finish = true; /* the drops now, in this call */
         rc = drive(&m);  /* finished already: only the cleanup was left */
         goto out;

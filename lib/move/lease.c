@@ -120,11 +120,14 @@ void move_unmark(mv *m)
 }
 
 /* An unfinished move, of rows[0..n), that may still fence a shard of
- * lo..hi (any but one left dropping): its id, or 0. */
-static uint64_t carrier_of(const move_row *rows, size_t n, unsigned lo, unsigned hi)
+ * lo..hi (any but one left dropping, and but self, the sweeping move,
+ * which marks its own range right after): its id, or 0. */
+static uint64_t carrier_of(const move_row *rows, size_t n, unsigned lo, unsigned hi,
+                           uint64_t self)
 {
     for (size_t i = 0; i < n; i++)
-        if (rows[i].phase != MOVE_DROPPING && rows[i].first <= hi && rows[i].last >= lo)
+        if (rows[i].phase != MOVE_DROPPING && rows[i].id != self && rows[i].first <= hi &&
+            rows[i].last >= lo)
             return rows[i].id;
     return 0;
 }
@@ -132,6 +135,7 @@ static uint64_t carrier_of(const move_row *rows, size_t n, unsigned lo, unsigned
 typedef struct stale_edit {
     shard_ctx *ctx;
     unsigned first, last; /* the marks within this range; all when first > last */
+    uint64_t self;        /* the move sweeping (0: none), not a carrier */
     uint64_t carrier;     /* an unfinished move that may still fence there */
     bool changed;         /* the last try published a map without the mark */
     char swept[200];      /* the ranges cleared, for the log */
@@ -163,12 +167,12 @@ static int stale_fn(const shard_map *cur, shard_map **next, void *arg)
         return PUBLISH_UNCHANGED;
     if ((rc = move_find(e->ctx, cur, 0, &rows, &n)))
         return rc;
-    if (!all && (e->carrier = carrier_of(rows, n, e->first, e->last)) == 0)
+    if (!all && (e->carrier = carrier_of(rows, n, e->first, e->last, e->self)) == 0)
         rc = map_mark_moving(cur, e->first, e->last, false, cur->version + 1, &work);
     for (size_t i = 0; all && rc == 0 && i < cur->nmoving; i++) {
         const shard_rangedef *r = &cur->moving[i];
         shard_map *w = NULL;
-        if (carrier_of(rows, n, r->lo, r->hi) ||
+        if (carrier_of(rows, n, r->lo, r->hi, e->self) ||
             (work && !any_marked(work, r->lo, r->hi))) /* carried, or gone already */
             continue;
         if ((rc = map_mark_moving(work ? work : cur, r->lo, r->hi, false, cur->version + 1,
@@ -193,7 +197,7 @@ static int stale_fn(const shard_map *cur, shard_map **next, void *arg)
 int move_clear_stale_mark(shard_ctx *ctx, unsigned first, unsigned last, uint64_t *carrier,
                           bool *cleared)
 {
-    stale_edit e = {ctx, first, last, 0, false, ""};
+    stale_edit e = {ctx, first, last, 0, 0, false, ""};
     uint64_t version = 0;
     int rc = publish_edit(ctx->store, stale_fn, &e, &version);
 
@@ -204,7 +208,7 @@ int move_clear_stale_mark(shard_ctx *ctx, unsigned first, unsigned last, uint64_
 
 void move_sweep_marks(mv *m)
 {
-    stale_edit e = {m->ctx, 1, 0, 0, false, ""};
+    stale_edit e = {m->ctx, 1, 0, m->id, 0, false, ""};
     uint64_t version = 0;
     shard_errsave saved;
 

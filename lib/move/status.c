@@ -101,10 +101,11 @@ static json_t *reverse_stream(shard_ctx *ctx, shard_map *map, MYSQL_ROW row)
     }
 }
 
-/* A move left dropping: how many of its databases its source master still
+/* A move left dropping, or a revert stopped in its drops (dir 1: of the
+ * journal's target): how many of its databases its source master still
  * has ("37 of 256 databases on P001"), asked there (a kill between two
  * drops leaves no count behind to trust). */
-static json_t *drop_pending(shard_ctx *ctx, shard_map *map, MYSQL_ROW row)
+static json_t *drop_pending(shard_ctx *ctx, shard_map *map, MYSQL_ROW row, int dir)
 {
     shard_server *s;
     shard_conn *c = NULL;
@@ -116,6 +117,7 @@ static json_t *drop_pending(shard_ctx *ctx, shard_map *map, MYSQL_ROW row)
 
     if (!row_move(&m, ctx, map, row))
         return json_string("unknown: the map lacks one of its pairs");
+    m.dir = dir;
     shard__error_save(&saved, 0);
     if (!(s = ctx_server_at(ctx, &move_sp(&m)->master)) || conn_get(ctx, s, &c) ||
         (rc = move_source_left(&m, c, &left))) {
@@ -204,8 +206,10 @@ int shard_move_status(shard_ctx *ctx, char **text)
                                         json_integer(strtoll(row[12], NULL, 10)));
                     json_object_set_new(o, "reverse_stream", reverse_stream(ctx, map, row));
                 }
-                if (o && phase == MOVE_DROPPING)
-                    json_object_set_new(o, "drop_pending", drop_pending(ctx, map, row));
+                if (o && (phase == MOVE_DROPPING ||
+                          (phase == MOVE_REVERTING && step == MOVE_CLEANING)))
+                    json_object_set_new(o, "drop_pending",
+                                        drop_pending(ctx, map, row, phase == MOVE_REVERTING));
                 add_json_line(&out, o);
             }
             mysql_free_result(res);
