@@ -310,6 +310,7 @@ static int get_fn(exec_env *env, void *arg)
 typedef struct kv_piped {
     kv_group *g;
     shard_conn *c;
+    const char *pair; /* its name, for a final error (the pipeline's map's) */
     double started;
     bool done;
 } kv_piped;
@@ -326,6 +327,7 @@ static void piped_end(shard_ctx *ctx, kv_piped *p, int rc, int *final, shard_err
     stats_call(&ctx->stats, (stats_op)0, p->started, rc);
     if (rc && !*final) {
         *final = rc;
+        shard__fail_prefix(rc, "pair %s: ", p->pair); /* as on the threads' path */
         shard__error_save(err, rc);
     }
 }
@@ -351,6 +353,7 @@ static int kv_pipeline(shard_ctx *ctx, kv_group *chunks, size_t nc, bool *done)
         sqlbuf q;
         int rc;
         ps[i].g = g;
+        ps[i].pair = pair >= 0 ? map->pairs[pair].name : "?";
         ps[i].started = now_seconds();
         if (!srv || conn_acquire_idle(srv, &ps[i].c) != 0) {
             ps[i].c = NULL;

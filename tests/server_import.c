@@ -580,6 +580,8 @@ START_TEST(resolve_many_faults_on_ready_connections)
                   mysql_error(admin));
     ck_assert_msg(rc == SHARD_ETIMEOUT, "a lookup table locked past the read timeout: %d "
                   "(%s): %s", rc, shard_strerror(rc), shard_errmsg());
+    /* The message names the pair, as the threads' path does. */
+    ck_assert_msg(strstr(shard_errmsg(), "pair MySQL001: "), "%s", shard_errmsg());
     for (size_t i = 0; i < RSET; i++)
         ck_assert_uint_eq(c.ids[i], 0);
     /* and the same ids resolve once the lock is gone */

@@ -393,6 +393,41 @@ START_TEST(mod_vectors_match_python)
 }
 END_TEST
 
+/* The library's batches (lookup keys, lib/legacy.c) reuse one digest
+ * context over many keys (shard__mod_with): every Python vector, twice
+ * over in one context (a context that kept state from the key before
+ * would differ), and with no context at all (its allocation failed). */
+typedef struct evp_md_ctx_st shard_md5;
+shard_md5 *shard__md5_new(void);
+void shard__md5_free(shard_md5 *m);
+int shard__mod_with(shard_md5 *m, const void *key, size_t len, uint32_t nshards,
+                    uint32_t *shard);
+
+START_TEST(mod_reused_context_matches_python)
+{
+    shard_md5 *md = shard__md5_new();
+
+    ck_assert_ptr_nonnull(md);
+    for (int round = 0; round < 3; round++)
+        for (size_t v = 0; v < sizeof mod_vectors / sizeof mod_vectors[0]; v++) {
+            unsigned char *buf = NULL;
+            size_t len;
+            const void *key = key_bytes(mod_vectors[v].key, &len, &buf);
+
+            for (size_t j = 0; j < NNS; j++) {
+                uint32_t got = UINT32_MAX;
+                int rc = shard__mod_with(round < 2 ? md : NULL, key, len, mod_ns[j], &got);
+                ck_assert_msg(rc == SHARD_OK && got == mod_vectors[v].expect[j],
+                              "round %d, key #%d (len %zu) mod %u: rc %d, got %u, Python "
+                              "says %u", round, mod_vectors[v].key, len, mod_ns[j], rc, got,
+                              mod_vectors[v].expect[j]);
+            }
+            free(buf);
+        }
+    shard__md5_free(md);
+}
+END_TEST
+
 START_TEST(mod_empty_and_nul_keys)
 {
     ck_assert_int_eq(mod_vectors[K_EMPTY].key, K_EMPTY);
@@ -615,6 +650,7 @@ static Suite *id_suite(void)
                                               parse_rejects)),
                       60);
     tcase_set_timeout(tcase_of(s, "modshard", TESTS(mod_design_example, mod_vectors_match_python,
+                                                    mod_reused_context_matches_python,
                                                     mod_empty_and_nul_keys, mod_rejects,
                                                     mod_property)),
                       60);
