@@ -310,7 +310,9 @@ static void check_marks(const shard_map *map, const st_server *s, size_t n, json
         for (size_t i = 0; i < n && !carried; i++)
             for (size_t j = 0; !s[i].standby && j < s[i].nmoves && !carried; j++) {
                 const fleet_move *m = &s[i].moves[j];
-                if (m->first > r->lo || m->last < r->hi)
+                /* Overlap, as a resume or a sweep decides (lib/move/lease.c):
+                 * a move that shares a shard with the mark keeps it. */
+                if (m->last < r->lo || m->first > r->hi)
                     continue;
                 if (m->phase == SHARD_MOVE_DROPPING)
                     dropping = m;

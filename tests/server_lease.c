@@ -742,6 +742,12 @@ START_TEST(resume_of_an_over_move_keeps_an_unfinished_moves_mark)
     free(want);
     ck_assert_msg(stored_mark(7), "resuming a move that is over cleared the mark of an "
                   "unfinished move of the same shard");
+    /* A wider mark (made by hand, 6-7) that the unfinished move shares a
+     * shard with: kept by a sweep and a resume, so not reported either. */
+    map_set("moving", json_pack("[[i,i]]", 6, 7));
+    ck_assert_msg(!has_problem("marked moving"), "a mark an unfinished move overlaps was "
+                  "reported as carried by none");
+    map_set("moving", json_pack("[[i,i]]", 7, 7));
     ck_assert_msg(shard_move_abort(admin, r2.move_id) == 0, "abort: %s", shard_errmsg());
     ck_assert_msg(!stored_mark(7), "the abort left shard 7 marked");
     ck_assert_str_eq(pair_of(admin, 7), "MySQL001");
