@@ -89,10 +89,17 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The calls recorded (the writers stopped). */
+static long calls(void)
+{
+    long k = atomic_load(&Ncalls);
+    return k < MAX_CALLS ? k : MAX_CALLS;
+}
+
 /* p99.9 and max (ms) of the calls that ended in [from, to]; *n their count. */
 static void window(double from, double to, long *n, double *p999, double *max)
 {
-    long k = atomic_load(&Ncalls) < MAX_CALLS ? atomic_load(&Ncalls) : MAX_CALLS, m = 0;
+    long k = calls(), m = 0;
     double *v = malloc(sizeof *v * (size_t)(k ? k : 1));
 
     if (!v)
@@ -180,7 +187,7 @@ int main(int argc, char **argv)
     if (!Clean_t0)
         die("the revert's last step was not logged");
     {
-        long k = atomic_load(&Ncalls) < MAX_CALLS ? atomic_load(&Ncalls) : MAX_CALLS;
+        long k = calls();
         for (long i = 0; i < k; i++)
             if (Lat[i] > 0.05)
                 fprintf(stderr, BENCH_NAME ": a call of %.0f ms ended %.2f s into the revert "

@@ -223,6 +223,15 @@ static int drop_one(mv *m, unsigned shard, double *busy)
     return 0;
 }
 
+/*
+ * No check for writes after the fence is needed before a drop: every
+ * libshard write checks the fence row under a shared lock inside its own
+ * transaction, the fence UPDATE waited for those in flight, and any write
+ * after it saw fenced = 1 and wrote nothing. Verification then compared
+ * every row of the frozen source with the target. (Writes that bypass
+ * libshard are outside what a fence can stop.) The same holds for a
+ * revert, whose source is the journal's target, fenced the same way.
+ */
 int move_drop_paced(mv *m)
 {
     move_throttle th;
